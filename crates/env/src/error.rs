@@ -1,0 +1,40 @@
+use thiserror::Error;
+
+/// What went wrong in an environment call.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum EnvError {
+    /// No environment is registered under this name.
+    #[error("unknown environment `{name}` (known: {known})")]
+    UnknownEnv { name: String, known: String },
+    /// The action batch has the wrong number of values.
+    #[error("action batch for `{env}` has {got} values, expected {expected} ({num_envs} envs x {per_env} per env)")]
+    ActionShape {
+        env: String,
+        got: usize,
+        expected: usize,
+        num_envs: usize,
+        per_env: usize,
+    },
+    /// A discrete action is not an integer in range, or an action is NaN/inf.
+    #[error("invalid action {value} for env {index} of `{env}`: {reason}")]
+    BadAction {
+        env: String,
+        index: usize,
+        value: f32,
+        reason: String,
+    },
+    /// The environment produced a NaN or infinite observation or reward.
+    #[error(
+        "env {index} of `{env}` produced a non-finite {what} ({value}) at episode step {step}"
+    )]
+    NonFinite {
+        env: String,
+        index: usize,
+        what: &'static str,
+        value: f64,
+        step: u32,
+    },
+    /// A state given to `set_state` or a snapshot does not fit the environment.
+    #[error("bad state for `{env}`: {reason}")]
+    BadState { env: String, reason: String },
+}

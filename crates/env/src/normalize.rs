@@ -1,0 +1,273 @@
+//! Normalisation wrappers: observation normalisation by running mean/variance and reward
+//! scaling by the running std of the discounted return (the `VecNormalize` recipe).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{EnvError, EnvSpec, StepBatch, VecEnv, VecEnvSnapshot};
+
+/// Clip applied to normalised observations and scaled rewards.
+const CLIP: f64 = 10.0;
+/// Added to variances before the square root.
+const EPSILON: f64 = 1e-8;
+
+/// Running per-dimension mean and (population) variance, merged batch by batch with Chan et
+/// al.'s parallel formula. Starts at mean 0, variance 1, with a tiny pseudo-count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningMeanStd {
+    /// Per-dimension mean.
+    pub mean: Vec<f64>,
+    /// Per-dimension variance.
+    pub var: Vec<f64>,
+    /// Samples merged so far (plus the initial pseudo-count).
+    pub count: f64,
+}
+
+impl RunningMeanStd {
+    /// Statistics for `dim` dimensions.
+    pub fn new(dim: usize) -> Self {
+        RunningMeanStd {
+            mean: vec![0.0; dim],
+            var: vec![1.0; dim],
+            count: 1e-4,
+        }
+    }
+
+    /// Merges a batch of rows (`rows.len()` a multiple of the dimension).
+    pub fn update<T: Copy + Into<f64>>(&mut self, rows: &[T]) {
+        let dim = self.mean.len();
+        let n = rows.len() / dim;
+        if n == 0 {
+            return;
+        }
+        let batch_count = n as f64;
+        let total = self.count + batch_count;
+        for d in 0..dim {
+            let column = rows.iter().skip(d).step_by(dim).map(|v| (*v).into());
+            let batch_mean = column.clone().sum::<f64>() / batch_count;
+            let batch_var = column.map(|v| (v - batch_mean).powi(2)).sum::<f64>() / batch_count;
+            let delta = batch_mean - self.mean[d];
+            let m2 = self.var[d] * self.count
+                + batch_var * batch_count
+                + delta * delta * self.count * batch_count / total;
+            self.mean[d] += delta * batch_count / total;
+            self.var[d] = m2 / total;
+        }
+        self.count = total;
+    }
+
+    /// `clip((x - mean) / sqrt(var + eps), ±10)` in place over rows.
+    pub fn normalize(&self, rows: &mut [f32]) {
+        let dim = self.mean.len();
+        for row in rows.chunks_exact_mut(dim) {
+            for (d, x) in row.iter_mut().enumerate() {
+                let z = (f64::from(*x) - self.mean[d]) / (self.var[d] + EPSILON).sqrt();
+                *x = z.clamp(-CLIP, CLIP) as f32;
+            }
+        }
+    }
+}
+
+/// Normalises observations (and final observations) with running statistics, updated from
+/// every step's observations while training.
+pub struct NormalizeObservation<V> {
+    inner: V,
+    rms: RunningMeanStd,
+    training: bool,
+}
+
+impl<V: VecEnv> NormalizeObservation<V> {
+    /// Wraps `inner`.
+    pub fn new(inner: V) -> Self {
+        let rms = RunningMeanStd::new(inner.spec().obs_dim());
+        NormalizeObservation {
+            inner,
+            rms,
+            training: true,
+        }
+    }
+}
+
+impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
+    fn spec(&self) -> &EnvSpec {
+        self.inner.spec()
+    }
+    fn num_envs(&self) -> usize {
+        self.inner.num_envs()
+    }
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+        self.inner.reset(seed, obs);
+        if self.training {
+            self.rms.update(obs);
+        }
+        self.rms.normalize(obs);
+    }
+    fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
+        self.inner.step(actions, out)?;
+        if self.training {
+            self.rms.update(&out.obs[..]);
+        }
+        self.rms.normalize(&mut out.obs);
+        let dim = self.rms.mean.len();
+        for i in 0..self.num_envs() {
+            if out.done(i) {
+                self.rms
+                    .normalize(&mut out.final_obs[i * dim..(i + 1) * dim]);
+            }
+        }
+        Ok(())
+    }
+    fn snapshot(&self) -> VecEnvSnapshot {
+        VecEnvSnapshot {
+            obs_rms: Some(self.rms.clone()),
+            ..self.inner.snapshot()
+        }
+    }
+    fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
+        match &snapshot.obs_rms {
+            Some(rms) if rms.mean.len() == self.rms.mean.len() => self.rms = rms.clone(),
+            _ => {
+                return Err(EnvError::BadState {
+                    env: self.spec().name.clone(),
+                    reason: "snapshot lacks matching observation-normalisation statistics".into(),
+                })
+            }
+        }
+        self.inner.restore(snapshot)
+    }
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+        self.inner.set_training(training);
+    }
+}
+
+/// Scales rewards by the running std of the discounted return (no mean subtraction), so
+/// value targets stay near unit scale whatever the env's reward magnitude.
+pub struct ScaleReward<V> {
+    inner: V,
+    rms: RunningMeanStd,
+    returns: Vec<f64>,
+    gamma: f64,
+    training: bool,
+}
+
+impl<V: VecEnv> ScaleReward<V> {
+    /// Wraps `inner`, discounting with `gamma`.
+    pub fn new(inner: V, gamma: f64) -> Self {
+        let n = inner.num_envs();
+        ScaleReward {
+            inner,
+            rms: RunningMeanStd::new(1),
+            returns: vec![0.0; n],
+            gamma,
+            training: true,
+        }
+    }
+}
+
+impl<V: VecEnv> VecEnv for ScaleReward<V> {
+    fn spec(&self) -> &EnvSpec {
+        self.inner.spec()
+    }
+    fn num_envs(&self) -> usize {
+        self.inner.num_envs()
+    }
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+        self.inner.reset(seed, obs);
+        self.returns.fill(0.0);
+    }
+    fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
+        self.inner.step(actions, out)?;
+        for (ret, r) in self.returns.iter_mut().zip(&out.rewards) {
+            *ret = *ret * self.gamma + f64::from(*r);
+        }
+        if self.training {
+            self.rms.update(&self.returns[..]);
+        }
+        let scale = (self.rms.var[0] + EPSILON).sqrt();
+        for (i, r) in out.rewards.iter_mut().enumerate() {
+            *r = (f64::from(*r) / scale).clamp(-CLIP, CLIP) as f32;
+            if out.terminated[i] || out.truncated[i] {
+                self.returns[i] = 0.0;
+            }
+        }
+        Ok(())
+    }
+    fn snapshot(&self) -> VecEnvSnapshot {
+        VecEnvSnapshot {
+            return_rms: Some((self.rms.clone(), self.returns.clone())),
+            ..self.inner.snapshot()
+        }
+    }
+    fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
+        match &snapshot.return_rms {
+            Some((rms, returns)) if returns.len() == self.returns.len() => {
+                self.rms = rms.clone();
+                self.returns = returns.clone();
+            }
+            _ => {
+                return Err(EnvError::BadState {
+                    env: self.spec().name.clone(),
+                    reason: "snapshot lacks matching reward-scaling statistics".into(),
+                })
+            }
+        }
+        self.inner.restore(snapshot)
+    }
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+        self.inner.set_training(training);
+    }
+}
+
+impl VecEnv for Box<dyn VecEnv> {
+    fn spec(&self) -> &EnvSpec {
+        (**self).spec()
+    }
+    fn num_envs(&self) -> usize {
+        (**self).num_envs()
+    }
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+        (**self).reset(seed, obs)
+    }
+    fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
+        (**self).step(actions, out)
+    }
+    fn snapshot(&self) -> VecEnvSnapshot {
+        (**self).snapshot()
+    }
+    fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
+        (**self).restore(snapshot)
+    }
+    fn set_training(&mut self, training: bool) {
+        (**self).set_training(training)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_stats_match_a_direct_computation() {
+        let data: Vec<f64> = (0..300)
+            .map(|i| ((i * 37) % 101) as f64 * 0.1 - 3.0)
+            .collect();
+        let mut rms = RunningMeanStd::new(1);
+        for chunk in data.chunks(7) {
+            rms.update(chunk);
+        }
+        let mean = data.iter().sum::<f64>() / 300.0;
+        let var = data.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 300.0;
+        assert!((rms.mean[0] - mean).abs() < 1e-4);
+        assert!((rms.var[0] - var).abs() < 1e-3);
+    }
+
+    #[test]
+    fn normalised_values_are_clipped() {
+        let mut rms = RunningMeanStd::new(2);
+        rms.update(&[0.0_f32, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        let mut row = [1e6_f32, -1e6];
+        rms.normalize(&mut row);
+        assert_eq!(row, [10.0, -10.0]);
+    }
+}

@@ -1,0 +1,55 @@
+//! Built-in environments by name.
+
+use crate::{
+    Acrobot, CartPole, Env, EnvError, EnvSpec, MountainCarContinuous, Pendulum, VecEnv, Vectorized,
+};
+
+/// Names accepted by [`make_env`] and [`make_vec_env`].
+pub fn env_names() -> &'static [&'static str] {
+    &["cartpole", "pendulum", "acrobot", "mountaincar-continuous"]
+}
+
+fn unknown(name: &str) -> EnvError {
+    EnvError::UnknownEnv {
+        name: name.to_string(),
+        known: env_names().join(", "),
+    }
+}
+
+/// One environment instance.
+///
+/// # Errors
+/// [`EnvError::UnknownEnv`] for a name not in [`env_names`].
+pub fn make_env(name: &str) -> Result<Box<dyn Env>, EnvError> {
+    Ok(match name {
+        "cartpole" => Box::new(CartPole::default()),
+        "pendulum" => Box::new(Pendulum::default()),
+        "acrobot" => Box::new(Acrobot::default()),
+        "mountaincar-continuous" => Box::new(MountainCarContinuous::default()),
+        _ => return Err(unknown(name)),
+    })
+}
+
+/// `num_envs` instances of the named env, vectorised (no normalisation wrappers).
+///
+/// # Errors
+/// [`EnvError::UnknownEnv`] for a name not in [`env_names`].
+pub fn make_vec_env(name: &str, num_envs: usize) -> Result<Box<dyn VecEnv>, EnvError> {
+    Ok(match name {
+        "cartpole" => Box::new(Vectorized::new(CartPole::default(), num_envs)),
+        "pendulum" => Box::new(Vectorized::new(Pendulum::default(), num_envs)),
+        "acrobot" => Box::new(Vectorized::new(Acrobot::default(), num_envs)),
+        "mountaincar-continuous" => {
+            Box::new(Vectorized::new(MountainCarContinuous::default(), num_envs))
+        }
+        _ => return Err(unknown(name)),
+    })
+}
+
+/// The spec of a named env.
+///
+/// # Errors
+/// [`EnvError::UnknownEnv`] for a name not in [`env_names`].
+pub fn spec_for(name: &str) -> Result<EnvSpec, EnvError> {
+    make_env(name).map(|e| e.spec())
+}
