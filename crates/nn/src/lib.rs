@@ -1,1 +1,59 @@
-//! placeholder
+//! Policy and value networks for Strata: small MLPs on the CPU, fast enough to be the hot
+//! path of PPO.
+//!
+//! [`MlpActorCritic`] holds separate policy and value [`Mlp`]s, a categorical or diagonal
+//! Gaussian [`Head`], and one [`Adam`] over all parameters. PPO talks to it only through the
+//! [`ActorCritic`] trait, so another backend (a GPU one) can replace it without touching PPO.
+//!
+//! ```
+//! use rand::SeedableRng;
+//! use strata_nn::{ActorCritic, Head, MlpActorCritic, NetworkConfig, SampleRng};
+//! let mut rng = SampleRng::seed_from_u64(0);
+//! let mut model = MlpActorCritic::new(4, Head::Categorical { n: 2 }, &NetworkConfig::default(), &mut rng);
+//! let obs = [0.0_f32; 8];
+//! let (mut a, mut lp, mut v) = ([0.0; 2], [0.0; 2], [0.0; 2]);
+//! model.act(&obs, &mut rng, &mut a, &mut lp, &mut v);
+//! assert!(a.iter().all(|x| *x == 0.0 || *x == 1.0));
+//! ```
+//!
+//! Matrix products go through the `gemm` crate behind a bounds-checked wrapper; the
+//! backward pass is written by hand and checked against finite differences.
+
+mod activation;
+mod actor_critic;
+mod adam;
+mod distribution;
+mod init;
+mod matmul;
+mod mlp;
+
+pub use activation::{fast_tanh, Activation};
+pub use actor_critic::{
+    ActorCritic, Evaluation, Head, MlpActorCritic, NamedTensor, NetworkConfig, SampleRng,
+};
+pub use adam::Adam;
+pub use distribution::{
+    categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
+    gaussian_sample,
+};
+pub use mlp::{Mlp, MlpCache};
+
+use thiserror::Error;
+
+/// Errors loading model state.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum NnError {
+    /// A tensor the model needs is absent.
+    #[error("checkpoint lacks tensor `{0}`")]
+    MissingTensor(String),
+    /// A tensor has another shape than the model's.
+    #[error("tensor `{name}` has shape {found:?}, the model needs {expected:?}")]
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    /// A tensor holds NaN or infinity.
+    #[error("tensor `{name}` holds a non-finite value at index {index}")]
+    NonFinite { name: String, index: usize },
+}

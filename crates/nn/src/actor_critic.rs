@@ -1,0 +1,626 @@
+//! The actor-critic model PPO trains: separate policy and value MLPs, a categorical or
+//! diagonal-Gaussian head, all parameters in one flat vector with one Adam.
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+use crate::activation::Activation;
+use crate::adam::Adam;
+use crate::distribution::{
+    categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
+    gaussian_sample,
+};
+use crate::mlp::{Mlp, MlpCache};
+use crate::NnError;
+
+/// The RNG actions are sampled with.
+pub type SampleRng = Xoshiro256PlusPlus;
+
+/// Network architecture, from the run config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Hidden layer widths of the policy network.
+    pub policy_hidden: Vec<usize>,
+    /// Hidden layer widths of the value network.
+    pub value_hidden: Vec<usize>,
+    /// Hidden activation.
+    pub activation: Activation,
+    /// Initial log standard deviation of a Gaussian policy.
+    pub log_std_init: f32,
+    /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head);
+    /// otherwise the same with gain 1 everywhere.
+    pub ortho_init: bool,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            policy_hidden: vec![64, 64],
+            value_hidden: vec![64, 64],
+            activation: Activation::Tanh,
+            log_std_init: 0.0,
+            ortho_init: true,
+        }
+    }
+}
+
+/// Which distribution the policy outputs parameterise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Head {
+    /// Logits over `n` actions; an action is one f32 holding the index.
+    Categorical { n: usize },
+    /// Means of `dim` independent Gaussians; log-stds are free parameters.
+    Gaussian { dim: usize },
+}
+
+impl Head {
+    /// Values per action.
+    pub fn action_dim(self) -> usize {
+        match self {
+            Head::Categorical { .. } => 1,
+            Head::Gaussian { dim } => dim,
+        }
+    }
+    fn outputs(self) -> usize {
+        match self {
+            Head::Categorical { n } => n,
+            Head::Gaussian { dim } => dim,
+        }
+    }
+}
+
+/// A named block of parameters or optimiser state, for checkpoints.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedTensor {
+    /// Stable name (`policy.0.weight`, `adam.m`, ...).
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Values, row-major.
+    pub data: Vec<f32>,
+}
+
+/// Per-sample results of [`ActorCritic::evaluate`].
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    /// Log-probability of each given action under the current policy.
+    pub log_probs: Vec<f32>,
+    /// Policy entropy at each observation.
+    pub entropy: Vec<f32>,
+    /// Value estimate at each observation.
+    pub values: Vec<f32>,
+}
+
+/// What PPO needs from a model. A GPU backend implements this; PPO does not change.
+pub trait ActorCritic: Send {
+    /// Observation width.
+    fn obs_dim(&self) -> usize;
+    /// The action head.
+    fn head(&self) -> Head;
+    /// Samples an action per observation row; writes actions, their log-probs and values.
+    fn act(
+        &mut self,
+        obs: &[f32],
+        rng: &mut SampleRng,
+        actions: &mut [f32],
+        log_probs: &mut [f32],
+        values: &mut [f32],
+    );
+    /// The most likely action per row (evaluation).
+    fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]);
+    /// Value estimates per row.
+    fn values(&mut self, obs: &[f32], out: &mut [f32]);
+    /// Training forward pass over a minibatch: log-probs of `actions`, entropies, values.
+    /// Keeps what [`ActorCritic::backward`] needs.
+    fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation);
+    /// Adds to the gradients the back-propagation of per-sample loss gradients w.r.t.
+    /// log-prob, entropy and value of the last [`ActorCritic::evaluate`].
+    fn backward(&mut self, d_log_probs: &[f32], d_entropy: &[f32], d_values: &[f32]);
+    /// Clears accumulated gradients.
+    fn zero_grad(&mut self);
+    /// Clips the global gradient norm to `max_grad_norm` (if given), takes one optimiser
+    /// step with learning rate `lr`, clears the gradients; returns the norm before clipping.
+    fn optimizer_step(&mut self, lr: f32, max_grad_norm: Option<f32>) -> f32;
+    /// Parameters and optimiser state, by name.
+    fn tensors(&self) -> Vec<NamedTensor>;
+    /// Restores [`ActorCritic::tensors`].
+    ///
+    /// # Errors
+    /// [`NnError`] naming a missing tensor or a shape that does not match.
+    fn load_tensors(&mut self, tensors: &[NamedTensor]) -> Result<(), NnError>;
+    /// All parameters in one flat vector (for publishing and checksums).
+    fn flat_params(&self) -> &[f32];
+}
+
+/// [`ActorCritic`] over two [`Mlp`]s on the CPU.
+pub struct MlpActorCritic {
+    policy: Mlp,
+    value: Mlp,
+    head: Head,
+    /// `[policy | value | log_std]`.
+    params: Vec<f32>,
+    grads: Vec<f32>,
+    adam: Adam,
+    policy_cache: MlpCache,
+    value_cache: MlpCache,
+    /// Scratch: gradient w.r.t. the policy outputs / the values.
+    d_policy_out: Vec<f32>,
+    d_value_out: Vec<f32>,
+    eval_actions: Vec<f32>,
+    d_log_std_scratch: Vec<f32>,
+}
+
+impl MlpActorCritic {
+    /// A freshly initialised model.
+    pub fn new(obs_dim: usize, head: Head, config: &NetworkConfig, rng: &mut SampleRng) -> Self {
+        let sizes = |hidden: &[usize], out: usize| {
+            let mut s = vec![obs_dim];
+            s.extend_from_slice(hidden);
+            s.push(out);
+            s
+        };
+        let policy = Mlp::new(
+            &sizes(&config.policy_hidden, head.outputs()),
+            config.activation,
+        );
+        let value = Mlp::new(&sizes(&config.value_hidden, 1), config.activation);
+        let (hidden_gain, policy_gain, value_gain) = if config.ortho_init {
+            (2f32.sqrt(), 0.01, 1.0)
+        } else {
+            (1.0, 1.0, 1.0)
+        };
+        let mut params = policy.init_orthogonal(hidden_gain, policy_gain, rng);
+        params.extend(value.init_orthogonal(hidden_gain, value_gain, rng));
+        if let Head::Gaussian { dim } = head {
+            params.extend(std::iter::repeat_n(config.log_std_init, dim));
+        }
+        let n = params.len();
+        MlpActorCritic {
+            policy,
+            value,
+            head,
+            params,
+            grads: vec![0.0; n],
+            adam: Adam::new(n, 1e-5),
+            policy_cache: MlpCache::default(),
+            value_cache: MlpCache::default(),
+            d_policy_out: Vec::new(),
+            d_value_out: Vec::new(),
+            eval_actions: Vec::new(),
+            d_log_std_scratch: Vec::new(),
+        }
+    }
+
+    fn split(&self) -> (usize, usize) {
+        let p = self.policy.num_params();
+        (p, p + self.value.num_params())
+    }
+
+    fn batch_of(&self, obs: &[f32]) -> usize {
+        assert_eq!(
+            obs.len() % self.policy.input_size(),
+            0,
+            "observation batch length"
+        );
+        obs.len() / self.policy.input_size()
+    }
+
+    /// Current log-stds (empty for a categorical head).
+    pub fn log_std(&self) -> &[f32] {
+        &self.params[self.split().1..]
+    }
+}
+
+impl ActorCritic for MlpActorCritic {
+    fn obs_dim(&self) -> usize {
+        self.policy.input_size()
+    }
+
+    fn head(&self) -> Head {
+        self.head
+    }
+
+    fn act(
+        &mut self,
+        obs: &[f32],
+        rng: &mut SampleRng,
+        actions: &mut [f32],
+        log_probs: &mut [f32],
+        values: &mut [f32],
+    ) {
+        let batch = self.batch_of(obs);
+        let (p_end, v_end) = self.split();
+        let out = self
+            .policy
+            .forward(&self.params[..p_end], obs, batch, &mut self.policy_cache);
+        let k = self.head.outputs();
+        match self.head {
+            Head::Categorical { .. } => {
+                for (i, row) in out.chunks_exact(k).enumerate() {
+                    let (a, lp) = categorical_sample(row, rng);
+                    actions[i] = a as f32;
+                    log_probs[i] = lp;
+                }
+            }
+            Head::Gaussian { dim } => {
+                let log_std = &self.params[v_end..];
+                for (i, row) in out.chunks_exact(k).enumerate() {
+                    log_probs[i] =
+                        gaussian_sample(row, log_std, rng, &mut actions[i * dim..(i + 1) * dim]);
+                }
+            }
+        }
+        let v = self.value.forward(
+            &self.params[p_end..v_end],
+            obs,
+            batch,
+            &mut self.value_cache,
+        );
+        values[..batch].copy_from_slice(v);
+    }
+
+    fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]) {
+        let batch = self.batch_of(obs);
+        let p_end = self.split().0;
+        let out = self
+            .policy
+            .forward(&self.params[..p_end], obs, batch, &mut self.policy_cache);
+        match self.head {
+            Head::Categorical { n } => {
+                for (i, row) in out.chunks_exact(n).enumerate() {
+                    actions[i] = categorical_mode(row) as f32;
+                }
+            }
+            Head::Gaussian { .. } => actions[..out.len()].copy_from_slice(out),
+        }
+    }
+
+    fn values(&mut self, obs: &[f32], out: &mut [f32]) {
+        let batch = self.batch_of(obs);
+        let (p_end, v_end) = self.split();
+        let v = self.value.forward(
+            &self.params[p_end..v_end],
+            obs,
+            batch,
+            &mut self.value_cache,
+        );
+        out[..batch].copy_from_slice(v);
+    }
+
+    fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation) {
+        let batch = self.batch_of(obs);
+        let (p_end, v_end) = self.split();
+        self.policy
+            .forward(&self.params[..p_end], obs, batch, &mut self.policy_cache);
+        let v = self.value.forward(
+            &self.params[p_end..v_end],
+            obs,
+            batch,
+            &mut self.value_cache,
+        );
+        out.values.clear();
+        out.values.extend_from_slice(v);
+        self.eval_actions.clear();
+        self.eval_actions.extend_from_slice(actions);
+        // Log-probs and entropies come out of the same pass that backward repeats with
+        // weights; here the weights are zero, so no gradient is kept.
+        let k = self.head.outputs();
+        out.log_probs.resize(batch, 0.0);
+        out.entropy.resize(batch, 0.0);
+        self.d_policy_out.resize(batch * k, 0.0);
+        let logits = self.policy_cache.last_output();
+        let (log_probs, entropy, scratch) =
+            (&mut out.log_probs, &mut out.entropy, &mut self.d_policy_out);
+        match self.head {
+            Head::Categorical { .. } => {
+                for i in 0..batch {
+                    let (lp, h) = categorical_eval(
+                        &logits[i * k..(i + 1) * k],
+                        actions[i] as usize,
+                        0.0,
+                        0.0,
+                        &mut scratch[i * k..(i + 1) * k],
+                    );
+                    log_probs[i] = lp;
+                    entropy[i] = h;
+                }
+            }
+            Head::Gaussian { dim } => {
+                let log_std = &self.params[v_end..];
+                let h = gaussian_entropy(log_std);
+                self.d_log_std_scratch.resize(dim, 0.0);
+                for i in 0..batch {
+                    log_probs[i] = gaussian_eval(
+                        &logits[i * k..(i + 1) * k],
+                        log_std,
+                        &actions[i * dim..(i + 1) * dim],
+                        0.0,
+                        0.0,
+                        &mut scratch[i * k..(i + 1) * k],
+                        &mut self.d_log_std_scratch,
+                    );
+                    entropy[i] = h;
+                }
+            }
+        }
+    }
+
+    fn backward(&mut self, d_log_probs: &[f32], d_entropy: &[f32], d_values: &[f32]) {
+        let batch = d_log_probs.len();
+        let (p_end, v_end) = self.split();
+        let k = self.head.outputs();
+        self.d_policy_out.resize(batch * k, 0.0);
+        let logits = self.policy_cache.last_output();
+        match self.head {
+            Head::Categorical { .. } => {
+                for i in 0..batch {
+                    categorical_eval(
+                        &logits[i * k..(i + 1) * k],
+                        self.eval_actions[i] as usize,
+                        d_log_probs[i],
+                        d_entropy[i],
+                        &mut self.d_policy_out[i * k..(i + 1) * k],
+                    );
+                }
+            }
+            Head::Gaussian { dim } => {
+                let (head_params, head_grads) = (&self.params[v_end..], &mut self.grads[v_end..]);
+                for i in 0..batch {
+                    gaussian_eval(
+                        &logits[i * k..(i + 1) * k],
+                        head_params,
+                        &self.eval_actions[i * dim..(i + 1) * dim],
+                        d_log_probs[i],
+                        d_entropy[i],
+                        &mut self.d_policy_out[i * k..(i + 1) * k],
+                        head_grads,
+                    );
+                }
+            }
+        }
+        let (policy_grads, rest) = self.grads.split_at_mut(p_end);
+        self.policy.backward(
+            &self.params[..p_end],
+            &mut self.policy_cache,
+            &self.d_policy_out,
+            policy_grads,
+        );
+        self.d_value_out.clear();
+        self.d_value_out.extend_from_slice(d_values);
+        self.value.backward(
+            &self.params[p_end..v_end],
+            &mut self.value_cache,
+            &self.d_value_out,
+            &mut rest[..v_end - p_end],
+        );
+    }
+
+    fn zero_grad(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    fn optimizer_step(&mut self, lr: f32, max_grad_norm: Option<f32>) -> f32 {
+        let norm = self.grads.iter().map(|g| g * g).sum::<f32>().sqrt();
+        if let Some(max) = max_grad_norm {
+            if norm > max {
+                let scale = max / (norm + 1e-6);
+                self.grads.iter_mut().for_each(|g| *g *= scale);
+            }
+        }
+        self.adam.step(&mut self.params, &self.grads, lr);
+        self.grads.fill(0.0);
+        norm
+    }
+
+    fn tensors(&self) -> Vec<NamedTensor> {
+        let mut out = Vec::new();
+        let (p_end, v_end) = self.split();
+        for (prefix, mlp, params) in [
+            ("policy", &self.policy, &self.params[..p_end]),
+            ("value", &self.value, &self.params[p_end..v_end]),
+        ] {
+            let mut off = 0;
+            for (l, w) in mlp.sizes().windows(2).enumerate() {
+                let (fan_in, fan_out) = (w[0], w[1]);
+                out.push(NamedTensor {
+                    name: format!("{prefix}.{l}.weight"),
+                    shape: vec![fan_in, fan_out],
+                    data: params[off..off + fan_in * fan_out].to_vec(),
+                });
+                off += fan_in * fan_out;
+                out.push(NamedTensor {
+                    name: format!("{prefix}.{l}.bias"),
+                    shape: vec![fan_out],
+                    data: params[off..off + fan_out].to_vec(),
+                });
+                off += fan_out;
+            }
+        }
+        if v_end < self.params.len() {
+            out.push(NamedTensor {
+                name: "policy.log_std".into(),
+                shape: vec![self.params.len() - v_end],
+                data: self.params[v_end..].to_vec(),
+            });
+        }
+        let n = self.params.len();
+        out.push(NamedTensor {
+            name: "adam.m".into(),
+            shape: vec![n],
+            data: self.adam.m.clone(),
+        });
+        out.push(NamedTensor {
+            name: "adam.v".into(),
+            shape: vec![n],
+            data: self.adam.v.clone(),
+        });
+        out.push(NamedTensor {
+            name: "adam.t".into(),
+            shape: vec![1],
+            data: vec![self.adam.t as f32],
+        });
+        out
+    }
+
+    fn load_tensors(&mut self, tensors: &[NamedTensor]) -> Result<(), NnError> {
+        let expected = self.tensors();
+        let mut flat = Vec::with_capacity(self.params.len());
+        let mut adam = self.adam.clone();
+        for want in &expected {
+            let got = tensors
+                .iter()
+                .find(|t| t.name == want.name)
+                .ok_or_else(|| NnError::MissingTensor(want.name.clone()))?;
+            if got.shape != want.shape || got.data.len() != want.data.len() {
+                return Err(NnError::ShapeMismatch {
+                    name: want.name.clone(),
+                    expected: want.shape.clone(),
+                    found: got.shape.clone(),
+                });
+            }
+            if let Some(i) = got.data.iter().position(|v| !v.is_finite()) {
+                return Err(NnError::NonFinite {
+                    name: want.name.clone(),
+                    index: i,
+                });
+            }
+            match want.name.as_str() {
+                "adam.m" => adam.m.clone_from(&got.data),
+                "adam.v" => adam.v.clone_from(&got.data),
+                "adam.t" => adam.t = got.data[0] as u64,
+                _ => flat.extend_from_slice(&got.data),
+            }
+        }
+        self.params = flat;
+        self.adam = adam;
+        self.grads.fill(0.0);
+        Ok(())
+    }
+
+    fn flat_params(&self) -> &[f32] {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Loss = sum_i wl_i logp_i + we_i H_i + wv_i V_i, checked against finite differences
+    /// of every parameter, through the whole model.
+    fn check_model_gradients(head: Head) {
+        let mut rng = SampleRng::seed_from_u64(4);
+        let config = NetworkConfig {
+            policy_hidden: vec![6],
+            value_hidden: vec![5],
+            log_std_init: -0.4,
+            ..NetworkConfig::default()
+        };
+        let mut model = MlpActorCritic::new(3, head, &config, &mut rng);
+        // Larger head gains than PPO's init, so every gradient is well above f32 noise.
+        for p in model.params.iter_mut() {
+            *p += rng.random_range(-0.3..0.3);
+        }
+        let batch = 5;
+        let obs: Vec<f32> = (0..batch * 3)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let (mut actions, mut lp, mut v) = (
+            vec![0.0; batch * head.action_dim()],
+            vec![0.0; batch],
+            vec![0.0; batch],
+        );
+        model.act(&obs, &mut rng, &mut actions, &mut lp, &mut v);
+        let wl: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let we: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let wv: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let loss = |m: &mut MlpActorCritic| {
+            let mut e = Evaluation::default();
+            m.evaluate(&obs, &actions, &mut e);
+            (0..batch)
+                .map(|i| {
+                    f64::from(wl[i] * e.log_probs[i] + we[i] * e.entropy[i] + wv[i] * e.values[i])
+                })
+                .sum::<f64>()
+        };
+        let mut e = Evaluation::default();
+        model.evaluate(&obs, &actions, &mut e);
+        // The log-probs from evaluate equal those recorded when acting.
+        for i in 0..batch {
+            assert!((e.log_probs[i] - lp[i]).abs() < 1e-4);
+            assert!((e.values[i] - v[i]).abs() < 1e-6);
+        }
+        model.zero_grad();
+        model.backward(&wl, &we, &wv);
+        let analytic = model.grads.clone();
+        for i in 0..model.params.len() {
+            let orig = model.params[i];
+            model.params[i] = orig + 1e-2;
+            let up = loss(&mut model);
+            model.params[i] = orig - 1e-2;
+            let down = loss(&mut model);
+            model.params[i] = orig;
+            let numeric = (up - down) / 2e-2;
+            assert!(
+                (numeric - f64::from(analytic[i])).abs() <= 3e-3 + 3e-2 * numeric.abs(),
+                "param {i}: numeric {numeric} analytic {}",
+                analytic[i]
+            );
+        }
+    }
+
+    #[test]
+    fn categorical_model_gradients_match_finite_differences() {
+        check_model_gradients(Head::Categorical { n: 3 });
+    }
+
+    #[test]
+    fn gaussian_model_gradients_match_finite_differences() {
+        check_model_gradients(Head::Gaussian { dim: 2 });
+    }
+
+    #[test]
+    fn tensors_round_trip_and_bad_shapes_are_named() {
+        let mut rng = SampleRng::seed_from_u64(1);
+        let config = NetworkConfig::default();
+        let mut a = MlpActorCritic::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
+        a.grads.fill(0.1);
+        a.optimizer_step(1e-3, Some(0.5));
+        let mut b = MlpActorCritic::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
+        assert_ne!(a.flat_params(), b.flat_params());
+        b.load_tensors(&a.tensors()).unwrap();
+        assert_eq!(a.flat_params(), b.flat_params());
+        assert_eq!(a.adam, b.adam);
+        let mut bad = a.tensors();
+        bad[0].shape = vec![4, 64];
+        let err = b.load_tensors(&bad).unwrap_err();
+        assert!(err.to_string().contains("policy.0.weight"), "{err}");
+        let missing: Vec<_> = a
+            .tensors()
+            .into_iter()
+            .filter(|t| t.name != "adam.v")
+            .collect();
+        assert_eq!(
+            b.load_tensors(&missing).unwrap_err(),
+            NnError::MissingTensor("adam.v".into())
+        );
+    }
+
+    #[test]
+    fn ppo_initialisation_gives_near_uniform_policy() {
+        let mut rng = SampleRng::seed_from_u64(2);
+        let mut m = MlpActorCritic::new(
+            4,
+            Head::Categorical { n: 2 },
+            &NetworkConfig::default(),
+            &mut rng,
+        );
+        let obs = [0.5_f32, -0.2, 0.1, 0.3];
+        let mut e = Evaluation::default();
+        m.evaluate(&obs, &[1.0], &mut e);
+        // A 0.01-gain head makes the logits tiny: entropy close to ln 2.
+        assert!((e.entropy[0] - 2f32.ln()).abs() < 1e-3);
+    }
+}

@@ -1,0 +1,203 @@
+//! Action distributions over network outputs, one row per sample: categorical over logits
+//! and diagonal Gaussian with a state-independent log-std. Each has sampling, log-prob and
+//! entropy, and the gradients of both w.r.t. its inputs.
+
+use rand::Rng;
+use rand_distr::StandardNormal;
+
+/// `0.5 * ln(2 pi)`.
+const HALF_LN_2PI: f32 = 0.918_938_5;
+
+/// Log-softmax normaliser: `ln sum exp(z)`, computed stably.
+#[inline]
+fn log_sum_exp(logits: &[f32]) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    max + logits.iter().map(|z| (z - max).exp()).sum::<f32>().ln()
+}
+
+/// Samples an index with probability `softmax(logits)`; returns it and its log-prob.
+#[inline]
+pub fn categorical_sample<R: Rng + ?Sized>(logits: &[f32], rng: &mut R) -> (usize, f32) {
+    let lse = log_sum_exp(logits);
+    let u: f32 = rng.random();
+    let mut cumulative = 0.0;
+    for (i, z) in logits.iter().enumerate() {
+        cumulative += (z - lse).exp();
+        if u < cumulative {
+            return (i, z - lse);
+        }
+    }
+    let last = logits.len() - 1;
+    (last, logits[last] - lse)
+}
+
+/// The most likely index.
+#[inline]
+pub fn categorical_mode(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, z) in logits.iter().enumerate() {
+        if *z > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Log-prob of `action` and the entropy; writes `d(w_logp * logp + w_ent * entropy)/dlogits`
+/// into `grad`.
+#[inline]
+pub fn categorical_eval(
+    logits: &[f32],
+    action: usize,
+    w_logp: f32,
+    w_ent: f32,
+    grad: &mut [f32],
+) -> (f32, f32) {
+    let lse = log_sum_exp(logits);
+    let mut entropy = 0.0;
+    for (g, z) in grad.iter_mut().zip(logits) {
+        let log_p = z - lse;
+        let p = log_p.exp();
+        entropy -= p * log_p;
+        *g = p; // temporarily p
+    }
+    let log_prob = logits[action] - lse;
+    for (i, g) in grad.iter_mut().enumerate() {
+        let p = *g;
+        let log_p = logits[i] - lse;
+        // d logp(a) / dz_i = 1[i=a] - p_i ;  dH / dz_i = -p_i (log p_i + H)
+        let d_logp = if i == action { 1.0 - p } else { -p };
+        *g = w_logp * d_logp - w_ent * p * (log_p + entropy);
+    }
+    (log_prob, entropy)
+}
+
+/// Samples `mean + std * eps` into `action`; returns the log-prob.
+#[inline]
+pub fn gaussian_sample<R: Rng + ?Sized>(
+    mean: &[f32],
+    log_std: &[f32],
+    rng: &mut R,
+    action: &mut [f32],
+) -> f32 {
+    let mut log_prob = 0.0;
+    for ((a, m), ls) in action.iter_mut().zip(mean).zip(log_std) {
+        let eps: f32 = rng.sample(StandardNormal);
+        *a = m + ls.exp() * eps;
+        log_prob += -0.5 * eps * eps - ls - HALF_LN_2PI;
+    }
+    log_prob
+}
+
+/// Entropy of a diagonal Gaussian with these log-stds.
+#[inline]
+pub fn gaussian_entropy(log_std: &[f32]) -> f32 {
+    log_std.iter().map(|ls| ls + 0.5 + HALF_LN_2PI).sum()
+}
+
+/// Log-prob of `action`; writes `d(w_logp * logp)/dmean` into `grad_mean` and *adds*
+/// `d(w_logp * logp + w_ent * entropy)/dlog_std` into `grad_log_std`.
+#[inline]
+pub fn gaussian_eval(
+    mean: &[f32],
+    log_std: &[f32],
+    action: &[f32],
+    w_logp: f32,
+    w_ent: f32,
+    grad_mean: &mut [f32],
+    grad_log_std: &mut [f32],
+) -> f32 {
+    let mut log_prob = 0.0;
+    for j in 0..mean.len() {
+        let inv_std = (-log_std[j]).exp();
+        let z = (action[j] - mean[j]) * inv_std;
+        log_prob += -0.5 * z * z - log_std[j] - HALF_LN_2PI;
+        grad_mean[j] = w_logp * z * inv_std;
+        grad_log_std[j] += w_logp * (z * z - 1.0) + w_ent;
+    }
+    log_prob
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_xoshiro::Xoshiro256PlusPlus;
+    use std::f32::consts::PI;
+
+    #[test]
+    fn categorical_gradients_match_finite_differences() {
+        let logits = [0.3_f32, -1.2, 0.7, 0.1];
+        let (wl, we) = (0.8_f32, -0.3_f32);
+        let f = |z: &[f32]| {
+            let mut g = [0.0; 4];
+            let (lp, h) = categorical_eval(z, 2, 0.0, 0.0, &mut g);
+            f64::from(wl * lp + we * h)
+        };
+        let mut grad = [0.0; 4];
+        categorical_eval(&logits, 2, wl, we, &mut grad);
+        for i in 0..4 {
+            let mut up = logits;
+            up[i] += 1e-2;
+            let mut down = logits;
+            down[i] -= 1e-2;
+            let numeric = (f(&up) - f(&down)) / 2e-2;
+            assert!(
+                (numeric - f64::from(grad[i])).abs() < 1e-3,
+                "{i}: {numeric} vs {}",
+                grad[i]
+            );
+        }
+    }
+
+    #[test]
+    fn gaussian_gradients_match_finite_differences() {
+        let (mean, log_std, action) = ([0.2_f32, -0.5], [-0.3_f32, 0.4], [0.9_f32, -1.7]);
+        let (wl, we) = (1.3_f32, 0.2_f32);
+        let f = |m: &[f32], ls: &[f32]| {
+            let (mut gm, mut gs) = ([0.0; 2], [0.0; 2]);
+            let lp = gaussian_eval(m, ls, &action, 0.0, 0.0, &mut gm, &mut gs);
+            f64::from(wl * lp + we * gaussian_entropy(ls))
+        };
+        let (mut gm, mut gs) = ([0.0; 2], [0.0; 2]);
+        gaussian_eval(&mean, &log_std, &action, wl, we, &mut gm, &mut gs);
+        for j in 0..2 {
+            let (mut up, mut down) = (mean, mean);
+            up[j] += 1e-2;
+            down[j] -= 1e-2;
+            let numeric = (f(&up, &log_std) - f(&down, &log_std)) / 2e-2;
+            assert!((numeric - f64::from(gm[j])).abs() < 1e-3);
+            let (mut up, mut down) = (log_std, log_std);
+            up[j] += 1e-2;
+            down[j] -= 1e-2;
+            let numeric = (f(&mean, &up) - f(&mean, &down)) / 2e-2;
+            assert!(
+                (numeric - f64::from(gs[j])).abs() < 2e-3,
+                "{numeric} vs {}",
+                gs[j]
+            );
+        }
+    }
+
+    #[test]
+    fn samples_follow_the_distributions() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+        let logits = [0.0_f32, 1.0_f32.ln(), 2.0_f32.ln()]; // probabilities 1/4, 1/4, 1/2
+        let mut counts = [0usize; 3];
+        for _ in 0..40_000 {
+            counts[categorical_sample(&logits, &mut rng).0] += 1;
+        }
+        assert!((counts[2] as f32 / 40_000.0 - 0.5).abs() < 0.01);
+        let mut a = [0.0_f32];
+        let (mut sum, mut sum_sq) = (0.0_f64, 0.0_f64);
+        for _ in 0..40_000 {
+            gaussian_sample(&[1.0], &[0.5_f32.ln()], &mut rng, &mut a);
+            sum += f64::from(a[0]);
+            sum_sq += f64::from(a[0]).powi(2);
+        }
+        let mean = sum / 40_000.0;
+        assert!((mean - 1.0).abs() < 0.01);
+        assert!((sum_sq / 40_000.0 - mean * mean - 0.25).abs() < 0.01);
+        assert!((HALF_LN_2PI - 0.5 * (2.0 * PI).ln()).abs() < 1e-6);
+    }
+}

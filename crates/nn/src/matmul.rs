@@ -1,0 +1,132 @@
+//! A safe, bounds-checked wrapper over the `gemm` crate for row-major f32 matrices.
+
+/// A strided view of an `rows x cols` matrix inside a slice.
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: isize,
+    col_stride: isize,
+}
+
+impl<'a> View<'a> {
+    /// A row-major `rows x cols` matrix.
+    pub(crate) fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        View {
+            data,
+            rows,
+            cols,
+            row_stride: cols as isize,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose of this view (no copy).
+    pub(crate) fn t(self) -> Self {
+        View {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    fn check(&self) {
+        if self.rows > 0 && self.cols > 0 {
+            let last = (self.rows - 1) as isize * self.row_stride
+                + (self.cols - 1) as isize * self.col_stride;
+            assert!(
+                (last as usize) < self.data.len(),
+                "matrix view out of bounds"
+            );
+        }
+    }
+}
+
+/// `dst (m x n, row-major) = [dst +] lhs (m x k) * rhs (k x n)`.
+///
+/// # Panics
+/// When the shapes disagree or a view exceeds its slice.
+pub(crate) fn matmul(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumulate: bool) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    assert_eq!(rhs.rows, k, "inner dimensions differ");
+    assert!(dst.len() >= m * n, "destination too small");
+    lhs.check();
+    rhs.check();
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return;
+    }
+    // SAFETY: every view was checked to lie inside its slice and `dst` holds m*n values;
+    // `dst` is a unique borrow, so it aliases neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.data.as_ptr(),
+            lhs.col_stride,
+            lhs.row_stride,
+            rhs.data.as_ptr(),
+            rhs.col_stride,
+            rhs.row_stride,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn matches_naive_product_including_transposed_views() {
+        let (m, k, n) = (7, 5, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.71).cos()).collect();
+        let mut c = vec![0.0; m * n];
+        matmul(&mut c, View::new(&a, m, k), View::new(&b, k, n), false);
+        let want = naive(&a, &b, m, k, n);
+        for (x, y) in c.iter().zip(&want) {
+            assert!((x - y).abs() < 1e-5);
+        }
+        // (A^T)^T B via a transposed view of A^T stored row-major.
+        let mut at = vec![0.0; k * m];
+        for i in 0..m {
+            for p in 0..k {
+                at[p * m + i] = a[i * k + p];
+            }
+        }
+        let mut c2 = vec![1.0; m * n];
+        matmul(&mut c2, View::new(&at, k, m).t(), View::new(&b, k, n), true);
+        for (x, y) in c2.iter().zip(&want) {
+            assert!((x - (y + 1.0)).abs() < 1e-5);
+        }
+    }
+}
