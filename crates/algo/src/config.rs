@@ -1,0 +1,149 @@
+use serde::{Deserialize, Serialize};
+
+/// PPO hyperparameters. Names follow Stable-Baselines3 / rl-zoo3 so their tuned presets
+/// carry over; the loss uses SB3's convention (value loss = mean squared error, no 1/2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PpoConfig {
+    /// Steps collected per env per update (rollout length T).
+    pub n_steps: usize,
+    /// Minibatch size.
+    pub batch_size: usize,
+    /// Passes over each rollout.
+    pub n_epochs: usize,
+    /// Discount factor.
+    pub gamma: f32,
+    /// GAE lambda.
+    pub gae_lambda: f32,
+    /// Initial learning rate.
+    pub learning_rate: f32,
+    /// Anneal the learning rate linearly to zero over the run.
+    pub anneal_lr: bool,
+    /// Policy ratio clip range.
+    pub clip_range: f32,
+    /// Anneal the clip range linearly to zero over the run.
+    pub anneal_clip_range: bool,
+    /// Clip the value update around the old value by this much (off when absent).
+    pub clip_range_vf: Option<f32>,
+    /// Entropy bonus coefficient.
+    pub ent_coef: f32,
+    /// Value loss coefficient.
+    pub vf_coef: f32,
+    /// Global gradient-norm clip (off when absent).
+    pub max_grad_norm: Option<f32>,
+    /// Normalise advantages per minibatch.
+    pub norm_adv: bool,
+    /// Stop the epochs early once a minibatch's approximate KL exceeds 1.5x this.
+    pub target_kl: Option<f32>,
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        PpoConfig {
+            n_steps: 2048,
+            batch_size: 64,
+            n_epochs: 10,
+            gamma: 0.99,
+            gae_lambda: 0.95,
+            learning_rate: 3e-4,
+            anneal_lr: false,
+            clip_range: 0.2,
+            anneal_clip_range: false,
+            clip_range_vf: None,
+            ent_coef: 0.0,
+            vf_coef: 0.5,
+            max_grad_norm: Some(0.5),
+            norm_adv: true,
+            target_kl: None,
+        }
+    }
+}
+
+/// A config value out of its allowed range.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[error("`{key}` = {value}: {reason}")]
+pub struct InvalidConfig {
+    /// The offending key, dotted (`ppo.gamma`).
+    pub key: String,
+    /// Its value, printed.
+    pub value: String,
+    /// What is allowed.
+    pub reason: String,
+}
+
+impl InvalidConfig {
+    /// An error for `key`.
+    pub fn new(key: impl Into<String>, value: impl ToString, reason: impl Into<String>) -> Self {
+        InvalidConfig {
+            key: key.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl PpoConfig {
+    /// Checks every value's range; `num_envs` gives the rollout size for `batch_size`.
+    ///
+    /// # Errors
+    /// [`InvalidConfig`] naming the first offending key (prefixed `ppo.`).
+    pub fn validate(&self, num_envs: usize) -> Result<(), InvalidConfig> {
+        let err = |k: &str, v: &dyn ToString, why: &str| {
+            Err(InvalidConfig::new(format!("ppo.{k}"), v.to_string(), why))
+        };
+        let unit = |x: f32| x.is_finite() && (0.0..=1.0).contains(&x);
+        if self.n_steps == 0 {
+            return err("n_steps", &self.n_steps, "must be at least 1");
+        }
+        if self.batch_size == 0 || self.batch_size > self.n_steps * num_envs {
+            return err(
+                "batch_size",
+                &self.batch_size,
+                &format!(
+                    "must be between 1 and n_steps * num_envs = {}",
+                    self.n_steps * num_envs
+                ),
+            );
+        }
+        if self.n_epochs == 0 {
+            return err("n_epochs", &self.n_epochs, "must be at least 1");
+        }
+        if !unit(self.gamma) {
+            return err("gamma", &self.gamma, "must be in [0, 1]");
+        }
+        if !unit(self.gae_lambda) {
+            return err("gae_lambda", &self.gae_lambda, "must be in [0, 1]");
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return err(
+                "learning_rate",
+                &self.learning_rate,
+                "must be a positive number",
+            );
+        }
+        if !(self.clip_range.is_finite() && self.clip_range > 0.0) {
+            return err("clip_range", &self.clip_range, "must be a positive number");
+        }
+        if let Some(c) = self.clip_range_vf {
+            if !(c.is_finite() && c > 0.0) {
+                return err("clip_range_vf", &c, "must be a positive number");
+            }
+        }
+        for (k, v) in [("ent_coef", self.ent_coef), ("vf_coef", self.vf_coef)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return err(k, &v, "must be a non-negative number");
+            }
+        }
+        if let Some(g) = self.max_grad_norm {
+            if !(g.is_finite() && g > 0.0) {
+                return err("max_grad_norm", &g, "must be a positive number");
+            }
+        }
+        if let Some(kl) = self.target_kl {
+            if !(kl.is_finite() && kl > 0.0) {
+                return err("target_kl", &kl, "must be a positive number");
+            }
+        }
+        Ok(())
+    }
+}

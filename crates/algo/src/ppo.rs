@@ -1,0 +1,446 @@
+//! The PPO update: rollout -> GAE -> epochs x shuffled minibatches -> clipped surrogate,
+//! value and entropy losses -> gradient step, with optional KL early stop.
+
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+use strata_nn::{ActorCritic, Evaluation};
+
+use crate::gae::{compute_gae, GaeInput};
+use crate::loss::{ppo_loss, LossCoefficients, LossInput, LossTerms};
+use crate::PpoConfig;
+
+/// One rollout of `n_steps x num_envs` transitions, time-major, allocated once.
+#[derive(Clone, Debug)]
+pub struct RolloutBuffer {
+    /// Envs per step.
+    pub num_envs: usize,
+    /// Steps per env.
+    pub n_steps: usize,
+    /// Observation width.
+    pub obs_dim: usize,
+    /// Values per action.
+    pub action_dim: usize,
+    /// Observations the actions were chosen at.
+    pub obs: Vec<f32>,
+    /// Actions as sampled (unclipped).
+    pub actions: Vec<f32>,
+    /// Log-probs of the actions when sampled.
+    pub log_probs: Vec<f32>,
+    /// V(s_t) when acting.
+    pub values: Vec<f32>,
+    /// Rewards (after wrappers).
+    pub rewards: Vec<f32>,
+    /// Terminal transitions.
+    pub terminated: Vec<bool>,
+    /// Time-limit truncations.
+    pub truncated: Vec<bool>,
+    /// V(final observation) where truncated.
+    pub final_values: Vec<f32>,
+    /// V of the observation after the last step.
+    pub last_values: Vec<f32>,
+    /// GAE advantages.
+    pub advantages: Vec<f32>,
+    /// Value targets.
+    pub returns: Vec<f32>,
+}
+
+impl RolloutBuffer {
+    /// A zeroed buffer.
+    pub fn new(num_envs: usize, n_steps: usize, obs_dim: usize, action_dim: usize) -> Self {
+        let n = num_envs * n_steps;
+        RolloutBuffer {
+            num_envs,
+            n_steps,
+            obs_dim,
+            action_dim,
+            obs: vec![0.0; n * obs_dim],
+            actions: vec![0.0; n * action_dim],
+            log_probs: vec![0.0; n],
+            values: vec![0.0; n],
+            rewards: vec![0.0; n],
+            terminated: vec![false; n],
+            truncated: vec![false; n],
+            final_values: vec![0.0; n],
+            last_values: vec![0.0; num_envs],
+            advantages: vec![0.0; n],
+            returns: vec![0.0; n],
+        }
+    }
+
+    /// Transitions held.
+    pub fn len(&self) -> usize {
+        self.num_envs * self.n_steps
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `advantages` and `returns` by GAE.
+    pub fn compute_advantages(&mut self, gamma: f32, lambda: f32) {
+        let input = GaeInput {
+            rewards: &self.rewards,
+            values: &self.values,
+            terminated: &self.terminated,
+            truncated: &self.truncated,
+            final_values: &self.final_values,
+            last_values: &self.last_values,
+            num_envs: self.num_envs,
+        };
+        compute_gae(
+            &input,
+            gamma,
+            lambda,
+            &mut self.advantages,
+            &mut self.returns,
+        );
+    }
+}
+
+/// What one update did, for the metrics file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateStats {
+    /// Mean clipped surrogate loss.
+    pub policy_loss: f32,
+    /// Mean value loss.
+    pub value_loss: f32,
+    /// Mean entropy.
+    pub entropy: f32,
+    /// Mean approximate KL (k3).
+    pub approx_kl: f32,
+    /// Mean clip fraction.
+    pub clip_fraction: f32,
+    /// `1 - Var(returns - values) / Var(returns)` over the rollout.
+    pub explained_variance: f32,
+    /// Learning rate used.
+    pub learning_rate: f32,
+    /// Clip range used.
+    pub clip_range: f32,
+    /// Mean gradient norm before clipping.
+    pub grad_norm: f32,
+    /// Epochs completed (fewer than configured after a KL early stop).
+    pub epochs: usize,
+    /// Minibatch steps taken.
+    pub minibatches: usize,
+    /// Whether the target-KL early stop fired.
+    pub early_stopped: bool,
+    /// Seconds in the forward pass.
+    pub forward_seconds: f64,
+    /// Seconds in loss and backward pass.
+    pub backward_seconds: f64,
+    /// Seconds in the optimiser step.
+    pub optimizer_seconds: f64,
+}
+
+/// The PPO learner: minibatch scratch space and the shuffling RNG. Holds no threads.
+pub struct Ppo {
+    config: PpoConfig,
+    rng: Xoshiro256PlusPlus,
+    indices: Vec<usize>,
+    mb_obs: Vec<f32>,
+    mb_actions: Vec<f32>,
+    mb_log_probs: Vec<f32>,
+    mb_advantages: Vec<f32>,
+    mb_values: Vec<f32>,
+    mb_returns: Vec<f32>,
+    d_log_probs: Vec<f32>,
+    d_entropy: Vec<f32>,
+    d_values: Vec<f32>,
+    evaluation: Evaluation,
+}
+
+impl Ppo {
+    /// A learner whose minibatch shuffling is seeded by `seed`.
+    pub fn new(config: PpoConfig, seed: u64) -> Self {
+        Ppo {
+            config,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            indices: Vec::new(),
+            mb_obs: Vec::new(),
+            mb_actions: Vec::new(),
+            mb_log_probs: Vec::new(),
+            mb_advantages: Vec::new(),
+            mb_values: Vec::new(),
+            mb_returns: Vec::new(),
+            d_log_probs: Vec::new(),
+            d_entropy: Vec::new(),
+            d_values: Vec::new(),
+            evaluation: Evaluation::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PpoConfig {
+        &self.config
+    }
+
+    /// The shuffling RNG (saved in checkpoints).
+    pub fn rng(&self) -> &Xoshiro256PlusPlus {
+        &self.rng
+    }
+
+    /// Restores the shuffling RNG.
+    pub fn set_rng(&mut self, rng: Xoshiro256PlusPlus) {
+        self.rng = rng;
+    }
+
+    /// Gathers minibatch rows `idx` of the rollout into contiguous scratch buffers.
+    fn gather(&mut self, rollout: &RolloutBuffer, idx: &[usize]) {
+        let (od, ad) = (rollout.obs_dim, rollout.action_dim);
+        self.mb_obs.clear();
+        self.mb_actions.clear();
+        self.mb_log_probs.clear();
+        self.mb_advantages.clear();
+        self.mb_values.clear();
+        self.mb_returns.clear();
+        for &k in idx {
+            self.mb_obs
+                .extend_from_slice(&rollout.obs[k * od..(k + 1) * od]);
+            self.mb_actions
+                .extend_from_slice(&rollout.actions[k * ad..(k + 1) * ad]);
+            self.mb_log_probs.push(rollout.log_probs[k]);
+            self.mb_advantages.push(rollout.advantages[k]);
+            self.mb_values.push(rollout.values[k]);
+            self.mb_returns.push(rollout.returns[k]);
+        }
+        if self.config.norm_adv && idx.len() > 1 {
+            normalize(&mut self.mb_advantages);
+        }
+    }
+
+    /// Trains `model` on `rollout` (advantages already computed). `progress_remaining` goes
+    /// from 1 at the start of the run to 0 at its end and drives the annealing.
+    pub fn update(
+        &mut self,
+        model: &mut dyn ActorCritic,
+        rollout: &RolloutBuffer,
+        progress_remaining: f32,
+    ) -> UpdateStats {
+        let c = &self.config;
+        let lr = if c.anneal_lr {
+            c.learning_rate * progress_remaining
+        } else {
+            c.learning_rate
+        };
+        let clip = if c.anneal_clip_range {
+            (c.clip_range * progress_remaining).max(1e-8)
+        } else {
+            c.clip_range
+        };
+        let coefficients = LossCoefficients {
+            clip_range: clip,
+            clip_range_vf: c.clip_range_vf,
+            vf_coef: c.vf_coef,
+            ent_coef: c.ent_coef,
+        };
+        let (n_epochs, batch_size, target_kl, max_grad_norm) =
+            (c.n_epochs, c.batch_size, c.target_kl, c.max_grad_norm);
+        let total = rollout.len();
+        let mut stats = UpdateStats {
+            learning_rate: lr,
+            clip_range: clip,
+            ..UpdateStats::default()
+        };
+        let mut sums = LossTerms::default();
+        let mut grad_norm_sum = 0.0;
+        let (mut forward, mut backward, mut optimizer) =
+            (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        self.indices.clear();
+        self.indices.extend(0..total);
+        model.zero_grad();
+        'epochs: for _ in 0..n_epochs {
+            self.indices.shuffle(&mut self.rng);
+            let indices = std::mem::take(&mut self.indices);
+            for idx in indices.chunks(batch_size) {
+                self.gather(rollout, idx);
+                let t0 = Instant::now();
+                model.evaluate(&self.mb_obs, &self.mb_actions, &mut self.evaluation);
+                let t1 = Instant::now();
+                let n = idx.len();
+                self.d_log_probs.resize(n, 0.0);
+                self.d_entropy.resize(n, 0.0);
+                self.d_values.resize(n, 0.0);
+                let input = LossInput {
+                    new_log_probs: &self.evaluation.log_probs,
+                    old_log_probs: &self.mb_log_probs,
+                    advantages: &self.mb_advantages,
+                    new_values: &self.evaluation.values,
+                    old_values: &self.mb_values,
+                    returns: &self.mb_returns,
+                    entropy: &self.evaluation.entropy,
+                };
+                let terms = ppo_loss(
+                    &input,
+                    coefficients,
+                    &mut self.d_log_probs,
+                    &mut self.d_entropy,
+                    &mut self.d_values,
+                );
+                forward += t1 - t0;
+                if let Some(kl) = target_kl {
+                    if terms.approx_kl > 1.5 * kl {
+                        stats.early_stopped = true;
+                        self.indices = indices;
+                        break 'epochs;
+                    }
+                }
+                model.backward(&self.d_log_probs, &self.d_entropy, &self.d_values);
+                let t2 = Instant::now();
+                grad_norm_sum += model.optimizer_step(lr, max_grad_norm);
+                let t3 = Instant::now();
+                backward += t2 - t1;
+                optimizer += t3 - t2;
+                sums.policy_loss += terms.policy_loss;
+                sums.value_loss += terms.value_loss;
+                sums.entropy += terms.entropy;
+                sums.approx_kl += terms.approx_kl;
+                sums.clip_fraction += terms.clip_fraction;
+                stats.minibatches += 1;
+            }
+            self.indices = indices;
+            stats.epochs += 1;
+        }
+        let m = stats.minibatches.max(1) as f32;
+        stats.policy_loss = sums.policy_loss / m;
+        stats.value_loss = sums.value_loss / m;
+        stats.entropy = sums.entropy / m;
+        stats.approx_kl = sums.approx_kl / m;
+        stats.clip_fraction = sums.clip_fraction / m;
+        stats.grad_norm = grad_norm_sum / m;
+        stats.explained_variance = explained_variance(&rollout.values, &rollout.returns);
+        stats.forward_seconds = forward.as_secs_f64();
+        stats.backward_seconds = backward.as_secs_f64();
+        stats.optimizer_seconds = optimizer.as_secs_f64();
+        stats
+    }
+}
+
+/// `(x - mean) / (std + 1e-8)` with the unbiased std, as SB3 and CleanRL do.
+fn normalize(values: &mut [f32]) {
+    let n = values.len() as f64;
+    let mean = values.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
+    let var = values
+        .iter()
+        .map(|v| (f64::from(*v) - mean).powi(2))
+        .sum::<f64>()
+        / (n - 1.0);
+    let std = var.sqrt() + 1e-8;
+    for v in values.iter_mut() {
+        *v = ((f64::from(*v) - mean) / std) as f32;
+    }
+}
+
+/// `1 - Var(y - y_pred) / Var(y)`; NaN when `y` has no variance.
+pub fn explained_variance(predicted: &[f32], targets: &[f32]) -> f32 {
+    let n = targets.len() as f64;
+    let mean = |it: &mut dyn Iterator<Item = f64>| it.sum::<f64>() / n;
+    let var_of = |f: &dyn Fn(usize) -> f64| {
+        let m = mean(&mut (0..targets.len()).map(f));
+        (0..targets.len()).map(|i| (f(i) - m).powi(2)).sum::<f64>() / n
+    };
+    let var_y = var_of(&|i| f64::from(targets[i]));
+    if var_y == 0.0 {
+        return f32::NAN;
+    }
+    let var_diff = var_of(&|i| f64::from(targets[i]) - f64::from(predicted[i]));
+    (1.0 - var_diff / var_y) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_nn::{Head, MlpActorCritic, NetworkConfig, SampleRng};
+
+    #[test]
+    fn explained_variance_of_perfect_and_useless_predictions() {
+        let y = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(explained_variance(&y, &y), 1.0);
+        assert!(explained_variance(&[2.5; 4], &y).abs() < 1e-6);
+        assert!(explained_variance(&y, &[1.0; 4]).is_nan());
+    }
+
+    #[test]
+    fn normalised_advantages_have_zero_mean_unit_std() {
+        let mut v = [1.0_f32, 5.0, -2.0, 7.0, 0.5];
+        normalize(&mut v);
+        let mean: f32 = v.iter().sum::<f32>() / 5.0;
+        let var: f32 = v.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / 4.0;
+        assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-5);
+    }
+
+    /// A one-step bandit: action 1 pays 1, action 0 pays 0. PPO must learn to prefer 1,
+    /// and the KL early stop must cut epochs short with a tiny target.
+    #[test]
+    fn learns_a_bandit_and_stops_early_on_kl() {
+        let mut rng = SampleRng::seed_from_u64(0);
+        let mut model = MlpActorCritic::new(
+            1,
+            Head::Categorical { n: 2 },
+            &NetworkConfig::default(),
+            &mut rng,
+        );
+        let config = PpoConfig {
+            n_steps: 1,
+            batch_size: 16,
+            n_epochs: 4,
+            learning_rate: 3e-3,
+            ..PpoConfig::default()
+        };
+        let mut ppo = Ppo::new(config.clone(), 1);
+        let mut rollout = RolloutBuffer::new(64, 1, 1, 1);
+
+        for _ in 0..30 {
+            let obs = rollout.obs.clone();
+            model.act(
+                &obs,
+                &mut rng,
+                &mut rollout.actions,
+                &mut rollout.log_probs,
+                &mut rollout.values,
+            );
+            for k in 0..64 {
+                rollout.rewards[k] = rollout.actions[k];
+                rollout.terminated[k] = true;
+            }
+            rollout.compute_advantages(0.99, 0.95);
+            ppo.update(&mut model, &rollout, 1.0);
+        }
+        let share = rollout.actions.iter().sum::<f32>() / 64.0;
+        assert!(share > 0.9, "share of the paying action: {share}");
+        // A fresh, undecided model with a tiny KL target stops within the first epoch.
+        let mut model = MlpActorCritic::new(
+            1,
+            Head::Categorical { n: 2 },
+            &NetworkConfig::default(),
+            &mut rng,
+        );
+        let mut strict = Ppo::new(
+            PpoConfig {
+                target_kl: Some(1e-6),
+                n_epochs: 10,
+                learning_rate: 1e-2,
+                ..config
+            },
+            1,
+        );
+        let obs = rollout.obs.clone();
+        model.act(
+            &obs,
+            &mut rng,
+            &mut rollout.actions,
+            &mut rollout.log_probs,
+            &mut rollout.values,
+        );
+        for k in 0..64 {
+            rollout.rewards[k] = rollout.actions[k] * 2.0 - 1.0;
+        }
+        rollout.compute_advantages(0.99, 0.95);
+        let s = strict.update(&mut model, &rollout, 1.0);
+        assert!(s.early_stopped && s.epochs < 10, "{s:?}");
+    }
+}
