@@ -37,7 +37,7 @@ pub fn compute_gae(
     let n = input.num_envs;
     let len = input.rewards.len();
     assert!(
-        n > 0 && len % n == 0,
+        n > 0 && len.is_multiple_of(n),
         "rollout length is not a multiple of num_envs"
     );
     for s in [

@@ -85,6 +85,28 @@ impl<V: VecEnv> NormalizeObservation<V> {
             training: true,
         }
     }
+
+    /// Wraps `inner` with fixed statistics that are not updated (evaluation).
+    ///
+    /// # Errors
+    /// [`EnvError::BadState`] when the statistics have another dimension.
+    pub fn frozen(inner: V, rms: RunningMeanStd) -> Result<Self, EnvError> {
+        if rms.mean.len() != inner.spec().obs_dim() {
+            return Err(EnvError::BadState {
+                env: inner.spec().name.clone(),
+                reason: format!(
+                    "normalisation statistics have {} dimensions, observations {}",
+                    rms.mean.len(),
+                    inner.spec().obs_dim()
+                ),
+            });
+        }
+        Ok(NormalizeObservation {
+            inner,
+            rms,
+            training: false,
+        })
+    }
 }
 
 impl<V: VecEnv> VecEnv for NormalizeObservation<V> {

@@ -555,7 +555,7 @@ mod tests {
         model.zero_grad();
         model.backward(&wl, &we, &wv);
         let analytic = model.grads.clone();
-        for i in 0..model.params.len() {
+        for (i, expected) in analytic.iter().enumerate() {
             let orig = model.params[i];
             model.params[i] = orig + 1e-2;
             let up = loss(&mut model);
@@ -564,9 +564,8 @@ mod tests {
             model.params[i] = orig;
             let numeric = (up - down) / 2e-2;
             assert!(
-                (numeric - f64::from(analytic[i])).abs() <= 3e-3 + 3e-2 * numeric.abs(),
-                "param {i}: numeric {numeric} analytic {}",
-                analytic[i]
+                (numeric - f64::from(*expected)).abs() <= 3e-3 + 3e-2 * numeric.abs(),
+                "param {i}: numeric {numeric} analytic {expected}"
             );
         }
     }

@@ -1,1 +1,41 @@
-//! placeholder
+//! The Strata runtime: turns a [`RunConfig`] into a training run.
+//!
+//! [`Trainer`] owns the vectorised env, the model and the PPO learner and runs the
+//! collect -> GAE -> update loop, publishing policy version v+1 after every update.
+//! [`run::train`] drives it inside a [`RunDir`] (config, `metrics.jsonl`, checkpoints);
+//! [`Trainer::resume`] continues from a checkpoint bit for bit; [`evaluate`] scores a
+//! checkpointed [`Policy`]. Presets per built-in env live in [`preset`].
+//!
+//! ```no_run
+//! use strata_runtime::{preset, run, RunDir, Trainer};
+//! let mut config = preset("cartpole").unwrap();
+//! config.train.stop_when_solved = true;
+//! let mut trainer = Trainer::new(config).unwrap();
+//! let mut dir = RunDir::create(std::path::Path::new("runs/demo"), &trainer).unwrap();
+//! let summary = run::train(&mut trainer, &mut dir, &mut |_| {}).unwrap();
+//! println!("solved: {}", summary.solved);
+//! ```
+//!
+//! # Terminology
+//!
+//! - **policy version**: incremented by every update; 0 is the initial policy.
+//! - **config hash**: identifies what defines the policy (env, PPO, network, seed, budget).
+//! - **update record**: one line of `metrics.jsonl`.
+
+pub mod checkpoint;
+mod config;
+mod error;
+mod eval;
+mod presets;
+pub mod run;
+mod trainer;
+
+pub use checkpoint::{load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy};
+pub use config::{EnvConfig, RunConfig, TrainConfig};
+pub use error::RuntimeError;
+pub use eval::{evaluate, EvalResult};
+pub use presets::preset;
+pub use run::RunDir;
+pub use trainer::{
+    build_envs, build_model, Progress, Summary, TimeBreakdown, Trainer, UpdateRecord,
+};

@@ -50,7 +50,7 @@ impl Env for MountainCarContinuous {
     #[inline]
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Transition {
         let raw = action[0];
-        let clipped = raw < MIN_ACTION || raw > MAX_ACTION;
+        let clipped = !(MIN_ACTION..=MAX_ACTION).contains(&raw);
         // `min(max(a, -1.0), 1.0)` yields a Python float when it clips, an f32 otherwise.
         let force_term = if clipped {
             f64::from(raw.clamp(MIN_ACTION, MAX_ACTION)) * POWER

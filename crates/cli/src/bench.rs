@@ -1,0 +1,196 @@
+//! `strata bench`: throughput of env stepping, network passes and whole training runs,
+//! with where the time goes. Figures are compared as ratios to reference numbers measured
+//! on the same 2-core machine (see the README), never asserted in tests.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use rand::SeedableRng;
+use serde::Serialize;
+use strata_algo::PpoConfig;
+use strata_env::{make_vec_env, StepBatch};
+use strata_nn::{ActorCritic, Evaluation, Head, MlpActorCritic, NetworkConfig, SampleRng};
+use strata_runtime::{preset, RunConfig, Summary, Trainer};
+
+/// Reference figures measured on this machine class (2 cores), for the ratios.
+const ENVPOOL_CARTPOLE_64: f64 = 440_000.0;
+const SB3_CARTPOLE_STEPS_PER_SEC: f64 = 3_300.0;
+const SB3_CARTPOLE_SECONDS_TO_SOLVE: f64 = 10.0;
+const SB3_PENDULUM_SECONDS_TO_SOLVE: f64 = 25.0;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Shorter runs (fewer steps and seeds), for a quick look.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Serialize, Default)]
+struct Report {
+    env_step_cartpole64_steps_per_sec: f64,
+    env_step_vs_envpool: f64,
+    minibatch512_forward_ms: f64,
+    minibatch512_backward_ms: f64,
+    minibatch512_adam_ms: f64,
+    single_obs_inference_us: f64,
+    zoo_cartpole_20_epochs_steps_per_sec: f64,
+    zoo_cartpole_vs_sb3: f64,
+    cartpole_4_epochs_steps_per_sec: f64,
+    cartpole_seconds_to_solve: Vec<Option<f64>>,
+    cartpole_median_seconds_to_solve: Option<f64>,
+    pendulum_seconds_to_solve: Vec<Option<f64>>,
+    pendulum_median_seconds_to_solve: Option<f64>,
+    time_breakdown_cartpole_4_epochs: Option<Summary>,
+}
+
+fn median(values: &[Option<f64>]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().flatten().copied().collect();
+    if v.len() < values.len() {
+        return None; // an unsolved seed makes the median undefined
+    }
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+fn env_stepping(steps: usize) -> Result<f64> {
+    let n = 64;
+    let mut envs = make_vec_env("cartpole", n)?;
+    let mut batch = StepBatch::new(envs.spec(), n);
+    envs.reset(0, &mut batch.obs);
+    let actions: Vec<Vec<f32>> = (0..16)
+        .map(|k| (0..n).map(|i| ((i * 7 + k * 3) % 2) as f32).collect())
+        .collect();
+    let start = Instant::now();
+    for t in 0..steps {
+        envs.step(&actions[t % 16], &mut batch)?;
+    }
+    Ok((steps * n) as f64 / start.elapsed().as_secs_f64())
+}
+
+fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
+    let mut rng = SampleRng::seed_from_u64(0);
+    let mut model = MlpActorCritic::new(
+        4,
+        Head::Categorical { n: 2 },
+        &NetworkConfig::default(),
+        &mut rng,
+    );
+    let batch = 512;
+    let obs: Vec<f32> = (0..batch * 4)
+        .map(|i| ((i * 37) % 100) as f32 * 0.01 - 0.5)
+        .collect();
+    let actions: Vec<f32> = (0..batch).map(|i| (i % 2) as f32).collect();
+    let (d_lp, d_ent, d_v) = (vec![0.01; batch], vec![-0.0; batch], vec![0.02; batch]);
+    let mut eval = Evaluation::default();
+    let (mut fwd, mut bwd, mut opt) = (0.0, 0.0, 0.0);
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        model.evaluate(&obs, &actions, &mut eval);
+        let t1 = Instant::now();
+        model.backward(&d_lp, &d_ent, &d_v);
+        let t2 = Instant::now();
+        model.optimizer_step(1e-5, Some(0.5));
+        let t3 = Instant::now();
+        fwd += (t1 - t0).as_secs_f64();
+        bwd += (t2 - t1).as_secs_f64();
+        opt += (t3 - t2).as_secs_f64();
+    }
+    let one = &obs[..4];
+    let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
+    let t0 = Instant::now();
+    for _ in 0..reps * 20 {
+        model.act(one, &mut rng, &mut a, &mut lp, &mut v);
+    }
+    let single = t0.elapsed().as_secs_f64() / (reps * 20) as f64;
+    let ms = 1e3 / reps as f64;
+    (fwd * ms, bwd * ms, opt * ms, single * 1e6)
+}
+
+fn train_throughput(config: RunConfig) -> Result<Summary> {
+    let mut trainer = Trainer::new(config)?;
+    while !trainer.finished() {
+        trainer.iterate()?;
+    }
+    Ok(trainer.summary())
+}
+
+fn seconds_to_solve(env: &str, seeds: &[u64], budget: u64) -> Result<Vec<Option<f64>>> {
+    seeds
+        .iter()
+        .map(|&seed| {
+            let mut c = preset(env).expect("built-in preset");
+            c.train.seed = seed;
+            c.train.total_steps = budget;
+            c.train.stop_when_solved = true;
+            Ok(train_throughput(c)?.seconds_to_solve)
+        })
+        .collect()
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let scale = if args.quick { 1 } else { 4 };
+    let mut r = Report::default();
+    r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
+    r.env_step_vs_envpool = r.env_step_cartpole64_steps_per_sec / ENVPOOL_CARTPOLE_64;
+    println!(
+        "env stepping, 64 cartpoles:        {:>12.0} steps/s  ({:.1}x EnvPool's {ENVPOOL_CARTPOLE_64})",
+        r.env_step_cartpole64_steps_per_sec, r.env_step_vs_envpool
+    );
+    let (f, b, o, s) = network_passes(200 * scale);
+    (
+        r.minibatch512_forward_ms,
+        r.minibatch512_backward_ms,
+        r.minibatch512_adam_ms,
+        r.single_obs_inference_us,
+    ) = (f, b, o, s);
+    println!("4-64-64-2 minibatch 512:            forward {f:.3} ms, loss+backward {b:.3} ms, Adam {o:.3} ms (total {:.3} ms)", f + b + o);
+    println!("single-observation inference:      {s:>12.2} us");
+
+    let mut zoo = preset("cartpole").expect("preset");
+    zoo.train.total_steps = 25_000 * scale as u64;
+    let s = train_throughput(zoo)?;
+    r.zoo_cartpole_20_epochs_steps_per_sec = s.env_steps_per_sec;
+    r.zoo_cartpole_vs_sb3 = s.env_steps_per_sec / SB3_CARTPOLE_STEPS_PER_SEC;
+    println!(
+        "cartpole, rl-zoo3 hyperparameters:  {:>12.0} steps/s  ({:.1}x SB3's {SB3_CARTPOLE_STEPS_PER_SEC})",
+        s.env_steps_per_sec, r.zoo_cartpole_vs_sb3
+    );
+
+    let mut fast = preset("cartpole").expect("preset");
+    fast.ppo = PpoConfig {
+        n_epochs: 4,
+        ..fast.ppo
+    };
+    fast.train.total_steps = 50_000 * scale as u64;
+    let s = train_throughput(fast)?;
+    r.cartpole_4_epochs_steps_per_sec = s.env_steps_per_sec;
+    let t = s.time;
+    println!(
+        "cartpole, 4 epochs, 64-64:          {:>12.0} steps/s  (env {:.2}s, inference {:.2}s, forward {:.2}s, backward {:.2}s, adam {:.2}s, other {:.2}s)",
+        s.env_steps_per_sec, t.env_step, t.inference, t.forward, t.backward, t.optimizer, t.other
+    );
+    r.time_breakdown_cartpole_4_epochs = Some(s);
+
+    let seeds: &[u64] = if args.quick { &[1] } else { &[1, 2, 3] };
+    r.cartpole_seconds_to_solve = seconds_to_solve("cartpole", seeds, 100_000)?;
+    r.cartpole_median_seconds_to_solve = median(&r.cartpole_seconds_to_solve);
+    println!(
+        "cartpole seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_CARTPOLE_SECONDS_TO_SOLVE}s)",
+        r.cartpole_seconds_to_solve, r.cartpole_median_seconds_to_solve
+    );
+    r.pendulum_seconds_to_solve = seconds_to_solve("pendulum", seeds, 200_000)?;
+    r.pendulum_median_seconds_to_solve = median(&r.pendulum_seconds_to_solve);
+    println!(
+        "pendulum seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_PENDULUM_SECONDS_TO_SOLVE}s)",
+        r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
+    );
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,411 @@
+//! Command-line definitions and their thin implementations.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use strata_runtime::{evaluate, load_policy, preset, run, RunConfig, RunDir, Trainer};
+
+/// Strata: asynchronous reinforcement learning with provenance for every sample.
+#[derive(Parser, Debug)]
+#[command(name = "strata", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train a policy with PPO.
+    Train(TrainArgs),
+    /// Evaluate a checkpoint on fresh episodes.
+    Eval(EvalArgs),
+    /// Inspect configurations.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Inspect and replay environments.
+    #[command(subcommand)]
+    Env(EnvCommand),
+    /// Measure env stepping, network passes and training throughput.
+    Bench(crate::bench::BenchArgs),
+}
+
+/// How a config is assembled: preset of the env, then the file, then `--set`, then flags.
+#[derive(Args, Debug, Clone)]
+struct ConfigArgs {
+    /// Built-in env; selects its tuned preset (default: the config file's env, else cartpole).
+    #[arg(long)]
+    env: Option<String>,
+    /// TOML file with any subset of the config keys, laid over the env's preset.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override one key, e.g. `--set ppo.learning_rate=3e-4` (repeatable; `none` clears).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Run seed (train.seed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Env-step budget (train.total_steps, also the annealing horizon).
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// Bit-identical results for a seed (train.deterministic).
+    #[arg(long)]
+    deterministic: bool,
+    /// Stop as soon as the env's solve threshold is reached (train.stop_when_solved).
+    #[arg(long)]
+    stop_when_solved: bool,
+    /// Checkpoint every N env steps (train.checkpoint_every).
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+struct TrainArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Run directory (default: runs/<env>-seed<seed>-<unix time>).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Write the run summary as JSON here.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    /// Continue from a checkpoint (or a run directory) exactly where it stopped.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct EvalArgs {
+    /// Checkpoint directory (or a run directory).
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Episodes to run.
+    #[arg(long, default_value_t = 10)]
+    episodes: usize,
+    /// Seed of the evaluation episodes.
+    #[arg(long, default_value_t = 12345)]
+    seed: u64,
+    /// Sample actions instead of taking the most likely one.
+    #[arg(long)]
+    stochastic: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print the effective config as TOML.
+    Show(ConfigArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum EnvCommand {
+    /// List built-in environments.
+    List,
+    /// Start from a given state, apply given actions, print each step as a JSON line.
+    Rollout(RolloutArgs),
+}
+
+#[derive(Args, Debug)]
+struct RolloutArgs {
+    /// Built-in env name.
+    #[arg(long)]
+    env: String,
+    /// Start state as a JSON array (the env's internal state, e.g. CartPole's
+    /// [x, x_dot, theta, theta_dot]).
+    #[arg(long)]
+    state: String,
+    /// File of actions: a JSON array (numbers, or arrays for multi-dimensional actions) or
+    /// whitespace-separated numbers.
+    #[arg(long)]
+    actions: PathBuf,
+}
+
+/// Runs a parsed command line.
+///
+/// # Errors
+/// Anything that went wrong, with context.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train(args) => train(args),
+        Command::Eval(args) => eval(args),
+        Command::Config(ConfigCommand::Show(args)) => {
+            print!("{}", build_config(&args)?.to_toml());
+            Ok(())
+        }
+        Command::Env(EnvCommand::List) => {
+            for name in strata_env::env_names() {
+                let spec = strata_env::spec_for(name)?;
+                println!(
+                    "{name:24} {:26} obs {} action {:?} limit {} solved at {}",
+                    spec.gymnasium_id,
+                    spec.obs_dim(),
+                    spec.action_space,
+                    spec.max_episode_steps,
+                    spec.reward_threshold
+                );
+            }
+            Ok(())
+        }
+        Command::Env(EnvCommand::Rollout(args)) => rollout(args),
+        Command::Bench(args) => crate::bench::run(args),
+    }
+}
+
+/// Recursively lays `over` onto `base`.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// The config a command line asks for: the env's preset, then the config file, then
+/// `--set`, then flags.
+fn build_config(args: &ConfigArgs) -> Result<RunConfig> {
+    let file: Option<toml::Table> = match &args.config {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            Some(
+                toml::from_str(&text)
+                    .with_context(|| format!("config file {} is not valid TOML", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let file_env = file
+        .as_ref()
+        .and_then(|t| t.get("env"))
+        .and_then(|e| e.get("name"))
+        .and_then(|n| n.as_str())
+        .map(str::to_string);
+    let env = args
+        .env
+        .clone()
+        .or(file_env)
+        .unwrap_or_else(|| "cartpole".into());
+    let Some(mut config) = preset(&env) else {
+        bail!(
+            "unknown env `{env}` (known: {})",
+            strata_env::env_names().join(", ")
+        );
+    };
+    if let (Some(table), Some(path)) = (file, &args.config) {
+        let mut doc = toml::Table::try_from(&config).context("serialising the preset")?;
+        merge(&mut doc, table);
+        config = RunConfig::from_toml(&toml::to_string(&doc)?)
+            .with_context(|| format!("in config file {}", path.display()))?;
+        config.env.name.clone_from(&env);
+    }
+    apply_overrides(config, args)
+}
+
+/// Applies `--set` and the flag shortcuts to `config`, then validates it.
+fn apply_overrides(mut config: RunConfig, args: &ConfigArgs) -> Result<RunConfig> {
+    for set in &args.sets {
+        let Some((key, value)) = set.split_once('=') else {
+            bail!("--set expects KEY=VALUE, got `{set}`");
+        };
+        config.set(key.trim(), value.trim())?;
+    }
+    if let Some(seed) = args.seed {
+        config.train.seed = seed;
+    }
+    if let Some(steps) = args.max_steps {
+        config.train.total_steps = steps;
+    }
+    if let Some(every) = args.checkpoint_every {
+        config.train.checkpoint_every = every;
+    }
+    config.train.deterministic |= args.deterministic;
+    config.train.stop_when_solved |= args.stop_when_solved;
+    config.validate()?;
+    Ok(config)
+}
+
+fn train(args: TrainArgs) -> Result<()> {
+    let mut trainer = match &args.resume {
+        Some(path) => {
+            // The checkpoint's config is the base; only run-control keys may change.
+            if args.config.env.is_some() || args.config.config.is_some() {
+                bail!("--resume takes the env and config from the checkpoint; drop --env/--config");
+            }
+            let checkpoint = strata_runtime::read_checkpoint(path)?;
+            let wanted = apply_overrides(checkpoint.meta.config, &args.config)?;
+            Trainer::resume(path, Some(wanted))?
+        }
+        None => Trainer::new(build_config(&args.config)?)?,
+    };
+    let c = trainer.config().clone();
+    let run_dir = args.run_dir.clone().unwrap_or_else(|| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("runs").join(format!("{}-seed{}-{now}", c.env.name, c.train.seed))
+    });
+    let mut dir = RunDir::create(&run_dir, &trainer)?;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(c.train.total_steps)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}").expect("valid template"),
+    );
+    bar.set_position(trainer.progress().global_step);
+    let summary = run::train(&mut trainer, &mut dir, &mut |r| {
+        bar.set_position(r.global_step);
+        let ret = r.mean_return.map_or("-".to_string(), |m| format!("{m:.1}"));
+        bar.set_message(format!(
+            "{:.0} steps/s  mean return {ret}  v{}",
+            r.env_steps_per_sec, r.policy_version
+        ));
+    })?;
+    bar.finish_and_clear();
+    let ret = summary
+        .final_mean_return
+        .map_or("-".to_string(), |m| format!("{m:.1}"));
+    println!(
+        "{} seed {}: {} steps in {:.2}s ({:.0} steps/s), mean return {ret}, solved: {}{}",
+        summary.env,
+        summary.seed,
+        summary.total_steps,
+        summary.wall_seconds,
+        summary.env_steps_per_sec,
+        summary.solved,
+        summary.steps_to_solve.map_or(String::new(), |s| format!(
+            " at step {s} ({:.2}s)",
+            summary.seconds_to_solve.unwrap_or(0.0)
+        ))
+    );
+    println!("run directory: {}", dir.root().display());
+    if let Some(path) = &args.summary_json {
+        write_json(path, &summary)?;
+    }
+    Ok(())
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn eval(args: EvalArgs) -> Result<()> {
+    let mut policy = load_policy(&args.checkpoint)?;
+    let result = evaluate(&mut policy, args.episodes, args.seed, !args.stochastic)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        println!(
+            "{} policy v{} ({}): {} episodes, mean return {:.2} +- {:.2}, mean length {:.1}",
+            result.env,
+            result.policy_version,
+            result.config_hash,
+            result.episodes,
+            result.mean_return,
+            result.std_return,
+            result.mean_length
+        );
+    }
+    Ok(())
+}
+
+/// Parses an actions file: a JSON array of numbers or arrays, or whitespace-separated numbers.
+fn parse_actions(text: &str, action_dim: usize) -> Result<Vec<Vec<f32>>> {
+    let rows: Vec<Vec<f32>> = if text.trim_start().starts_with('[') {
+        let value: serde_json::Value =
+            serde_json::from_str(text).context("actions file is not valid JSON")?;
+        let items = value.as_array().context("actions JSON must be an array")?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                serde_json::Value::Number(n) => Ok(vec![n.as_f64().unwrap_or(f64::NAN) as f32]),
+                serde_json::Value::Array(a) => a
+                    .iter()
+                    .map(|x| {
+                        x.as_f64()
+                            .map(|v| v as f32)
+                            .with_context(|| format!("action {i}: `{x}` is not a number"))
+                    })
+                    .collect(),
+                other => bail!("action {i}: `{other}` is neither a number nor an array"),
+            })
+            .collect::<Result<_>>()?
+    } else {
+        text.split_whitespace()
+            .enumerate()
+            .map(|(i, w)| {
+                w.parse::<f32>()
+                    .map(|v| vec![v])
+                    .with_context(|| format!("action {i}: `{w}` is not a number"))
+            })
+            .collect::<Result<_>>()?
+    };
+    if let Some((i, row)) = rows.iter().enumerate().find(|(_, r)| r.len() != action_dim) {
+        bail!(
+            "action {i} has {} values, the env takes {action_dim}",
+            row.len()
+        );
+    }
+    Ok(rows)
+}
+
+fn rollout(args: RolloutArgs) -> Result<()> {
+    let mut env = strata_env::make_env(&args.env)?;
+    let spec = env.spec();
+    let state: Vec<f64> =
+        serde_json::from_str(&args.state).context("--state must be a JSON array of numbers")?;
+    env.set_state(&state)?;
+    let text = fs::read_to_string(&args.actions)
+        .with_context(|| format!("cannot read actions file {}", args.actions.display()))?;
+    let actions = parse_actions(&text, spec.action_dim())?;
+    // Validate every action through the same checks the vectorised env applies.
+    for (i, a) in actions.iter().enumerate() {
+        if let Some(v) = a.iter().find(|v| !v.is_finite()) {
+            bail!("action {i} is not a finite number ({v})");
+        }
+        if let strata_env::Space::Discrete { n } = spec.action_space {
+            if a[0].fract() != 0.0 || a[0] < 0.0 || a[0] >= n as f32 {
+                bail!("action {i} = {} is not an integer in 0..{n}", a[0]);
+            }
+        }
+    }
+    let mut obs = vec![0.0_f32; spec.obs_dim()];
+    for (t, a) in actions.iter().enumerate() {
+        let tr = env.step(a, &mut obs);
+        let truncated = t as u32 + 1 >= spec.max_episode_steps;
+        let line = serde_json::json!({
+            "step": t + 1,
+            "obs": obs,
+            "reward": tr.reward,
+            "terminated": tr.terminated,
+            "truncated": truncated,
+        });
+        println!("{line}");
+        if tr.terminated || truncated {
+            if t + 1 < actions.len() {
+                eprintln!(
+                    "episode ended after {} steps; {} actions left unused",
+                    t + 1,
+                    actions.len() - t - 1
+                );
+            }
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! `strata`: the command-line entry point. Parses arguments, runs the command, prints the
+//! error chain and maps it to an exit code. All logic lives in the library crates.
+
+mod bench;
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = commands::Cli::parse();
+    match commands::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Checkpoints: `model.safetensors` (weights and Adam state) plus `meta.json` (config, hash,
+//! policy version, counters, env and normaliser state, RNG states, and the weights file's
+//! SHA-256), written to a temporary directory and renamed into place.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use strata_env::VecEnvSnapshot;
+use strata_nn::{ActorCritic, NamedTensor, SampleRng};
+
+use crate::trainer::{build_envs, build_model, Progress, Trainer};
+use crate::{RunConfig, RuntimeError};
+
+/// Bumped when the layout changes incompatibly.
+const FORMAT_VERSION: u32 = 1;
+const WEIGHTS: &str = "model.safetensors";
+const META: &str = "meta.json";
+
+/// Everything but the weights.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    /// Layout version.
+    pub format_version: u32,
+    /// The run's config.
+    pub config: RunConfig,
+    /// The run's config hash.
+    pub config_hash: String,
+    /// Policy version of the saved weights.
+    pub policy_version: u64,
+    /// Counters and statistics.
+    pub progress: Progress,
+    /// Env states, RNGs and normaliser statistics.
+    pub envs: VecEnvSnapshot,
+    /// The observations the envs will act on next.
+    pub obs: Vec<f32>,
+    /// Action-sampling RNG.
+    pub sample_rng: SampleRng,
+    /// Minibatch-shuffling RNG.
+    pub ppo_rng: Xoshiro256PlusPlus,
+    /// SHA-256 of `model.safetensors`, hex.
+    pub weights_sha256: String,
+}
+
+fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, String> {
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.shape.clone(),
+                t.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = bytes
+        .iter()
+        .map(|(name, shape, data)| {
+            TensorView::new(Dtype::F32, shape.clone(), data)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    safetensors::serialize(views, &None).map_err(|e| e.to_string())
+}
+
+fn tensors_from_bytes(bytes: &[u8]) -> Result<Vec<NamedTensor>, String> {
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| format!("not a valid safetensors file: {e}"))?;
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            if view.dtype() != Dtype::F32 {
+                return Err(format!(
+                    "tensor `{name}` is {:?}, expected F32",
+                    view.dtype()
+                ));
+            }
+            let data = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            Ok(NamedTensor {
+                name,
+                shape: view.shape().to_vec(),
+                data,
+            })
+        })
+        .collect()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
+    let mut f = fs::File::create(path).map_err(|e| RuntimeError::io(path, e))?;
+    f.write_all(bytes).map_err(|e| RuntimeError::io(path, e))?;
+    f.sync_all().map_err(|e| RuntimeError::io(path, e))
+}
+
+/// Writes `trainer`'s full state to `dir` (replacing an older checkpoint there).
+///
+/// # Errors
+/// [`RuntimeError::Io`] naming the file that could not be written.
+pub fn save_checkpoint(trainer: &Trainer, dir: &Path) -> Result<(), RuntimeError> {
+    let weights =
+        tensors_to_bytes(&trainer.model.tensors()).map_err(|e| RuntimeError::checkpoint(dir, e))?;
+    let meta = CheckpointMeta {
+        format_version: FORMAT_VERSION,
+        config: trainer.config.clone(),
+        config_hash: trainer.config_hash.clone(),
+        policy_version: trainer.progress.policy_version,
+        progress: trainer.progress.clone(),
+        envs: trainer.envs.snapshot(),
+        obs: trainer.obs.clone(),
+        sample_rng: trainer.sample_rng.clone(),
+        ppo_rng: trainer.ppo.rng().clone(),
+        weights_sha256: sha256_hex(&weights),
+    };
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(parent).map_err(|e| RuntimeError::io(parent, e))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(|e| RuntimeError::io(&tmp, e))?;
+    write_synced(&tmp.join(WEIGHTS), &weights)?;
+    let json = serde_json::to_vec_pretty(&meta).expect("checkpoint metadata serialises");
+    write_synced(&tmp.join(META), &json)?;
+    // Swap in: the old checkpoint stays whole until the new one is complete.
+    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+    if dir.exists() {
+        fs::rename(dir, &old).map_err(|e| RuntimeError::io(dir, e))?;
+    }
+    fs::rename(&tmp, dir).map_err(|e| RuntimeError::io(dir, e))?;
+    let _ = fs::remove_dir_all(&old);
+    Ok(())
+}
+
+/// A checkpoint read back and verified.
+pub struct LoadedCheckpoint {
+    /// Metadata.
+    pub meta: CheckpointMeta,
+    /// Tensors by name.
+    pub tensors: Vec<NamedTensor>,
+}
+
+/// Resolves `path` to a checkpoint directory: itself, or `path/checkpoint` for a run dir.
+fn resolve(path: &Path) -> PathBuf {
+    if path.join(META).exists() {
+        path.to_path_buf()
+    } else {
+        path.join("checkpoint")
+    }
+}
+
+/// Reads and verifies a checkpoint (a checkpoint directory or a run directory).
+///
+/// # Errors
+/// [`RuntimeError::Checkpoint`] saying which file is missing, unreadable, corrupt or from
+/// another format.
+pub fn read_checkpoint(path: &Path) -> Result<LoadedCheckpoint, RuntimeError> {
+    let dir = resolve(path);
+    if !dir.is_dir() {
+        return Err(RuntimeError::checkpoint(path, "no checkpoint here (expected a directory with meta.json and model.safetensors, or a run directory holding `checkpoint/`)"));
+    }
+    let meta_path = dir.join(META);
+    let meta_text = fs::read(&meta_path)
+        .map_err(|e| RuntimeError::checkpoint(&meta_path, format!("cannot read: {e}")))?;
+    let meta: CheckpointMeta = serde_json::from_slice(&meta_text)
+        .map_err(|e| RuntimeError::checkpoint(&meta_path, format!("corrupt metadata: {e}")))?;
+    if meta.format_version != FORMAT_VERSION {
+        return Err(RuntimeError::checkpoint(
+            &meta_path,
+            format!(
+                "format version {} (this build reads {FORMAT_VERSION})",
+                meta.format_version
+            ),
+        ));
+    }
+    let weights_path = dir.join(WEIGHTS);
+    let weights = fs::read(&weights_path)
+        .map_err(|e| RuntimeError::checkpoint(&weights_path, format!("cannot read: {e}")))?;
+    if sha256_hex(&weights) != meta.weights_sha256 {
+        return Err(RuntimeError::checkpoint(
+            &weights_path,
+            "checksum mismatch: the weights file is corrupt or does not belong to this meta.json",
+        ));
+    }
+    let tensors =
+        tensors_from_bytes(&weights).map_err(|e| RuntimeError::checkpoint(&weights_path, e))?;
+    meta.config.validate()?;
+    Ok(LoadedCheckpoint { meta, tensors })
+}
+
+impl Trainer {
+    /// Continues a run from a checkpoint exactly where it stopped. `config`, when given,
+    /// replaces run-control settings (budget, stopping, checkpointing); the policy-defining
+    /// parts must match the checkpoint's.
+    ///
+    /// # Errors
+    /// A checkpoint error, or [`RuntimeError::Config`] when `config` changes what defines
+    /// the policy.
+    pub fn resume(path: &Path, config: Option<RunConfig>) -> Result<Self, RuntimeError> {
+        let loaded = read_checkpoint(path)?;
+        let meta = loaded.meta;
+        let mut run_config = meta.config.clone();
+        if let Some(c) = config {
+            if c.env != run_config.env
+                || c.ppo != run_config.ppo
+                || c.network != run_config.network
+                || c.train.seed != run_config.train.seed
+            {
+                return Err(RuntimeError::Config("--resume keeps the checkpoint's env, ppo, network and seed; only train.* run-control keys may change".into()));
+            }
+            run_config.train = c.train;
+        }
+        let mut trainer = Trainer::new(run_config)?;
+        trainer.model.load_tensors(&loaded.tensors)?;
+        trainer.envs.restore(&meta.envs)?;
+        if meta.obs.len() != trainer.obs.len() {
+            return Err(RuntimeError::checkpoint(
+                path,
+                "saved observations do not fit the env count",
+            ));
+        }
+        trainer.obs = meta.obs;
+        trainer.sample_rng = meta.sample_rng;
+        trainer.ppo.set_rng(meta.ppo_rng);
+        trainer.progress = meta.progress;
+        // The annealing horizon is part of the identity: keep the original hash.
+        trainer.config_hash = meta.config_hash;
+        Ok(trainer)
+    }
+}
+
+/// A trained policy ready for evaluation: its config, model and (frozen) env wrappers.
+pub struct Policy {
+    /// The run's config.
+    pub config: RunConfig,
+    /// The config hash.
+    pub config_hash: String,
+    /// The policy version.
+    pub policy_version: u64,
+    /// The model.
+    pub model: Box<dyn ActorCritic>,
+    /// Normaliser statistics to apply (frozen).
+    pub envs_snapshot: VecEnvSnapshot,
+}
+
+/// Loads a checkpoint's policy for evaluation.
+///
+/// # Errors
+/// A checkpoint error.
+pub fn load_policy(path: &Path) -> Result<Policy, RuntimeError> {
+    let loaded = read_checkpoint(path)?;
+    let mut model = build_model(&loaded.meta.config)?;
+    model.load_tensors(&loaded.tensors)?;
+    // Check the snapshot fits the config's wrappers now, not halfway through evaluation.
+    build_envs(&loaded.meta.config)?.restore(&loaded.meta.envs)?;
+    Ok(Policy {
+        config_hash: loaded.meta.config_hash,
+        policy_version: loaded.meta.policy_version,
+        config: loaded.meta.config,
+        model,
+        envs_snapshot: loaded.meta.envs,
+    })
+}

@@ -1,0 +1,298 @@
+//! The run configuration: every hyperparameter in one documented struct, loadable from TOML,
+//! overridable key by key, validated once, hashed for identity.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use strata_algo::{InvalidConfig, PpoConfig};
+use strata_nn::NetworkConfig;
+
+use crate::RuntimeError;
+
+/// Which environment, how many, and its wrappers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvConfig {
+    /// Registered env name (`cartpole`, `pendulum`, `acrobot`, `mountaincar-continuous`).
+    pub name: String,
+    /// Envs stepped together.
+    pub num_envs: usize,
+    /// Normalise observations by running mean/variance (clip +-10).
+    pub normalize_obs: bool,
+    /// Scale rewards by the running std of the discounted return (clip +-10).
+    pub normalize_reward: bool,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            name: "cartpole".into(),
+            num_envs: 8,
+            normalize_obs: false,
+            normalize_reward: false,
+        }
+    }
+}
+
+/// Run control: seed, budget, stopping, checkpoints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Seeds everything: env start states, initial weights, action sampling, shuffling.
+    pub seed: u64,
+    /// Environment steps (all envs together) in the run; also the annealing horizon.
+    pub total_steps: u64,
+    /// Bit-identical results for a seed. The single-learner loop is always deterministic;
+    /// the flag pins worker/env assignment and consumption order where there are several.
+    pub deterministic: bool,
+    /// Stop as soon as the solve criterion is met.
+    pub stop_when_solved: bool,
+    /// Finished episodes averaged for the solve criterion and the reported mean return.
+    pub solve_window: usize,
+    /// Write a checkpoint every this many env steps (0: only at the end).
+    pub checkpoint_every: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            seed: 1,
+            total_steps: 100_000,
+            deterministic: false,
+            stop_when_solved: false,
+            solve_window: 20,
+            checkpoint_every: 0,
+        }
+    }
+}
+
+/// Everything a run needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Environment.
+    pub env: EnvConfig,
+    /// PPO hyperparameters.
+    pub ppo: PpoConfig,
+    /// Network architecture.
+    pub network: NetworkConfig,
+    /// Run control.
+    pub train: TrainConfig,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        crate::presets::preset("cartpole").expect("the default preset exists")
+    }
+}
+
+impl RunConfig {
+    /// Parses TOML text; unknown keys and wrong types are errors naming the key.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] describing the problem.
+    pub fn from_toml(text: &str) -> Result<Self, RuntimeError> {
+        toml::from_str(text).map_err(|e| RuntimeError::Config(e.to_string()))
+    }
+
+    /// The config as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a RunConfig always serialises")
+    }
+
+    /// Sets one dotted key (`ppo.learning_rate`) from text parsed as a TOML value (a bare
+    /// word is a string; `none` clears an optional key).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] naming the key when it does not exist or the value does not
+    /// fit its type.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), RuntimeError> {
+        let mut doc = toml::Value::try_from(&*self).expect("a RunConfig always serialises");
+        let parts: Vec<&str> = key.split('.').collect();
+        let (last, path) = parts.split_last().expect("split yields at least one part");
+        let mut table = doc.as_table_mut().expect("the config is a table");
+        for part in path {
+            table = match table.get_mut(*part).and_then(toml::Value::as_table_mut) {
+                Some(t) => t,
+                None => {
+                    return Err(RuntimeError::Config(format!(
+                        "unknown config key `{key}` (no section `{part}`)"
+                    )))
+                }
+            };
+        }
+        if value == "none" {
+            table.remove(*last);
+        } else {
+            let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(value.to_string()));
+            table.insert((*last).to_string(), parsed);
+        }
+        *self = doc.try_into().map_err(|e: toml::de::Error| {
+            RuntimeError::Config(format!("cannot set `{key}` = {value}: {}", e.message()))
+        })?;
+        Ok(())
+    }
+
+    /// Checks every range and cross-field constraint.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidConfig`] naming the offending key.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        let bad = |k: &str, v: &dyn ToString, why: &str| {
+            Err(RuntimeError::InvalidConfig(InvalidConfig::new(
+                k,
+                v.to_string(),
+                why,
+            )))
+        };
+        if strata_env::spec_for(&self.env.name).is_err() {
+            return bad(
+                "env.name",
+                &self.env.name,
+                &format!(
+                    "unknown env (known: {})",
+                    strata_env::env_names().join(", ")
+                ),
+            );
+        }
+        if self.env.num_envs == 0 {
+            return bad("env.num_envs", &self.env.num_envs, "must be at least 1");
+        }
+        self.ppo
+            .validate(self.env.num_envs)
+            .map_err(RuntimeError::InvalidConfig)?;
+        for (k, layers) in [
+            ("network.policy_hidden", &self.network.policy_hidden),
+            ("network.value_hidden", &self.network.value_hidden),
+        ] {
+            if layers.contains(&0) {
+                return bad(k, &format!("{layers:?}"), "layer widths must be at least 1");
+            }
+        }
+        if !self.network.log_std_init.is_finite() {
+            return bad(
+                "network.log_std_init",
+                &self.network.log_std_init,
+                "must be finite",
+            );
+        }
+        if self.train.total_steps == 0 {
+            return bad(
+                "train.total_steps",
+                &self.train.total_steps,
+                "must be at least 1",
+            );
+        }
+        if self.train.solve_window == 0 {
+            return bad(
+                "train.solve_window",
+                &self.train.solve_window,
+                "must be at least 1",
+            );
+        }
+        Ok(())
+    }
+
+    /// Env steps per update (`n_steps * num_envs`).
+    pub fn steps_per_update(&self) -> u64 {
+        (self.ppo.n_steps * self.env.num_envs) as u64
+    }
+
+    /// SHA-256 (hex, first 16 chars) of the canonical JSON of what defines the policy:
+    /// env, PPO, network, seed and budget. Run-control switches (checkpointing, stopping)
+    /// do not change it.
+    pub fn config_hash(&self) -> String {
+        #[derive(Serialize)]
+        struct Identity<'a> {
+            env: &'a EnvConfig,
+            ppo: &'a PpoConfig,
+            network: &'a NetworkConfig,
+            seed: u64,
+            total_steps: u64,
+        }
+        let identity = Identity {
+            env: &self.env,
+            ppo: &self.ppo,
+            network: &self.network,
+            seed: self.train.seed,
+            total_steps: self.train.total_steps,
+        };
+        let json = serde_json::to_vec(&identity).expect("the identity serialises");
+        let digest = Sha256::digest(json);
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_changes_one_key_and_names_unknown_ones() {
+        let mut c = RunConfig::default();
+        c.set("ppo.learning_rate", "0.002").unwrap();
+        assert_eq!(c.ppo.learning_rate, 0.002);
+        c.set("ppo.target_kl", "0.01").unwrap();
+        assert_eq!(c.ppo.target_kl, Some(0.01));
+        c.set("ppo.target_kl", "none").unwrap();
+        assert_eq!(c.ppo.target_kl, None);
+        c.set("env.name", "pendulum").unwrap();
+        assert_eq!(c.env.name, "pendulum");
+        c.set("network.policy_hidden", "[32, 32]").unwrap();
+        assert_eq!(c.network.policy_hidden, vec![32, 32]);
+        let err = c.set("ppo.learning_rat", "1").unwrap_err().to_string();
+        assert!(err.contains("learning_rat"), "{err}");
+        let err = c.set("nope.x", "1").unwrap_err().to_string();
+        assert!(err.contains("nope"), "{err}");
+        let err = c.set("ppo.n_epochs", "many").unwrap_err().to_string();
+        assert!(err.contains("n_epochs"), "{err}");
+    }
+
+    #[test]
+    fn toml_round_trips_and_rejects_unknown_keys() {
+        let c = RunConfig::default();
+        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
+        let err = RunConfig::from_toml("[ppo]\nlearning_rte = 1.0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("learning_rte"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = RunConfig::default();
+        c.ppo.gamma = 1.5;
+        assert!(c.validate().unwrap_err().to_string().contains("ppo.gamma"));
+        let mut c = RunConfig::default();
+        c.env.num_envs = 0;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("env.num_envs"));
+        let mut c = RunConfig::default();
+        c.env.name = "pong".into();
+        assert!(c.validate().unwrap_err().to_string().contains("env.name"));
+        let mut c = RunConfig::default();
+        c.ppo.batch_size = 1_000_000;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("ppo.batch_size"));
+    }
+
+    #[test]
+    fn hash_follows_identity_not_run_control() {
+        let a = RunConfig::default();
+        let mut b = a.clone();
+        b.train.checkpoint_every = 5000;
+        b.train.stop_when_solved = true;
+        assert_eq!(a.config_hash(), b.config_hash());
+        b.ppo.learning_rate *= 2.0;
+        assert_ne!(a.config_hash(), b.config_hash());
+        assert_eq!(a.config_hash().len(), 16);
+    }
+}

@@ -1,0 +1,50 @@
+use std::path::PathBuf;
+
+use strata_algo::InvalidConfig;
+use strata_env::EnvError;
+use strata_nn::NnError;
+use thiserror::Error;
+
+/// What can stop a run.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// The config text could not be parsed or a key does not exist.
+    #[error("config: {0}")]
+    Config(String),
+    /// A config value is out of range.
+    #[error("invalid config: {0}")]
+    InvalidConfig(InvalidConfig),
+    /// The environment rejected an action or produced NaN/inf.
+    #[error("environment: {0}")]
+    Env(#[from] EnvError),
+    /// A checkpoint is missing, unreadable or does not fit.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint { path: PathBuf, reason: String },
+    /// Model tensors do not fit the architecture.
+    #[error("model: {0}")]
+    Model(#[from] NnError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl RuntimeError {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        RuntimeError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A checkpoint problem at `path`.
+    pub fn checkpoint(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        RuntimeError::Checkpoint {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}

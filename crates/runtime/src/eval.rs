@@ -1,0 +1,98 @@
+//! Evaluation of a checkpointed policy on fresh episodes.
+
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use strata_env::{derive_seed, make_vec_env, NormalizeObservation, StepBatch, VecEnv};
+use strata_nn::SampleRng;
+
+use crate::checkpoint::Policy;
+use crate::RuntimeError;
+
+/// Returns of the evaluation episodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalResult {
+    /// Env name.
+    pub env: String,
+    /// Policy version evaluated.
+    pub policy_version: u64,
+    /// Config hash of the policy.
+    pub config_hash: String,
+    /// Episodes run.
+    pub episodes: usize,
+    /// Mean undiscounted return.
+    pub mean_return: f64,
+    /// Population std of the returns.
+    pub std_return: f64,
+    /// Mean episode length.
+    pub mean_length: f64,
+    /// Every episode's return, in completion order per env.
+    pub returns: Vec<f64>,
+}
+
+/// Runs `episodes` episodes (seeded by `seed`) with the policy's most likely action
+/// (`greedy`) or sampled actions. Each env runs a fixed quota of episodes, so short
+/// episodes are not over-represented.
+///
+/// # Errors
+/// An env error (e.g. NaN), or [`RuntimeError::Config`] for zero episodes.
+pub fn evaluate(
+    policy: &mut Policy,
+    episodes: usize,
+    seed: u64,
+    greedy: bool,
+) -> Result<EvalResult, RuntimeError> {
+    if episodes == 0 {
+        return Err(RuntimeError::Config("--episodes must be at least 1".into()));
+    }
+    let n = episodes.min(16);
+    let mut envs = make_vec_env(&policy.config.env.name, n)?;
+    if policy.config.env.normalize_obs {
+        let rms = policy.envs_snapshot.obs_rms.clone().ok_or_else(|| {
+            RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())
+        })?;
+        envs = Box::new(NormalizeObservation::frozen(envs, rms)?);
+    }
+    let spec = envs.spec().clone();
+    let mut batch = StepBatch::new(&spec, n);
+    envs.reset(seed, &mut batch.obs);
+    let mut obs = batch.obs.clone();
+    let quota: Vec<usize> = (0..n)
+        .map(|i| episodes / n + usize::from(i < episodes % n))
+        .collect();
+    let mut done = vec![0usize; n];
+    let (mut returns, mut lengths) = (Vec::with_capacity(episodes), Vec::with_capacity(episodes));
+    let mut rng = SampleRng::seed_from_u64(derive_seed(seed, 1));
+    let ad = spec.action_dim();
+    let (mut actions, mut log_probs, mut values) = (vec![0.0; n * ad], vec![0.0; n], vec![0.0; n]);
+    while returns.len() < episodes {
+        if greedy {
+            policy.model.act_greedy(&obs, &mut actions);
+        } else {
+            policy
+                .model
+                .act(&obs, &mut rng, &mut actions, &mut log_probs, &mut values);
+        }
+        envs.step(&actions, &mut batch)?;
+        for ep in &batch.episodes {
+            if done[ep.env] < quota[ep.env] {
+                done[ep.env] += 1;
+                returns.push(ep.episode_return);
+                lengths.push(f64::from(ep.length));
+            }
+        }
+        obs.copy_from_slice(&batch.obs);
+    }
+    let k = returns.len() as f64;
+    let mean = returns.iter().sum::<f64>() / k;
+    let std = (returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / k).sqrt();
+    Ok(EvalResult {
+        env: spec.name,
+        policy_version: policy.policy_version,
+        config_hash: policy.config_hash.clone(),
+        episodes,
+        mean_return: mean,
+        std_return: std,
+        mean_length: lengths.iter().sum::<f64>() / k,
+        returns,
+    })
+}
