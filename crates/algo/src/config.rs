@@ -12,29 +12,29 @@ pub struct PpoConfig {
     /// Passes over each rollout.
     pub n_epochs: usize,
     /// Discount factor.
-    pub gamma: f32,
+    pub gamma: f64,
     /// GAE lambda.
-    pub gae_lambda: f32,
+    pub gae_lambda: f64,
     /// Initial learning rate.
-    pub learning_rate: f32,
+    pub learning_rate: f64,
     /// Anneal the learning rate linearly to zero over the run.
     pub anneal_lr: bool,
     /// Policy ratio clip range.
-    pub clip_range: f32,
+    pub clip_range: f64,
     /// Anneal the clip range linearly to zero over the run.
     pub anneal_clip_range: bool,
     /// Clip the value update around the old value by this much (off when absent).
-    pub clip_range_vf: Option<f32>,
+    pub clip_range_vf: Option<f64>,
     /// Entropy bonus coefficient.
-    pub ent_coef: f32,
+    pub ent_coef: f64,
     /// Value loss coefficient.
-    pub vf_coef: f32,
+    pub vf_coef: f64,
     /// Global gradient-norm clip (off when absent).
-    pub max_grad_norm: Option<f32>,
+    pub max_grad_norm: Option<f64>,
     /// Normalise advantages per minibatch.
     pub norm_adv: bool,
     /// Stop the epochs early once a minibatch's approximate KL exceeds 1.5x this.
-    pub target_kl: Option<f32>,
+    pub target_kl: Option<f64>,
 }
 
 impl Default for PpoConfig {
@@ -91,7 +91,7 @@ impl PpoConfig {
         let err = |k: &str, v: &dyn ToString, why: &str| {
             Err(InvalidConfig::new(format!("ppo.{k}"), v.to_string(), why))
         };
-        let unit = |x: f32| x.is_finite() && (0.0..=1.0).contains(&x);
+        let unit = |x: f64| x.is_finite() && (0.0..=1.0).contains(&x);
         if self.n_steps == 0 {
             return err("n_steps", &self.n_steps, "must be at least 1");
         }

@@ -222,24 +222,24 @@ impl Ppo {
         progress_remaining: f32,
     ) -> UpdateStats {
         let c = &self.config;
-        let lr = if c.anneal_lr {
-            c.learning_rate * progress_remaining
-        } else {
-            c.learning_rate
+        let anneal = |x: f64, on: bool| {
+            if on {
+                x as f32 * progress_remaining
+            } else {
+                x as f32
+            }
         };
-        let clip = if c.anneal_clip_range {
-            (c.clip_range * progress_remaining).max(1e-8)
-        } else {
-            c.clip_range
-        };
+        let lr = anneal(c.learning_rate, c.anneal_lr);
+        let clip = anneal(c.clip_range, c.anneal_clip_range).max(1e-8);
         let coefficients = LossCoefficients {
             clip_range: clip,
-            clip_range_vf: c.clip_range_vf,
-            vf_coef: c.vf_coef,
-            ent_coef: c.ent_coef,
+            clip_range_vf: c.clip_range_vf.map(|v| v as f32),
+            vf_coef: c.vf_coef as f32,
+            ent_coef: c.ent_coef as f32,
         };
-        let (n_epochs, batch_size, target_kl, max_grad_norm) =
-            (c.n_epochs, c.batch_size, c.target_kl, c.max_grad_norm);
+        let (n_epochs, batch_size) = (c.n_epochs, c.batch_size);
+        let target_kl = c.target_kl.map(|v| v as f32);
+        let max_grad_norm = c.max_grad_norm.map(|v| v as f32);
         let total = rollout.len();
         let mut stats = UpdateStats {
             learning_rate: lr,

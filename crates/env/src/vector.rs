@@ -367,6 +367,23 @@ mod tests {
     }
 
     #[test]
+    fn non_finite_observations_stop_with_a_clear_error() {
+        let mut envs = Vectorized::new(CartPole::default(), 2);
+        let mut batch = StepBatch::new(envs.spec(), 2);
+        envs.reset(0, &mut batch.obs);
+        let mut snap = envs.snapshot();
+        // An angular velocity whose square overflows: the next state is NaN.
+        snap.slots[1].state = vec![0.0, 0.0, 0.01, 1e200];
+        envs.restore(&snap).unwrap();
+        let err = envs.step(&[0.0, 0.0], &mut batch).unwrap_err();
+        assert!(
+            matches!(err, EnvError::NonFinite { index: 1, what: "observation", .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("env 1 of `cartpole`"), "{err}");
+    }
+
+    #[test]
     fn snapshot_restore_continues_identically() {
         let mut a = Vectorized::new(CartPole::default(), 3);
         let mut batch = StepBatch::new(a.spec(), 3);

@@ -27,7 +27,7 @@ pub struct NetworkConfig {
     /// Hidden activation.
     pub activation: Activation,
     /// Initial log standard deviation of a Gaussian policy.
-    pub log_std_init: f32,
+    pub log_std_init: f64,
     /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head);
     /// otherwise the same with gain 1 everywhere.
     pub ortho_init: bool,
@@ -173,7 +173,7 @@ impl MlpActorCritic {
         let mut params = policy.init_orthogonal(hidden_gain, policy_gain, rng);
         params.extend(value.init_orthogonal(hidden_gain, value_gain, rng));
         if let Head::Gaussian { dim } = head {
-            params.extend(std::iter::repeat_n(config.log_std_init, dim));
+            params.extend(std::iter::repeat_n(config.log_std_init as f32, dim));
         }
         let n = params.len();
         MlpActorCritic {

@@ -133,7 +133,7 @@ pub fn build_envs(config: &RunConfig) -> Result<Box<dyn VecEnv>, RuntimeError> {
         envs = Box::new(NormalizeObservation::new(envs));
     }
     if config.env.normalize_reward {
-        envs = Box::new(ScaleReward::new(envs, f64::from(config.ppo.gamma)));
+        envs = Box::new(ScaleReward::new(envs, config.ppo.gamma));
     }
     Ok(envs)
 }
@@ -297,7 +297,7 @@ impl Trainer {
         self.collect()?;
         let t0 = Instant::now();
         self.rollout
-            .compute_advantages(self.config.ppo.gamma, self.config.ppo.gae_lambda);
+            .compute_advantages(self.config.ppo.gamma as f32, self.config.ppo.gae_lambda as f32);
         let stats = self.ppo.update(
             self.model.as_mut(),
             &self.rollout,

@@ -1,0 +1,65 @@
+//! Every built-in env's preset solves its task within the budget, in deterministic
+//! mode, for the listed seeds. Budgets are env steps, never wall-clock time.
+
+use strata_runtime::{preset, Trainer};
+
+fn solves(env: &str, seed: u64, budget: u64) {
+    let mut config = preset(env).unwrap();
+    config.train.seed = seed;
+    config.train.total_steps = budget;
+    config.train.deterministic = true;
+    config.train.stop_when_solved = true;
+    let mut trainer = Trainer::new(config).unwrap();
+    while !trainer.finished() {
+        trainer.iterate().unwrap();
+    }
+    let s = trainer.summary();
+    assert!(
+        s.solved,
+        "{env} seed {seed} not solved within {budget} steps: mean return of the last 20 episodes {:?}",
+        s.final_mean_return
+    );
+    let threshold = strata_env::spec_for(env).unwrap().reward_threshold;
+    assert!(s.final_mean_return.unwrap() >= threshold);
+    assert!(s.steps_to_solve.unwrap() <= budget);
+}
+
+#[test]
+fn cartpole_seed_1_solves_within_100k_steps() {
+    solves("cartpole", 1, 100_000);
+}
+
+#[test]
+fn cartpole_seed_2_solves_within_100k_steps() {
+    solves("cartpole", 2, 100_000);
+}
+
+#[test]
+fn cartpole_seed_3_solves_within_100k_steps() {
+    solves("cartpole", 3, 100_000);
+}
+
+#[test]
+fn pendulum_seed_1_solves_within_200k_steps() {
+    solves("pendulum", 1, 200_000);
+}
+
+#[test]
+fn pendulum_seed_2_solves_within_200k_steps() {
+    solves("pendulum", 2, 200_000);
+}
+
+#[test]
+fn pendulum_seed_3_solves_within_200k_steps() {
+    solves("pendulum", 3, 200_000);
+}
+
+#[test]
+fn acrobot_solves_within_300k_steps() {
+    solves("acrobot", 1, 300_000);
+}
+
+#[test]
+fn mountaincar_continuous_solves_within_300k_steps() {
+    solves("mountaincar-continuous", 1, 300_000);
+}
