@@ -387,7 +387,12 @@ fn rollout(args: RolloutArgs) -> Result<()> {
     let mut obs = vec![0.0_f32; spec.obs_dim()];
     for (t, a) in actions.iter().enumerate() {
         let tr = env.step(a, &mut obs);
-        if let Some(v) = obs.iter().map(|v| f64::from(*v)).chain([tr.reward]).find(|v| !v.is_finite()) {
+        if let Some(v) = obs
+            .iter()
+            .map(|v| f64::from(*v))
+            .chain([tr.reward])
+            .find(|v| !v.is_finite())
+        {
             bail!("step {}: the env produced a non-finite value ({v}); the state is outside the env's valid range", t + 1);
         }
         let truncated = t as u32 + 1 >= spec.max_episode_steps;

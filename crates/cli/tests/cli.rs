@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
 
 fn stdout(o: &Output) -> String {
@@ -21,12 +24,17 @@ fn fails_with(args: &[&str], needle: &str) {
     let o = strata(args);
     let err = stderr(&o);
     assert!(!o.status.success(), "{args:?} succeeded");
-    assert!(err.contains(needle), "{args:?}: stderr lacks `{needle}`:\n{err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr lacks `{needle}`:\n{err}"
+    );
     assert!(!err.contains("panicked"), "{args:?} panicked:\n{err}");
 }
 
 fn fixture(name: &str) -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/gymnasium").join(format!("{name}.json"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/gymnasium")
+        .join(format!("{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -38,16 +46,36 @@ fn env_rollout_replays_a_gymnasium_trajectory() {
         let tmp = tempfile::tempdir().unwrap();
         let actions = tmp.path().join("actions.json");
         std::fs::write(&actions, case["actions"].to_string()).unwrap();
-        let o = strata(&["env", "rollout", "--env", name, "--state", &case["start_state"].to_string(), "--actions", actions.to_str().unwrap()]);
+        let o = strata(&[
+            "env",
+            "rollout",
+            "--env",
+            name,
+            "--state",
+            &case["start_state"].to_string(),
+            "--actions",
+            actions.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{}", stderr(&o));
-        let lines: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         let steps = case["steps"].as_array().unwrap();
         assert_eq!(lines.len(), steps.len());
         for (ours, theirs) in lines.iter().zip(steps) {
-            for (a, b) in ours["obs"].as_array().unwrap().iter().zip(theirs["obs"].as_array().unwrap()) {
+            for (a, b) in ours["obs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(theirs["obs"].as_array().unwrap())
+            {
                 assert!((a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-6);
             }
-            assert!((ours["reward"].as_f64().unwrap() - theirs["reward"].as_f64().unwrap()).abs() < 1e-6);
+            assert!(
+                (ours["reward"].as_f64().unwrap() - theirs["reward"].as_f64().unwrap()).abs()
+                    < 1e-6
+            );
             assert_eq!(ours["terminated"], theirs["terminated"]);
             assert_eq!(ours["truncated"], theirs["truncated"]);
         }
@@ -63,52 +91,180 @@ fn env_rollout_rejects_bad_input() {
         p.to_str().unwrap().to_string()
     };
     let ok_actions = file("ok", "0 1 0");
-    fails_with(&["env", "rollout", "--env", "pong", "--state", "[0]", "--actions", &ok_actions], "unknown environment `pong`");
-    fails_with(&["env", "rollout", "--env", "cartpole", "--state", "[0, 0]", "--actions", &ok_actions], "expected 4 values");
-    fails_with(&["env", "rollout", "--env", "cartpole", "--state", "zero", "--actions", &ok_actions], "--state");
-    fails_with(&["env", "rollout", "--env", "cartpole", "--state", "[0,0,0,0]", "--actions", &file("bad", "0 2")], "action 1 = 2");
-    fails_with(&["env", "rollout", "--env", "pendulum", "--state", "[0,0]", "--actions", &file("shape", "[[0.1, 0.2]]")], "action 0 has 2 values");
-    fails_with(&["env", "rollout", "--env", "cartpole", "--state", "[0,0,0.01,1e200]", "--actions", &ok_actions], "non-finite");
+    fails_with(
+        &[
+            "env",
+            "rollout",
+            "--env",
+            "pong",
+            "--state",
+            "[0]",
+            "--actions",
+            &ok_actions,
+        ],
+        "unknown environment `pong`",
+    );
+    fails_with(
+        &[
+            "env",
+            "rollout",
+            "--env",
+            "cartpole",
+            "--state",
+            "[0, 0]",
+            "--actions",
+            &ok_actions,
+        ],
+        "expected 4 values",
+    );
+    fails_with(
+        &[
+            "env",
+            "rollout",
+            "--env",
+            "cartpole",
+            "--state",
+            "zero",
+            "--actions",
+            &ok_actions,
+        ],
+        "--state",
+    );
+    fails_with(
+        &[
+            "env",
+            "rollout",
+            "--env",
+            "cartpole",
+            "--state",
+            "[0,0,0,0]",
+            "--actions",
+            &file("bad", "0 2"),
+        ],
+        "action 1 = 2",
+    );
+    fails_with(
+        &[
+            "env",
+            "rollout",
+            "--env",
+            "pendulum",
+            "--state",
+            "[0,0]",
+            "--actions",
+            &file("shape", "[[0.1, 0.2]]"),
+        ],
+        "action 0 has 2 values",
+    );
+    fails_with(
+        &[
+            "env",
+            "rollout",
+            "--env",
+            "cartpole",
+            "--state",
+            "[0,0,0.01,1e200]",
+            "--actions",
+            &ok_actions,
+        ],
+        "non-finite",
+    );
 }
 
 #[test]
 fn config_show_applies_preset_file_and_overrides() {
-    let o = strata(&["config", "show", "--env", "pendulum", "--set", "ppo.n_epochs=3", "--seed", "9"]);
+    let o = strata(&[
+        "config",
+        "show",
+        "--env",
+        "pendulum",
+        "--set",
+        "ppo.n_epochs=3",
+        "--seed",
+        "9",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let shown: toml::Table = toml::from_str(&stdout(&o)).unwrap();
     assert_eq!(shown["env"]["name"].as_str(), Some("pendulum"));
     assert_eq!(shown["ppo"]["n_epochs"].as_integer(), Some(3));
-    assert_eq!(shown["ppo"]["gamma"].as_float().map(|g| (g * 100.0).round()), Some(90.0));
+    assert_eq!(
+        shown["ppo"]["gamma"]
+            .as_float()
+            .map(|g| (g * 100.0).round()),
+        Some(90.0)
+    );
     assert_eq!(shown["train"]["seed"].as_integer(), Some(9));
 
     let tmp = tempfile::tempdir().unwrap();
     let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, "[env]\nname = \"acrobot\"\n[ppo]\nlearning_rate = 0.001\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "[env]\nname = \"acrobot\"\n[ppo]\nlearning_rate = 0.001\n",
+    )
+    .unwrap();
     let o = strata(&["config", "show", "--config", cfg.to_str().unwrap()]);
     let shown: toml::Table = toml::from_str(&stdout(&o)).unwrap();
     assert_eq!(shown["env"]["name"].as_str(), Some("acrobot"));
-    assert_eq!(shown["env"]["num_envs"].as_integer(), Some(16), "acrobot preset underneath");
+    assert_eq!(
+        shown["env"]["num_envs"].as_integer(),
+        Some(16),
+        "acrobot preset underneath"
+    );
     assert_eq!(shown["ppo"]["learning_rate"].as_float(), Some(0.001));
 }
 
 #[test]
 fn bad_configs_are_rejected_naming_the_key() {
     fails_with(&["train", "--env", "pong"], "unknown env `pong`");
-    fails_with(&["train", "--env", "cartpole", "--set", "ppo.learning_rat=1"], "learning_rat");
-    fails_with(&["train", "--env", "cartpole", "--set", "ppo.gamma=2"], "ppo.gamma");
-    fails_with(&["train", "--env", "cartpole", "--set", "env.num_envs=0"], "env.num_envs");
-    fails_with(&["train", "--env", "cartpole", "--set", "ppo.batch_size=100000"], "ppo.batch_size");
-    fails_with(&["train", "--env", "cartpole", "--set", "ppo.n_epochs=lots"], "n_epochs");
-    fails_with(&["train", "--env", "cartpole", "--set", "nonsense"], "KEY=VALUE");
+    fails_with(
+        &["train", "--env", "cartpole", "--set", "ppo.learning_rat=1"],
+        "learning_rat",
+    );
+    fails_with(
+        &["train", "--env", "cartpole", "--set", "ppo.gamma=2"],
+        "ppo.gamma",
+    );
+    fails_with(
+        &["train", "--env", "cartpole", "--set", "env.num_envs=0"],
+        "env.num_envs",
+    );
+    fails_with(
+        &[
+            "train",
+            "--env",
+            "cartpole",
+            "--set",
+            "ppo.batch_size=100000",
+        ],
+        "ppo.batch_size",
+    );
+    fails_with(
+        &["train", "--env", "cartpole", "--set", "ppo.n_epochs=lots"],
+        "n_epochs",
+    );
+    fails_with(
+        &["train", "--env", "cartpole", "--set", "nonsense"],
+        "KEY=VALUE",
+    );
     let tmp = tempfile::tempdir().unwrap();
     let cfg = tmp.path().join("bad.toml");
     std::fs::write(&cfg, "[ppo]\nclip = 0.1\n").unwrap();
     fails_with(&["train", "--config", cfg.to_str().unwrap()], "clip");
-    fails_with(&["train", "--config", "/nonexistent/run.toml"], "cannot read config file");
+    fails_with(
+        &["train", "--config", "/nonexistent/run.toml"],
+        "cannot read config file",
+    );
 }
 
 fn train_small(dir: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["train", "--env", "cartpole", "--quiet", "--run-dir", dir.to_str().unwrap()];
+    let mut args = vec![
+        "train",
+        "--env",
+        "cartpole",
+        "--quiet",
+        "--run-dir",
+        dir.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     strata(&args)
 }
@@ -118,22 +274,59 @@ fn train_writes_summary_metrics_and_checkpoint_then_eval_and_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let summary_path = tmp.path().join("summary.json");
-    let o = train_small(&run, &["--max-steps", "60000", "--stop-when-solved", "--deterministic", "--summary-json", summary_path.to_str().unwrap()]);
+    let o = train_small(
+        &run,
+        &[
+            "--max-steps",
+            "60000",
+            "--stop-when-solved",
+            "--deterministic",
+            "--summary-json",
+            summary_path.to_str().unwrap(),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
-    for key in ["env", "seed", "total_steps", "wall_seconds", "env_steps_per_sec", "final_mean_return", "solved", "steps_to_solve", "seconds_to_solve"] {
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    for key in [
+        "env",
+        "seed",
+        "total_steps",
+        "wall_seconds",
+        "env_steps_per_sec",
+        "final_mean_return",
+        "solved",
+        "steps_to_solve",
+        "seconds_to_solve",
+    ] {
         assert!(summary.get(key).is_some(), "summary lacks {key}: {summary}");
     }
     assert_eq!(summary["env"], "cartpole");
     assert_eq!(summary["solved"], true);
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     let first: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
-    for key in ["policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate", "policy_version"] {
+    for key in [
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "explained_variance",
+        "learning_rate",
+        "policy_version",
+    ] {
         assert!(first.get(key).is_some(), "metrics line lacks {key}");
     }
     assert!(run.join("config.toml").exists());
 
-    let o = strata(&["eval", "--checkpoint", run.to_str().unwrap(), "--episodes", "4", "--json"]);
+    let o = strata(&[
+        "eval",
+        "--checkpoint",
+        run.to_str().unwrap(),
+        "--episodes",
+        "4",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let eval: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(eval["episodes"], 4);
@@ -141,20 +334,59 @@ fn train_writes_summary_metrics_and_checkpoint_then_eval_and_resume() {
 
     // Resuming with a larger budget continues from the saved step.
     let more = tmp.path().join("more");
-    let o = strata(&["train", "--resume", run.to_str().unwrap(), "--max-steps", "70000", "--set", "train.stop_when_solved=false", "--quiet", "--run-dir", more.to_str().unwrap(), "--summary-json", summary_path.to_str().unwrap()]);
+    let o = strata(&[
+        "train",
+        "--resume",
+        run.to_str().unwrap(),
+        "--max-steps",
+        "70000",
+        "--set",
+        "train.stop_when_solved=false",
+        "--quiet",
+        "--run-dir",
+        more.to_str().unwrap(),
+        "--summary-json",
+        summary_path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let resumed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let resumed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
     assert!(resumed["total_steps"].as_u64().unwrap() >= 70_000);
-    fails_with(&["train", "--resume", run.to_str().unwrap(), "--set", "ppo.gamma=0.5", "--quiet", "--run-dir", more.to_str().unwrap()], "only train.*");
+    fails_with(
+        &[
+            "train",
+            "--resume",
+            run.to_str().unwrap(),
+            "--set",
+            "ppo.gamma=0.5",
+            "--quiet",
+            "--run-dir",
+            more.to_str().unwrap(),
+        ],
+        "only train.*",
+    );
 }
 
 #[test]
 fn eval_and_resume_reject_missing_or_corrupt_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
-    fails_with(&["eval", "--checkpoint", tmp.path().join("none").to_str().unwrap()], "no checkpoint here");
+    fails_with(
+        &[
+            "eval",
+            "--checkpoint",
+            tmp.path().join("none").to_str().unwrap(),
+        ],
+        "no checkpoint here",
+    );
     let fake = tmp.path().join("fake");
     std::fs::create_dir_all(&fake).unwrap();
     std::fs::write(fake.join("meta.json"), "{}").unwrap();
-    fails_with(&["eval", "--checkpoint", fake.to_str().unwrap()], "corrupt metadata");
-    fails_with(&["train", "--resume", fake.to_str().unwrap(), "--quiet"], "corrupt metadata");
+    fails_with(
+        &["eval", "--checkpoint", fake.to_str().unwrap()],
+        "corrupt metadata",
+    );
+    fails_with(
+        &["train", "--resume", fake.to_str().unwrap(), "--quiet"],
+        "corrupt metadata",
+    );
 }

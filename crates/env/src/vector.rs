@@ -377,7 +377,14 @@ mod tests {
         envs.restore(&snap).unwrap();
         let err = envs.step(&[0.0, 0.0], &mut batch).unwrap_err();
         assert!(
-            matches!(err, EnvError::NonFinite { index: 1, what: "observation", .. }),
+            matches!(
+                err,
+                EnvError::NonFinite {
+                    index: 1,
+                    what: "observation",
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(err.to_string().contains("env 1 of `cartpole`"), "{err}");

@@ -296,8 +296,10 @@ impl Trainer {
             1.0 - self.progress.global_step as f32 / self.config.train.total_steps as f32;
         self.collect()?;
         let t0 = Instant::now();
-        self.rollout
-            .compute_advantages(self.config.ppo.gamma as f32, self.config.ppo.gae_lambda as f32);
+        self.rollout.compute_advantages(
+            self.config.ppo.gamma as f32,
+            self.config.ppo.gae_lambda as f32,
+        );
         let stats = self.ppo.update(
             self.model.as_mut(),
             &self.rollout,

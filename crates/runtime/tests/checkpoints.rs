@@ -23,7 +23,11 @@ fn eval_scores_a_trained_checkpoint_and_names_bad_ones() {
     assert!(policy.policy_version > 0);
     let r = evaluate(&mut policy, 5, 99, true).unwrap();
     assert_eq!(r.returns.len(), 5);
-    assert!(r.mean_return > 400.0, "greedy policy of a solved run: {}", r.mean_return);
+    assert!(
+        r.mean_return > 400.0,
+        "greedy policy of a solved run: {}",
+        r.mean_return
+    );
 
     // Missing.
     let err = load_policy(&tmp.path().join("nope")).err().unwrap();
@@ -38,14 +42,20 @@ fn eval_scores_a_trained_checkpoint_and_names_bad_ones() {
     bytes[mid] ^= 0xff;
     fs::write(&weights, &bytes).unwrap();
     let err = load_policy(&bad).err().unwrap().to_string();
-    assert!(err.contains("model.safetensors") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("model.safetensors") && err.contains("checksum"),
+        "{err}"
+    );
 
     // Corrupt metadata.
     let bad_meta = tmp.path().join("bad_meta");
     copy_dir(&run_dir.join("checkpoint"), &bad_meta);
     fs::write(bad_meta.join("meta.json"), b"{ not json").unwrap();
     let err = load_policy(&bad_meta).err().unwrap().to_string();
-    assert!(err.contains("meta.json") && err.contains("corrupt"), "{err}");
+    assert!(
+        err.contains("meta.json") && err.contains("corrupt"),
+        "{err}"
+    );
 
     // Missing weights file.
     fs::remove_file(bad.join("model.safetensors")).unwrap();

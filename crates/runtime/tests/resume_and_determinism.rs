@@ -42,8 +42,14 @@ fn learning_fields(r: &UpdateRecord) -> String {
 #[test]
 fn same_seed_gives_bit_identical_runs_and_another_seed_differs() {
     let tmp = tempfile::tempdir().unwrap();
-    let (wa, ra) = run_to_end(&mut Trainer::new(config("cartpole", 8192, 0)).unwrap(), &tmp.path().join("a"));
-    let (wb, rb) = run_to_end(&mut Trainer::new(config("cartpole", 8192, 0)).unwrap(), &tmp.path().join("b"));
+    let (wa, ra) = run_to_end(
+        &mut Trainer::new(config("cartpole", 8192, 0)).unwrap(),
+        &tmp.path().join("a"),
+    );
+    let (wb, rb) = run_to_end(
+        &mut Trainer::new(config("cartpole", 8192, 0)).unwrap(),
+        &tmp.path().join("b"),
+    );
     assert_eq!(wa, wb);
     let fa: Vec<_> = ra.iter().map(learning_fields).collect();
     let fb: Vec<_> = rb.iter().map(learning_fields).collect();
@@ -57,20 +63,49 @@ fn same_seed_gives_bit_identical_runs_and_another_seed_differs() {
 fn resume_matches_uninterrupted(env: &str, total: u64, every: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let full_dir = tmp.path().join("full");
-    let (w_full, r_full) = run_to_end(&mut Trainer::new(config(env, total, every)).unwrap(), &full_dir);
-    let checkpoints: Vec<_> = std::fs::read_dir(full_dir.join("checkpoints")).unwrap().map(|e| e.unwrap().path()).collect();
-    assert!(!checkpoints.is_empty(), "no intermediate checkpoint written");
+    let (w_full, r_full) = run_to_end(
+        &mut Trainer::new(config(env, total, every)).unwrap(),
+        &full_dir,
+    );
+    let checkpoints: Vec<_> = std::fs::read_dir(full_dir.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        !checkpoints.is_empty(),
+        "no intermediate checkpoint written"
+    );
     // Resume from the earliest checkpoint, in a fresh run directory.
-    let first = checkpoints.iter().min_by_key(|p| p.file_name().unwrap().to_string_lossy().trim_start_matches("step-").parse::<u64>().unwrap()).unwrap();
+    let first = checkpoints
+        .iter()
+        .min_by_key(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_start_matches("step-")
+                .parse::<u64>()
+                .unwrap()
+        })
+        .unwrap();
     let mut resumed = Trainer::resume(first, None).unwrap();
     let k = resumed.progress().global_step;
     assert!(k > 0 && k < total);
     let (w_resumed, r_resumed) = run_to_end(&mut resumed, &tmp.path().join("resumed"));
-    assert_eq!(w_full, w_resumed, "{env}: final weights differ after resume at step {k}");
-    let tail: Vec<_> = r_full.iter().filter(|r| r.global_step > k).map(learning_fields).collect();
+    assert_eq!(
+        w_full, w_resumed,
+        "{env}: final weights differ after resume at step {k}"
+    );
+    let tail: Vec<_> = r_full
+        .iter()
+        .filter(|r| r.global_step > k)
+        .map(learning_fields)
+        .collect();
     let again: Vec<_> = r_resumed.iter().map(learning_fields).collect();
     assert_eq!(tail, again);
-    assert_eq!(resumed.summary().config_hash, config(env, total, every).config_hash());
+    assert_eq!(
+        resumed.summary().config_hash,
+        config(env, total, every).config_hash()
+    );
 }
 
 #[test]
