@@ -37,7 +37,9 @@ struct Report {
     minibatch512_forward_ms: f64,
     minibatch512_backward_ms: f64,
     minibatch512_adam_ms: f64,
+    minibatch512_two_threads_ms: f64,
     single_obs_inference_us: f64,
+    zoo_cartpole_one_learner_thread_steps_per_sec: f64,
     zoo_cartpole_20_epochs_steps_per_sec: f64,
     zoo_cartpole_vs_sb3: f64,
     cartpole_4_epochs_steps_per_sec: f64,
@@ -141,23 +143,42 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "env stepping, 64 cartpoles:        {:>12.0} steps/s  ({:.1}x EnvPool's {ENVPOOL_CARTPOLE_64})",
         r.env_step_cartpole64_steps_per_sec, r.env_step_vs_envpool
     );
-    let (f, b, o, s) = network_passes(200 * scale);
-    (
-        r.minibatch512_forward_ms,
-        r.minibatch512_backward_ms,
-        r.minibatch512_adam_ms,
-        r.single_obs_inference_us,
-    ) = (f, b, o, s);
-    println!("4-64-64-2 minibatch 512:            forward {f:.3} ms, loss+backward {b:.3} ms, Adam {o:.3} ms (total {:.3} ms)", f + b + o);
-    println!("single-observation inference:      {s:>12.2} us");
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()?;
+        let (f, b, o, s) = pool.install(|| network_passes(200 * scale));
+        if threads == 1 {
+            r.minibatch512_forward_ms = f;
+            r.minibatch512_backward_ms = b;
+            r.minibatch512_adam_ms = o;
+            r.single_obs_inference_us = s;
+            println!("single-observation inference:      {s:>12.2} us");
+        } else {
+            r.minibatch512_two_threads_ms = f + b + o;
+        }
+        println!(
+            "4-64-64-2 minibatch 512, {threads} thread(s): forward {f:.3} ms, loss+backward {b:.3} ms, Adam {o:.3} ms (total {:.3} ms)",
+            f + b + o
+        );
+    }
 
     let mut zoo = preset("cartpole").expect("preset");
     zoo.train.total_steps = 25_000 * scale as u64;
+    zoo.train.learner_threads = 1;
+    let s = train_throughput(zoo.clone())?;
+    r.zoo_cartpole_one_learner_thread_steps_per_sec = s.env_steps_per_sec;
+    println!(
+        "cartpole, rl-zoo3, 1 learner thread: {:>11.0} steps/s  ({:.1}x SB3's {SB3_CARTPOLE_STEPS_PER_SEC})",
+        s.env_steps_per_sec,
+        s.env_steps_per_sec / SB3_CARTPOLE_STEPS_PER_SEC
+    );
+    zoo.train.learner_threads = 2;
     let s = train_throughput(zoo)?;
     r.zoo_cartpole_20_epochs_steps_per_sec = s.env_steps_per_sec;
     r.zoo_cartpole_vs_sb3 = s.env_steps_per_sec / SB3_CARTPOLE_STEPS_PER_SEC;
     println!(
-        "cartpole, rl-zoo3 hyperparameters:  {:>12.0} steps/s  ({:.1}x SB3's {SB3_CARTPOLE_STEPS_PER_SEC})",
+        "cartpole, rl-zoo3, 2 learner threads: {:>10.0} steps/s  ({:.1}x SB3's {SB3_CARTPOLE_STEPS_PER_SEC})",
         s.env_steps_per_sec, r.zoo_cartpole_vs_sb3
     );
 

@@ -45,37 +45,6 @@ pub fn fast_tanh(x: f32) -> f32 {
     p / q
 }
 
-impl Activation {
-    /// Applies the activation in place.
-    #[inline]
-    pub fn apply(self, values: &mut [f32]) {
-        match self {
-            Activation::Tanh => values.iter_mut().for_each(|v| *v = fast_tanh(*v)),
-            Activation::Relu => values.iter_mut().for_each(|v| *v = v.max(0.0)),
-        }
-    }
-
-    /// Turns the gradient w.r.t. the outputs into the gradient w.r.t. the inputs, given the
-    /// outputs (both activations' derivatives are functions of their output).
-    #[inline]
-    pub fn backward(self, outputs: &[f32], grad: &mut [f32]) {
-        match self {
-            Activation::Tanh => {
-                for (g, y) in grad.iter_mut().zip(outputs) {
-                    *g *= 1.0 - y * y;
-                }
-            }
-            Activation::Relu => {
-                for (g, y) in grad.iter_mut().zip(outputs) {
-                    if *y <= 0.0 {
-                        *g = 0.0;
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

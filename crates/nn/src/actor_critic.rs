@@ -133,22 +133,165 @@ pub trait ActorCritic: Send {
     fn flat_params(&self) -> &[f32];
 }
 
-/// [`ActorCritic`] over two [`Mlp`]s on the CPU.
+/// Batches at least this large run the policy and value networks on two threads (when the
+/// calling rayon pool has two); smaller ones are not worth the hand-off.
+const PARALLEL_MIN_BATCH: usize = 64;
+
+/// The policy network with its per-batch scratch space.
+struct PolicySide {
+    mlp: Mlp,
+    head: Head,
+    cache: MlpCache,
+    /// Gradient w.r.t. the network's outputs.
+    d_out: Vec<f32>,
+    /// Actions of the last evaluated minibatch.
+    actions: Vec<f32>,
+    d_log_std_scratch: Vec<f32>,
+}
+
+/// The value network with its per-batch scratch space.
+struct ValueSide {
+    mlp: Mlp,
+    cache: MlpCache,
+}
+
+impl PolicySide {
+    /// Forward pass, then log-probs and entropies of `actions`.
+    fn evaluate(
+        &mut self,
+        params: &[f32],
+        log_std: &[f32],
+        obs: &[f32],
+        actions: &[f32],
+        log_probs: &mut Vec<f32>,
+        entropy: &mut Vec<f32>,
+    ) {
+        let batch = obs.len() / self.mlp.input_size();
+        self.mlp.forward(params, obs, batch, &mut self.cache);
+        self.actions.clear();
+        self.actions.extend_from_slice(actions);
+        let k = self.head.outputs();
+        log_probs.resize(batch, 0.0);
+        entropy.resize(batch, 0.0);
+        self.d_out.resize(batch * k, 0.0);
+        let outputs = self.cache.last_output();
+        match self.head {
+            Head::Categorical { .. } => {
+                for i in 0..batch {
+                    let row = i * k..(i + 1) * k;
+                    let (lp, h) = categorical_eval(
+                        &outputs[row.clone()],
+                        actions[i] as usize,
+                        0.0,
+                        0.0,
+                        &mut self.d_out[row],
+                    );
+                    log_probs[i] = lp;
+                    entropy[i] = h;
+                }
+            }
+            Head::Gaussian { dim } => {
+                let h = gaussian_entropy(log_std);
+                self.d_log_std_scratch.resize(dim, 0.0);
+                for i in 0..batch {
+                    let row = i * k..(i + 1) * k;
+                    log_probs[i] = gaussian_eval(
+                        &outputs[row.clone()],
+                        log_std,
+                        &actions[i * dim..(i + 1) * dim],
+                        0.0,
+                        0.0,
+                        &mut self.d_out[row],
+                        &mut self.d_log_std_scratch,
+                    );
+                    entropy[i] = h;
+                }
+            }
+        }
+    }
+
+    /// Back-propagates per-sample gradients w.r.t. log-prob and entropy of the last
+    /// evaluated minibatch into `grads` (network) and `log_std_grads` (Gaussian head).
+    fn backward(
+        &mut self,
+        params: &[f32],
+        log_std: &[f32],
+        d_log_probs: &[f32],
+        d_entropy: &[f32],
+        grads: &mut [f32],
+        log_std_grads: &mut [f32],
+    ) {
+        let batch = d_log_probs.len();
+        let k = self.head.outputs();
+        self.d_out.resize(batch * k, 0.0);
+        let outputs = self.cache.last_output();
+        match self.head {
+            Head::Categorical { .. } => {
+                for i in 0..batch {
+                    let row = i * k..(i + 1) * k;
+                    categorical_eval(
+                        &outputs[row.clone()],
+                        self.actions[i] as usize,
+                        d_log_probs[i],
+                        d_entropy[i],
+                        &mut self.d_out[row],
+                    );
+                }
+            }
+            Head::Gaussian { dim } => {
+                for i in 0..batch {
+                    let row = i * k..(i + 1) * k;
+                    gaussian_eval(
+                        &outputs[row.clone()],
+                        log_std,
+                        &self.actions[i * dim..(i + 1) * dim],
+                        d_log_probs[i],
+                        d_entropy[i],
+                        &mut self.d_out[row],
+                        log_std_grads,
+                    );
+                }
+            }
+        }
+        self.mlp
+            .backward(params, &mut self.cache, &self.d_out, grads);
+    }
+}
+
+impl ValueSide {
+    fn forward(&mut self, params: &[f32], obs: &[f32], values: &mut Vec<f32>) {
+        let batch = obs.len() / self.mlp.input_size();
+        let v = self.mlp.forward(params, obs, batch, &mut self.cache);
+        values.clear();
+        values.extend_from_slice(v);
+    }
+
+    fn backward(&mut self, params: &[f32], d_values: &[f32], grads: &mut [f32]) {
+        self.mlp.backward(params, &mut self.cache, d_values, grads);
+    }
+}
+
+/// Runs `a` and `b`, on two threads when `parallel`.
+fn join(parallel: bool, a: impl FnOnce() + Send, b: impl FnOnce() + Send) {
+    if parallel {
+        rayon::join(a, b);
+    } else {
+        a();
+        b();
+    }
+}
+
+/// [`ActorCritic`] over two [`Mlp`]s on the CPU. Large batches (training minibatches) run
+/// the policy and value networks side by side on the calling rayon pool's threads; the
+/// result is the same bit for bit either way.
 pub struct MlpActorCritic {
-    policy: Mlp,
-    value: Mlp,
+    policy: PolicySide,
+    value: ValueSide,
     head: Head,
     /// `[policy | value | log_std]`.
     params: Vec<f32>,
     grads: Vec<f32>,
     adam: Adam,
-    policy_cache: MlpCache,
-    value_cache: MlpCache,
-    /// Scratch: gradient w.r.t. the policy outputs / the values.
-    d_policy_out: Vec<f32>,
-    d_value_out: Vec<f32>,
-    eval_actions: Vec<f32>,
-    d_log_std_scratch: Vec<f32>,
 }
 
 impl MlpActorCritic {
@@ -177,33 +320,40 @@ impl MlpActorCritic {
         }
         let n = params.len();
         MlpActorCritic {
-            policy,
-            value,
+            policy: PolicySide {
+                mlp: policy,
+                head,
+                cache: MlpCache::default(),
+                d_out: Vec::new(),
+                actions: Vec::new(),
+                d_log_std_scratch: Vec::new(),
+            },
+            value: ValueSide {
+                mlp: value,
+                cache: MlpCache::default(),
+            },
             head,
             params,
             grads: vec![0.0; n],
             adam: Adam::new(n, 1e-5),
-            policy_cache: MlpCache::default(),
-            value_cache: MlpCache::default(),
-            d_policy_out: Vec::new(),
-            d_value_out: Vec::new(),
-            eval_actions: Vec::new(),
-            d_log_std_scratch: Vec::new(),
         }
     }
 
     fn split(&self) -> (usize, usize) {
-        let p = self.policy.num_params();
-        (p, p + self.value.num_params())
+        let p = self.policy.mlp.num_params();
+        (p, p + self.value.mlp.num_params())
     }
 
     fn batch_of(&self, obs: &[f32]) -> usize {
-        assert_eq!(
-            obs.len() % self.policy.input_size(),
-            0,
+        assert!(
+            obs.len().is_multiple_of(self.policy.mlp.input_size()),
             "observation batch length"
         );
-        obs.len() / self.policy.input_size()
+        obs.len() / self.policy.mlp.input_size()
+    }
+
+    fn parallel(batch: usize) -> bool {
+        batch >= PARALLEL_MIN_BATCH && rayon::current_num_threads() > 1
     }
 
     /// Current log-stds (empty for a categorical head).
@@ -214,7 +364,7 @@ impl MlpActorCritic {
 
 impl ActorCritic for MlpActorCritic {
     fn obs_dim(&self) -> usize {
-        self.policy.input_size()
+        self.policy.mlp.input_size()
     }
 
     fn head(&self) -> Head {
@@ -231,9 +381,10 @@ impl ActorCritic for MlpActorCritic {
     ) {
         let batch = self.batch_of(obs);
         let (p_end, v_end) = self.split();
-        let out = self
-            .policy
-            .forward(&self.params[..p_end], obs, batch, &mut self.policy_cache);
+        let out =
+            self.policy
+                .mlp
+                .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
         let k = self.head.outputs();
         match self.head {
             Head::Categorical { .. } => {
@@ -251,11 +402,11 @@ impl ActorCritic for MlpActorCritic {
                 }
             }
         }
-        let v = self.value.forward(
+        let v = self.value.mlp.forward(
             &self.params[p_end..v_end],
             obs,
             batch,
-            &mut self.value_cache,
+            &mut self.value.cache,
         );
         values[..batch].copy_from_slice(v);
     }
@@ -263,9 +414,10 @@ impl ActorCritic for MlpActorCritic {
     fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]) {
         let batch = self.batch_of(obs);
         let p_end = self.split().0;
-        let out = self
-            .policy
-            .forward(&self.params[..p_end], obs, batch, &mut self.policy_cache);
+        let out =
+            self.policy
+                .mlp
+                .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
         match self.head {
             Head::Categorical { n } => {
                 for (i, row) in out.chunks_exact(n).enumerate() {
@@ -279,11 +431,11 @@ impl ActorCritic for MlpActorCritic {
     fn values(&mut self, obs: &[f32], out: &mut [f32]) {
         let batch = self.batch_of(obs);
         let (p_end, v_end) = self.split();
-        let v = self.value.forward(
+        let v = self.value.mlp.forward(
             &self.params[p_end..v_end],
             obs,
             batch,
-            &mut self.value_cache,
+            &mut self.value.cache,
         );
         out[..batch].copy_from_slice(v);
     }
@@ -291,108 +443,41 @@ impl ActorCritic for MlpActorCritic {
     fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation) {
         let batch = self.batch_of(obs);
         let (p_end, v_end) = self.split();
-        self.policy
-            .forward(&self.params[..p_end], obs, batch, &mut self.policy_cache);
-        let v = self.value.forward(
-            &self.params[p_end..v_end],
-            obs,
-            batch,
-            &mut self.value_cache,
+        let (policy_params, rest) = self.params.split_at(p_end);
+        let (value_params, log_std) = rest.split_at(v_end - p_end);
+        let (policy, value) = (&mut self.policy, &mut self.value);
+        let Evaluation {
+            log_probs,
+            entropy,
+            values,
+        } = out;
+        join(
+            Self::parallel(batch),
+            || policy.evaluate(policy_params, log_std, obs, actions, log_probs, entropy),
+            || value.forward(value_params, obs, values),
         );
-        out.values.clear();
-        out.values.extend_from_slice(v);
-        self.eval_actions.clear();
-        self.eval_actions.extend_from_slice(actions);
-        // Log-probs and entropies come out of the same pass that backward repeats with
-        // weights; here the weights are zero, so no gradient is kept.
-        let k = self.head.outputs();
-        out.log_probs.resize(batch, 0.0);
-        out.entropy.resize(batch, 0.0);
-        self.d_policy_out.resize(batch * k, 0.0);
-        let logits = self.policy_cache.last_output();
-        let (log_probs, entropy, scratch) =
-            (&mut out.log_probs, &mut out.entropy, &mut self.d_policy_out);
-        match self.head {
-            Head::Categorical { .. } => {
-                for i in 0..batch {
-                    let (lp, h) = categorical_eval(
-                        &logits[i * k..(i + 1) * k],
-                        actions[i] as usize,
-                        0.0,
-                        0.0,
-                        &mut scratch[i * k..(i + 1) * k],
-                    );
-                    log_probs[i] = lp;
-                    entropy[i] = h;
-                }
-            }
-            Head::Gaussian { dim } => {
-                let log_std = &self.params[v_end..];
-                let h = gaussian_entropy(log_std);
-                self.d_log_std_scratch.resize(dim, 0.0);
-                for i in 0..batch {
-                    log_probs[i] = gaussian_eval(
-                        &logits[i * k..(i + 1) * k],
-                        log_std,
-                        &actions[i * dim..(i + 1) * dim],
-                        0.0,
-                        0.0,
-                        &mut scratch[i * k..(i + 1) * k],
-                        &mut self.d_log_std_scratch,
-                    );
-                    entropy[i] = h;
-                }
-            }
-        }
     }
 
     fn backward(&mut self, d_log_probs: &[f32], d_entropy: &[f32], d_values: &[f32]) {
-        let batch = d_log_probs.len();
         let (p_end, v_end) = self.split();
-        let k = self.head.outputs();
-        self.d_policy_out.resize(batch * k, 0.0);
-        let logits = self.policy_cache.last_output();
-        match self.head {
-            Head::Categorical { .. } => {
-                for i in 0..batch {
-                    categorical_eval(
-                        &logits[i * k..(i + 1) * k],
-                        self.eval_actions[i] as usize,
-                        d_log_probs[i],
-                        d_entropy[i],
-                        &mut self.d_policy_out[i * k..(i + 1) * k],
-                    );
-                }
-            }
-            Head::Gaussian { dim } => {
-                let (head_params, head_grads) = (&self.params[v_end..], &mut self.grads[v_end..]);
-                for i in 0..batch {
-                    gaussian_eval(
-                        &logits[i * k..(i + 1) * k],
-                        head_params,
-                        &self.eval_actions[i * dim..(i + 1) * dim],
-                        d_log_probs[i],
-                        d_entropy[i],
-                        &mut self.d_policy_out[i * k..(i + 1) * k],
-                        head_grads,
-                    );
-                }
-            }
-        }
+        let (policy_params, rest) = self.params.split_at(p_end);
+        let (value_params, log_std) = rest.split_at(v_end - p_end);
         let (policy_grads, rest) = self.grads.split_at_mut(p_end);
-        self.policy.backward(
-            &self.params[..p_end],
-            &mut self.policy_cache,
-            &self.d_policy_out,
-            policy_grads,
-        );
-        self.d_value_out.clear();
-        self.d_value_out.extend_from_slice(d_values);
-        self.value.backward(
-            &self.params[p_end..v_end],
-            &mut self.value_cache,
-            &self.d_value_out,
-            &mut rest[..v_end - p_end],
+        let (value_grads, log_std_grads) = rest.split_at_mut(v_end - p_end);
+        let (policy, value) = (&mut self.policy, &mut self.value);
+        join(
+            Self::parallel(d_log_probs.len()),
+            || {
+                policy.backward(
+                    policy_params,
+                    log_std,
+                    d_log_probs,
+                    d_entropy,
+                    policy_grads,
+                    log_std_grads,
+                )
+            },
+            || value.backward(value_params, d_values, value_grads),
         );
     }
 
@@ -417,8 +502,8 @@ impl ActorCritic for MlpActorCritic {
         let mut out = Vec::new();
         let (p_end, v_end) = self.split();
         for (prefix, mlp, params) in [
-            ("policy", &self.policy, &self.params[..p_end]),
-            ("value", &self.value, &self.params[p_end..v_end]),
+            ("policy", &self.policy.mlp, &self.params[..p_end]),
+            ("value", &self.value.mlp, &self.params[p_end..v_end]),
         ] {
             let mut off = 0;
             for (l, w) in mlp.sizes().windows(2).enumerate() {

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::kernels::{adam_update, AdamStep};
+
 /// Adam's moments and step count.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Adam {
@@ -37,18 +39,14 @@ impl Adam {
         self.t += 1;
         let bias1 = 1.0 - self.beta1.powi(self.t as i32);
         let bias2_sqrt = (1.0 - self.beta2.powi(self.t as i32)).sqrt();
-        let step = lr / bias1;
-        let (b1, b2, eps) = (self.beta1, self.beta2, self.eps);
-        for (((p, g), m), v) in params
-            .iter_mut()
-            .zip(grads)
-            .zip(&mut self.m)
-            .zip(&mut self.v)
-        {
-            *m = b1 * *m + (1.0 - b1) * g;
-            *v = b2 * *v + (1.0 - b2) * g * g;
-            *p -= step * *m / (v.sqrt() / bias2_sqrt + eps);
-        }
+        let constants = AdamStep {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            step: lr / bias1,
+            bias2_sqrt,
+        };
+        adam_update(params, grads, &mut self.m, &mut self.v, constants);
     }
 }
 

@@ -24,6 +24,7 @@ mod actor_critic;
 mod adam;
 mod distribution;
 mod init;
+mod kernels;
 mod matmul;
 mod mlp;
 

@@ -7,6 +7,7 @@ use rand::Rng;
 
 use crate::activation::Activation;
 use crate::init::orthogonal;
+use crate::kernels::{activation_backward, add_rows, bias_activation};
 use crate::matmul::{matmul, View};
 
 /// Shape of a fully connected network.
@@ -150,14 +151,8 @@ impl Mlp {
                 View::new(w, fan_in, fan_out),
                 false,
             );
-            for row in y.chunks_exact_mut(fan_out) {
-                for (v, bias) in row.iter_mut().zip(b) {
-                    *v += bias;
-                }
-            }
-            if l + 1 < layers {
-                self.activation.apply(y);
-            }
+            let act = (l + 1 < layers).then_some(self.activation);
+            bias_activation(y, b, act);
         }
         &cache.outputs[layers]
     }
@@ -203,11 +198,7 @@ impl Mlp {
                 View::new(grad_a, batch, fan_out),
                 true,
             );
-            for row in grad_a.chunks_exact(fan_out) {
-                for (g, d) in gb.iter_mut().zip(row) {
-                    *g += d;
-                }
-            }
+            add_rows(grad_a, gb);
             if l > 0 {
                 // dX = dY W^T, then through the previous layer's activation.
                 let (w, _) = self.layer(params, l);
@@ -218,7 +209,7 @@ impl Mlp {
                     View::new(w, fan_in, fan_out).t(),
                     false,
                 );
-                self.activation.backward(x, grad_b);
+                activation_backward(self.activation, x, grad_b);
                 std::mem::swap(grad_a, grad_b);
             }
         }

@@ -50,6 +50,9 @@ pub struct TrainConfig {
     pub solve_window: usize,
     /// Write a checkpoint every this many env steps (0: only at the end).
     pub checkpoint_every: u64,
+    /// Threads the learner uses: with 2, the policy and value networks of each minibatch
+    /// are computed side by side. Results are identical for any value.
+    pub learner_threads: usize,
 }
 
 impl Default for TrainConfig {
@@ -61,6 +64,7 @@ impl Default for TrainConfig {
             stop_when_solved: false,
             solve_window: 20,
             checkpoint_every: 0,
+            learner_threads: 2,
         }
     }
 }
@@ -183,6 +187,13 @@ impl RunConfig {
                 "train.total_steps",
                 &self.train.total_steps,
                 "must be at least 1",
+            );
+        }
+        if self.train.learner_threads == 0 || self.train.learner_threads > 256 {
+            return bad(
+                "train.learner_threads",
+                &self.train.learner_threads,
+                "must be between 1 and 256",
             );
         }
         if self.train.solve_window == 0 {

@@ -116,6 +116,8 @@ pub struct Trainer {
     pub(crate) obs: Vec<f32>,
     pub(crate) sample_rng: SampleRng,
     pub(crate) progress: Progress,
+    /// Runs the PPO update; its thread count is `train.learner_threads`.
+    learner_pool: rayon::ThreadPool,
     threshold: f64,
     final_rows: Vec<usize>,
     final_obs: Vec<f32>,
@@ -171,7 +173,13 @@ impl Trainer {
         let mut batch = StepBatch::new(&spec, n);
         envs.reset(derive_seed(config.train.seed, 0), &mut batch.obs);
         let obs = batch.obs.clone();
+        let learner_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(config.train.learner_threads)
+            .thread_name(|i| format!("strata-learner-{i}"))
+            .build()
+            .map_err(|e| RuntimeError::Config(format!("cannot start the learner threads: {e}")))?;
         Ok(Trainer {
+            learner_pool,
             config_hash: config.config_hash(),
             rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
             ppo: Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3)),
@@ -300,11 +308,10 @@ impl Trainer {
             self.config.ppo.gamma as f32,
             self.config.ppo.gae_lambda as f32,
         );
-        let stats = self.ppo.update(
-            self.model.as_mut(),
-            &self.rollout,
-            progress_remaining.max(0.0),
-        );
+        let (ppo, model, rollout) = (&mut self.ppo, self.model.as_mut(), &self.rollout);
+        let stats = self
+            .learner_pool
+            .install(|| ppo.update(model, rollout, progress_remaining.max(0.0)));
         let elapsed = started.elapsed().as_secs_f64();
         let p = &mut self.progress;
         p.time.forward += stats.forward_seconds;

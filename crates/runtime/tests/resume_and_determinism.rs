@@ -60,6 +60,22 @@ fn same_seed_gives_bit_identical_runs_and_another_seed_differs() {
     assert_ne!(wa, wc);
 }
 
+#[test]
+fn one_or_two_learner_threads_give_identical_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut one = config("pendulum", 8192, 0);
+    one.train.learner_threads = 1;
+    let mut two = one.clone();
+    two.train.learner_threads = 2;
+    let (w1, r1) = run_to_end(&mut Trainer::new(one).unwrap(), &tmp.path().join("one"));
+    let (w2, r2) = run_to_end(&mut Trainer::new(two).unwrap(), &tmp.path().join("two"));
+    assert_eq!(w1, w2);
+    assert_eq!(
+        r1.iter().map(learning_fields).collect::<Vec<_>>(),
+        r2.iter().map(learning_fields).collect::<Vec<_>>()
+    );
+}
+
 fn resume_matches_uninterrupted(env: &str, total: u64, every: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let full_dir = tmp.path().join("full");
