@@ -163,7 +163,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
     }
 
+    // rl-zoo3's own CartPole hyperparameters: our preset with its 20 epochs.
     let mut zoo = preset("cartpole").expect("preset");
+    zoo.ppo.n_epochs = 20;
     zoo.train.total_steps = 25_000 * scale as u64;
     zoo.train.learner_threads = 1;
     let s = train_throughput(zoo.clone())?;

@@ -367,6 +367,22 @@ mod tests {
     }
 
     #[test]
+    fn continuous_actions_are_clipped_at_the_env_boundary() {
+        let mut a = Vectorized::new(Pendulum::default(), 1);
+        let mut b = Vectorized::new(Pendulum::default(), 1);
+        let mut batch_a = StepBatch::new(a.spec(), 1);
+        let mut batch_b = batch_a.clone();
+        a.reset(4, &mut batch_a.obs);
+        b.reset(4, &mut batch_b.obs);
+        let actions = [5.0_f32];
+        a.step(&actions, &mut batch_a).unwrap();
+        b.step(&[2.0], &mut batch_b).unwrap();
+        assert_eq!(batch_a.obs, batch_b.obs);
+        assert_eq!(batch_a.rewards, batch_b.rewards);
+        assert_eq!(actions, [5.0], "the caller's action is left as sampled");
+    }
+
+    #[test]
     fn non_finite_observations_stop_with_a_clear_error() {
         let mut envs = Vectorized::new(CartPole::default(), 2);
         let mut batch = StepBatch::new(envs.spec(), 2);

@@ -23,8 +23,9 @@ pub fn preset(env: &str) -> Option<RunConfig> {
         )
     };
     let config = match env {
-        // rl-zoo3 CartPole-v1: 8 envs x 32 steps, minibatch 256, 20 epochs, gamma 0.98,
-        // lambda 0.8, lr and clip annealed from 1e-3 and 0.2.
+        // rl-zoo3 CartPole-v1: 8 envs x 32 steps, minibatch 256, gamma 0.98, lambda 0.8, lr
+        // and clip annealed from 1e-3 and 0.2; but 10 epochs instead of 20: over seeds 1-8
+        // it solves in 40-58k steps either way, at half the learner time (0.44-0.74 s).
         "cartpole" => {
             let (env, train) = base(8, false, 100_000);
             RunConfig {
@@ -32,7 +33,7 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 ppo: PpoConfig {
                     n_steps: 32,
                     batch_size: 256,
-                    n_epochs: 20,
+                    n_epochs: 10,
                     gamma: 0.98,
                     gae_lambda: 0.8,
                     learning_rate: 1e-3,

@@ -366,3 +366,41 @@ impl Trainer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollouts_store_the_unclipped_sampled_actions() {
+        let mut config = crate::preset("pendulum").unwrap();
+        config.network.log_std_init = 1.5; // std ~4.5, far beyond the +-2 torque bound
+        config.ppo.n_steps = 64;
+        let mut trainer = Trainer::new(config).unwrap();
+        trainer.collect().unwrap();
+        let beyond = trainer
+            .rollout
+            .actions
+            .iter()
+            .filter(|a| a.abs() > 2.0)
+            .count();
+        assert!(beyond > 50, "only {beyond} stored actions exceed the bound");
+        // Rewards stayed within what a clipped torque allows (cost <= pi^2 + 0.1*64 + 0.001*4).
+        assert!(trainer.rollout.rewards.iter().all(|r| *r >= -16.3));
+    }
+
+    #[test]
+    fn truncated_steps_get_the_value_of_their_final_observation() {
+        let mut config = crate::preset("pendulum").unwrap();
+        config.env.num_envs = 2;
+        config.ppo.n_steps = 200; // exactly one episode: the last step is truncated
+        config.ppo.batch_size = 64;
+        let mut trainer = Trainer::new(config).unwrap();
+        trainer.collect().unwrap();
+        let r = &trainer.rollout;
+        let last = 199 * 2;
+        assert!(r.truncated[last] && r.truncated[last + 1]);
+        assert!(r.final_values[last] != 0.0 && r.final_values[last + 1] != 0.0);
+        assert!(r.truncated.iter().filter(|t| **t).count() == 2);
+    }
+}
