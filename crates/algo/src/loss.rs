@@ -31,6 +31,9 @@ pub struct LossInput<'a> {
     pub returns: &'a [f32],
     /// Current entropies.
     pub entropy: &'a [f32],
+    /// Off-policy weights `pi_prox / pi_behaviour` per sample (decoupled PPO); `None` means
+    /// on-policy (all 1).
+    pub weights: Option<&'a [f32]>,
 }
 
 /// Coefficients of the loss.
@@ -62,7 +65,7 @@ pub fn ppo_loss(
     for i in 0..n {
         let log_ratio = input.new_log_probs[i] - input.old_log_probs[i];
         let ratio = log_ratio.exp();
-        let adv = input.advantages[i];
+        let adv = input.advantages[i] * input.weights.map_or(1.0, |w| w[i]);
         let unclipped = -adv * ratio;
         let clipped = -adv * ratio.clamp(lo, hi);
         let outside = !(lo..=hi).contains(&ratio);
@@ -133,7 +136,12 @@ mod tests {
         let old_v = [0.45_f32, 0.5, 0.0, 0.3, 1.0, 1.0];
         let ret = [1.0_f32, 0.0, -1.0, 0.2, 3.0, 0.7];
         let ent = [0.6_f32, 0.5, 0.7, 0.6, 0.4, 0.5];
-        for clip_vf in [None, Some(0.2)] {
+        let weights = [1.0_f32, 0.5, 2.0, 1.3, 0.8, 1.0];
+        for (clip_vf, w) in [
+            (None, None),
+            (Some(0.2), None),
+            (Some(0.2), Some(&weights[..])),
+        ] {
             let c = LossCoefficients {
                 clip_range: 0.2,
                 clip_range_vf: clip_vf,
@@ -148,6 +156,7 @@ mod tests {
                 old_values: &old_v,
                 returns: &ret,
                 entropy: &ent,
+                weights: w,
             };
             let (mut dl, mut de, mut dv) = ([0.0; 6], [0.0; 6], [0.0; 6]);
             ppo_loss(&input, c, &mut dl, &mut de, &mut dv);
@@ -219,6 +228,7 @@ mod tests {
             old_values: &[0.0, 0.0],
             returns: &[0.0, 0.0],
             entropy: &[0.5, 0.5],
+            weights: None,
         };
         let c = LossCoefficients {
             clip_range: 0.2,

@@ -42,6 +42,9 @@ pub struct RolloutBuffer {
     pub final_values: Vec<f32>,
     /// V of the observation after the last step.
     pub last_values: Vec<f32>,
+    /// Off-policy weights `pi_prox / pi_behaviour`, truncated (1 on-policy); see
+    /// [`RolloutBuffer::make_proximal`].
+    pub weights: Vec<f32>,
     /// GAE advantages.
     pub advantages: Vec<f32>,
     /// Value targets.
@@ -66,6 +69,7 @@ impl RolloutBuffer {
             truncated: vec![false; n],
             final_values: vec![0.0; n],
             last_values: vec![0.0; num_envs],
+            weights: vec![1.0; n],
             advantages: vec![0.0; n],
             returns: vec![0.0; n],
         }
@@ -79,6 +83,31 @@ impl RolloutBuffer {
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Decoupled PPO (Hilton et al., 2021) for samples from older policies: the current
+    /// policy becomes the proximal one. Its log-probs replace the behaviour log-probs as the
+    /// ratio's denominator, its values replace the recorded ones (GAE and value clipping),
+    /// and each sample is weighted by `pi_prox / pi_behaviour`, truncated at `max_weight`.
+    /// With on-policy data every weight is 1 and nothing changes.
+    pub fn make_proximal(&mut self, model: &mut dyn ActorCritic, max_weight: f32) {
+        const CHUNK: usize = 1024;
+        let mut eval = Evaluation::default();
+        let (od, ad) = (self.obs_dim, self.action_dim);
+        for start in (0..self.len()).step_by(CHUNK) {
+            let end = (start + CHUNK).min(self.len());
+            model.evaluate(
+                &self.obs[start * od..end * od],
+                &self.actions[start * ad..end * ad],
+                &mut eval,
+            );
+            for (k, i) in (start..end).enumerate() {
+                let behaviour = self.log_probs[i];
+                self.weights[i] = (eval.log_probs[k] - behaviour).exp().min(max_weight);
+                self.log_probs[i] = eval.log_probs[k];
+                self.values[i] = eval.values[k];
+            }
+        }
     }
 
     /// Fills `advantages` and `returns` by GAE.
@@ -148,6 +177,7 @@ pub struct Ppo {
     mb_advantages: Vec<f32>,
     mb_values: Vec<f32>,
     mb_returns: Vec<f32>,
+    mb_weights: Vec<f32>,
     d_log_probs: Vec<f32>,
     d_entropy: Vec<f32>,
     d_values: Vec<f32>,
@@ -167,6 +197,7 @@ impl Ppo {
             mb_advantages: Vec::new(),
             mb_values: Vec::new(),
             mb_returns: Vec::new(),
+            mb_weights: Vec::new(),
             d_log_probs: Vec::new(),
             d_entropy: Vec::new(),
             d_values: Vec::new(),
@@ -198,6 +229,7 @@ impl Ppo {
         self.mb_advantages.clear();
         self.mb_values.clear();
         self.mb_returns.clear();
+        self.mb_weights.clear();
         for &k in idx {
             self.mb_obs
                 .extend_from_slice(&rollout.obs[k * od..(k + 1) * od]);
@@ -207,6 +239,7 @@ impl Ppo {
             self.mb_advantages.push(rollout.advantages[k]);
             self.mb_values.push(rollout.values[k]);
             self.mb_returns.push(rollout.returns[k]);
+            self.mb_weights.push(rollout.weights[k]);
         }
         if self.config.norm_adv && idx.len() > 1 {
             normalize(&mut self.mb_advantages);
@@ -273,6 +306,7 @@ impl Ppo {
                     old_values: &self.mb_values,
                     returns: &self.mb_returns,
                     entropy: &self.evaluation.entropy,
+                    weights: Some(&self.mb_weights),
                 };
                 let terms = ppo_loss(
                     &input,

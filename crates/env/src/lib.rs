@@ -33,7 +33,7 @@ mod vector;
 
 pub use classic::{Acrobot, CartPole, MountainCarContinuous, Pendulum};
 pub use error::EnvError;
-pub use normalize::{NormalizeObservation, RunningMeanStd, ScaleReward};
+pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward};
 pub use registry::{env_names, make_env, make_vec_env, spec_for};
 pub use space::{EnvSpec, Space};
 pub use vector::{

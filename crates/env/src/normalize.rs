@@ -32,6 +32,42 @@ impl RunningMeanStd {
         }
     }
 
+    /// An accumulator holding no samples (count 0), for the moments of one batch of data
+    /// that is later [merged](RunningMeanStd::merge) elsewhere.
+    pub fn empty(dim: usize) -> Self {
+        RunningMeanStd {
+            mean: vec![0.0; dim],
+            var: vec![0.0; dim],
+            count: 0.0,
+        }
+    }
+
+    /// Merges another set of moments into these (Chan et al.), as if its samples had been
+    /// given to [`RunningMeanStd::update`].
+    ///
+    /// # Panics
+    /// When the dimensions differ.
+    pub fn merge(&mut self, other: &RunningMeanStd) {
+        assert_eq!(
+            self.mean.len(),
+            other.mean.len(),
+            "merging statistics of different dimensions"
+        );
+        let total = self.count + other.count;
+        if other.count == 0.0 || total == 0.0 {
+            return;
+        }
+        for d in 0..self.mean.len() {
+            let delta = other.mean[d] - self.mean[d];
+            let m2 = self.var[d] * self.count
+                + other.var[d] * other.count
+                + delta * delta * self.count * other.count / total;
+            self.mean[d] += delta * other.count / total;
+            self.var[d] = m2 / total;
+        }
+        self.count = total;
+    }
+
     /// Merges a batch of rows (`rows.len()` a multiple of the dimension).
     pub fn update<T: Copy + Into<f64>>(&mut self, rows: &[T]) {
         let dim = self.mean.len();
@@ -67,45 +103,52 @@ impl RunningMeanStd {
     }
 }
 
-/// Normalises observations (and final observations) with running statistics, updated from
-/// every step's observations while training.
+/// Normalises observations (and final observations) with statistics set from outside (the
+/// learner publishes them with each policy version), and collects the moments of the raw
+/// observations it sees so the owner of the statistics can merge them.
 pub struct NormalizeObservation<V> {
     inner: V,
     rms: RunningMeanStd,
-    training: bool,
+    pending: RunningMeanStd,
+    collecting: bool,
 }
 
 impl<V: VecEnv> NormalizeObservation<V> {
-    /// Wraps `inner`.
+    /// Wraps `inner`, starting from mean 0 and variance 1, collecting moments.
     pub fn new(inner: V) -> Self {
-        let rms = RunningMeanStd::new(inner.spec().obs_dim());
+        let dim = inner.spec().obs_dim();
         NormalizeObservation {
             inner,
-            rms,
-            training: true,
+            rms: RunningMeanStd::new(dim),
+            pending: RunningMeanStd::empty(dim),
+            collecting: true,
         }
     }
 
-    /// Wraps `inner` with fixed statistics that are not updated (evaluation).
+    /// Wraps `inner` with fixed statistics, collecting nothing (evaluation).
     ///
     /// # Errors
     /// [`EnvError::BadState`] when the statistics have another dimension.
     pub fn frozen(inner: V, rms: RunningMeanStd) -> Result<Self, EnvError> {
-        if rms.mean.len() != inner.spec().obs_dim() {
+        let mut wrapped = NormalizeObservation::new(inner);
+        wrapped.set_rms(&rms)?;
+        wrapped.collecting = false;
+        Ok(wrapped)
+    }
+
+    fn set_rms(&mut self, rms: &RunningMeanStd) -> Result<(), EnvError> {
+        if rms.mean.len() != self.rms.mean.len() {
             return Err(EnvError::BadState {
-                env: inner.spec().name.clone(),
+                env: self.inner.spec().name.clone(),
                 reason: format!(
-                    "normalisation statistics have {} dimensions, observations {}",
+                    "observation statistics have {} dimensions, observations {}",
                     rms.mean.len(),
-                    inner.spec().obs_dim()
+                    self.rms.mean.len()
                 ),
             });
         }
-        Ok(NormalizeObservation {
-            inner,
-            rms,
-            training: false,
-        })
+        self.rms = rms.clone();
+        Ok(())
     }
 }
 
@@ -118,15 +161,15 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
     }
     fn reset(&mut self, seed: u64, obs: &mut [f32]) {
         self.inner.reset(seed, obs);
-        if self.training {
-            self.rms.update(obs);
+        if self.collecting {
+            self.pending.update(obs);
         }
         self.rms.normalize(obs);
     }
     fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
         self.inner.step(actions, out)?;
-        if self.training {
-            self.rms.update(&out.obs[..]);
+        if self.collecting {
+            self.pending.update(&out.obs[..]);
         }
         self.rms.normalize(&mut out.obs);
         let dim = self.rms.mean.len();
@@ -145,31 +188,53 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
         }
     }
     fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
-        match &snapshot.obs_rms {
-            Some(rms) if rms.mean.len() == self.rms.mean.len() => self.rms = rms.clone(),
-            _ => {
-                return Err(EnvError::BadState {
-                    env: self.spec().name.clone(),
-                    reason: "snapshot lacks matching observation-normalisation statistics".into(),
-                })
-            }
-        }
+        let Some(rms) = &snapshot.obs_rms else {
+            return Err(EnvError::BadState {
+                env: self.spec().name.clone(),
+                reason: "snapshot lacks observation-normalisation statistics".into(),
+            });
+        };
+        self.set_rms(rms)?;
         self.inner.restore(snapshot)
     }
     fn set_training(&mut self, training: bool) {
-        self.training = training;
+        self.collecting = training;
         self.inner.set_training(training);
+    }
+    fn normalizer(&self) -> NormalizerStats {
+        NormalizerStats {
+            obs: Some(self.rms.clone()),
+            ..self.inner.normalizer()
+        }
+    }
+    fn set_normalizer(&mut self, stats: &NormalizerStats) -> Result<(), EnvError> {
+        if let Some(rms) = &stats.obs {
+            self.set_rms(rms)?;
+        }
+        self.inner.set_normalizer(stats)
+    }
+    fn take_normalizer_delta(&mut self) -> NormalizerStats {
+        let dim = self.rms.mean.len();
+        NormalizerStats {
+            obs: Some(std::mem::replace(
+                &mut self.pending,
+                RunningMeanStd::empty(dim),
+            )),
+            ..self.inner.take_normalizer_delta()
+        }
     }
 }
 
-/// Scales rewards by the running std of the discounted return (no mean subtraction), so
-/// value targets stay near unit scale whatever the env's reward magnitude.
+/// Scales rewards by the std of the discounted return (no mean subtraction), so value
+/// targets stay near unit scale whatever the env's reward magnitude. The statistics are set
+/// from outside; the moments of the running returns it sees are collected for merging.
 pub struct ScaleReward<V> {
     inner: V,
     rms: RunningMeanStd,
+    pending: RunningMeanStd,
     returns: Vec<f64>,
     gamma: f64,
-    training: bool,
+    collecting: bool,
 }
 
 impl<V: VecEnv> ScaleReward<V> {
@@ -179,9 +244,10 @@ impl<V: VecEnv> ScaleReward<V> {
         ScaleReward {
             inner,
             rms: RunningMeanStd::new(1),
+            pending: RunningMeanStd::empty(1),
             returns: vec![0.0; n],
             gamma,
-            training: true,
+            collecting: true,
         }
     }
 }
@@ -202,8 +268,8 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
         for (ret, r) in self.returns.iter_mut().zip(&out.rewards) {
             *ret = *ret * self.gamma + f64::from(*r);
         }
-        if self.training {
-            self.rms.update(&self.returns[..]);
+        if self.collecting {
+            self.pending.update(&self.returns[..]);
         }
         let scale = (self.rms.var[0] + EPSILON).sqrt();
         for (i, r) in out.rewards.iter_mut().enumerate() {
@@ -222,9 +288,9 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
     }
     fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
         match &snapshot.return_rms {
-            Some((rms, returns)) if returns.len() == self.returns.len() => {
+            Some((rms, returns)) if returns.len() == self.returns.len() && rms.mean.len() == 1 => {
                 self.rms = rms.clone();
-                self.returns = returns.clone();
+                self.returns.clone_from(returns);
             }
             _ => {
                 return Err(EnvError::BadState {
@@ -236,8 +302,57 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
         self.inner.restore(snapshot)
     }
     fn set_training(&mut self, training: bool) {
-        self.training = training;
+        self.collecting = training;
         self.inner.set_training(training);
+    }
+    fn normalizer(&self) -> NormalizerStats {
+        NormalizerStats {
+            returns: Some(self.rms.clone()),
+            ..self.inner.normalizer()
+        }
+    }
+    fn set_normalizer(&mut self, stats: &NormalizerStats) -> Result<(), EnvError> {
+        if let Some(rms) = &stats.returns {
+            if rms.mean.len() != 1 {
+                return Err(EnvError::BadState {
+                    env: self.spec().name.clone(),
+                    reason: "return statistics must be one-dimensional".into(),
+                });
+            }
+            self.rms = rms.clone();
+        }
+        self.inner.set_normalizer(stats)
+    }
+    fn take_normalizer_delta(&mut self) -> NormalizerStats {
+        NormalizerStats {
+            returns: Some(std::mem::replace(
+                &mut self.pending,
+                RunningMeanStd::empty(1),
+            )),
+            ..self.inner.take_normalizer_delta()
+        }
+    }
+}
+
+/// Normalisation statistics of an env stack: those in use, or the moments collected since
+/// the last [`VecEnv::take_normalizer_delta`]. `None` where that wrapper is off.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NormalizerStats {
+    /// Per-dimension observation statistics.
+    pub obs: Option<RunningMeanStd>,
+    /// Statistics of the running discounted return.
+    pub returns: Option<RunningMeanStd>,
+}
+
+impl NormalizerStats {
+    /// Merges collected moments into these statistics (both must have the same wrappers).
+    pub fn merge(&mut self, delta: &NormalizerStats) {
+        if let (Some(s), Some(d)) = (&mut self.obs, &delta.obs) {
+            s.merge(d);
+        }
+        if let (Some(s), Some(d)) = (&mut self.returns, &delta.returns) {
+            s.merge(d);
+        }
     }
 }
 
@@ -263,6 +378,15 @@ impl VecEnv for Box<dyn VecEnv> {
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)
     }
+    fn normalizer(&self) -> NormalizerStats {
+        (**self).normalizer()
+    }
+    fn set_normalizer(&mut self, stats: &NormalizerStats) -> Result<(), EnvError> {
+        (**self).set_normalizer(stats)
+    }
+    fn take_normalizer_delta(&mut self) -> NormalizerStats {
+        (**self).take_normalizer_delta()
+    }
 }
 
 #[cfg(test)]
@@ -282,6 +406,24 @@ mod tests {
         let var = data.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 300.0;
         assert!((rms.mean[0] - mean).abs() < 1e-4);
         assert!((rms.var[0] - var).abs() < 1e-3);
+    }
+
+    #[test]
+    fn merging_batches_equals_updating_with_all_of_them() {
+        let a: Vec<f64> = (0..40).map(|i| (i as f64 * 0.7).sin() * 3.0).collect();
+        let b: Vec<f64> = (0..25).map(|i| (i as f64 * 1.3).cos() + 2.0).collect();
+        let mut direct = RunningMeanStd::new(1);
+        direct.update(&a[..]);
+        direct.update(&b[..]);
+        let mut merged = RunningMeanStd::new(1);
+        let (mut da, mut db) = (RunningMeanStd::empty(1), RunningMeanStd::empty(1));
+        da.update(&a[..]);
+        db.update(&b[..]);
+        merged.merge(&da);
+        merged.merge(&db);
+        assert!((direct.mean[0] - merged.mean[0]).abs() < 1e-12);
+        assert!((direct.var[0] - merged.var[0]).abs() < 1e-12);
+        assert_eq!(direct.count, merged.count);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
-use crate::{Env, EnvError, EnvSpec, RunningMeanStd, Space};
+use crate::{Env, EnvError, EnvSpec, NormalizerStats, RunningMeanStd, Space};
 
 /// The RNG every environment samples its start states from.
 pub type EnvRng = Xoshiro256PlusPlus;
@@ -120,8 +120,23 @@ pub trait VecEnv: Send {
     /// # Errors
     /// [`EnvError::BadState`] when the snapshot is for another env or size.
     fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError>;
-    /// Wrappers update their running statistics only while training (default: on).
+    /// Wrappers collect statistics moments only while training (default: on).
     fn set_training(&mut self, _training: bool) {}
+    /// The normalisation statistics in use (none without normalisation wrappers).
+    fn normalizer(&self) -> NormalizerStats {
+        NormalizerStats::default()
+    }
+    /// Replaces the normalisation statistics in use (published with a policy version).
+    ///
+    /// # Errors
+    /// [`EnvError::BadState`] when the statistics do not fit.
+    fn set_normalizer(&mut self, _stats: &NormalizerStats) -> Result<(), EnvError> {
+        Ok(())
+    }
+    /// Moments of the raw data seen since the last call, for the statistics' owner to merge.
+    fn take_normalizer_delta(&mut self) -> NormalizerStats {
+        NormalizerStats::default()
+    }
 }
 
 /// [`VecEnv`] over `num_envs` instances of one concrete [`Env`] type (static dispatch on

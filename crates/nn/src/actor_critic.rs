@@ -131,6 +131,12 @@ pub trait ActorCritic: Send {
     fn load_tensors(&mut self, tensors: &[NamedTensor]) -> Result<(), NnError>;
     /// All parameters in one flat vector (for publishing and checksums).
     fn flat_params(&self) -> &[f32];
+    /// Replaces all parameters with a vector from [`ActorCritic::flat_params`] of a model
+    /// with the same architecture (adopting a published policy). Optimiser state is kept.
+    ///
+    /// # Errors
+    /// [`NnError::ParamCount`] when the length differs; [`NnError::NonFinite`] for NaN/inf.
+    fn set_flat_params(&mut self, params: &[f32]) -> Result<(), NnError>;
 }
 
 /// Batches at least this large run the policy and value networks on two threads (when the
@@ -585,6 +591,23 @@ impl ActorCritic for MlpActorCritic {
 
     fn flat_params(&self) -> &[f32] {
         &self.params
+    }
+
+    fn set_flat_params(&mut self, params: &[f32]) -> Result<(), NnError> {
+        if params.len() != self.params.len() {
+            return Err(NnError::ParamCount {
+                expected: self.params.len(),
+                found: params.len(),
+            });
+        }
+        if let Some(index) = params.iter().position(|v| !v.is_finite()) {
+            return Err(NnError::NonFinite {
+                name: "flat parameters".into(),
+                index,
+            });
+        }
+        self.params.copy_from_slice(params);
+        Ok(())
     }
 }
 

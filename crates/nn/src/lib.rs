@@ -54,6 +54,9 @@ pub enum NnError {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
+    /// A flat parameter vector has another length than the model's.
+    #[error("parameter vector has {found} values, the model has {expected}")]
+    ParamCount { expected: usize, found: usize },
     /// A tensor holds NaN or infinity.
     #[error("tensor `{name}` holds a non-finite value at index {index}")]
     NonFinite { name: String, index: usize },

@@ -10,14 +10,15 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use strata_env::VecEnvSnapshot;
-use strata_nn::{ActorCritic, NamedTensor, SampleRng};
+use strata_env::NormalizerStats;
+use strata_nn::{ActorCritic, NamedTensor};
 
-use crate::trainer::{build_envs, build_model, Progress, Trainer};
+use crate::buffer::WorkerState;
+use crate::trainer::{build_model, Progress, ResumePoint, Trainer};
 use crate::{RunConfig, RuntimeError};
 
 /// Bumped when the layout changes incompatibly.
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 const WEIGHTS: &str = "model.safetensors";
 const META: &str = "meta.json";
 
@@ -34,12 +35,10 @@ pub struct CheckpointMeta {
     pub policy_version: u64,
     /// Counters and statistics.
     pub progress: Progress,
-    /// Env states, RNGs and normaliser statistics.
-    pub envs: VecEnvSnapshot,
-    /// The observations the envs will act on next.
-    pub obs: Vec<f32>,
-    /// Action-sampling RNG.
-    pub sample_rng: SampleRng,
+    /// The learner's normalisation statistics (published with the policy).
+    pub normalizer: NormalizerStats,
+    /// Each worker's envs, observations and RNG after its last consumed fragment.
+    pub workers: Vec<WorkerState>,
     /// Minibatch-shuffling RNG.
     pub ppo_rng: Xoshiro256PlusPlus,
     /// SHA-256 of `model.safetensors`, hex.
@@ -120,9 +119,15 @@ pub fn save_checkpoint(trainer: &Trainer, dir: &Path) -> Result<(), RuntimeError
         config_hash: trainer.config_hash.clone(),
         policy_version: trainer.progress.policy_version,
         progress: trainer.progress.clone(),
-        envs: trainer.envs.snapshot(),
-        obs: trainer.obs.clone(),
-        sample_rng: trainer.sample_rng.clone(),
+        normalizer: trainer.normalizer.clone(),
+        workers: trainer
+            .worker_states
+            .iter()
+            .cloned()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                RuntimeError::checkpoint(dir, "no update has completed yet: nothing to checkpoint")
+            })?,
         ppo_rng: trainer.ppo.rng().clone(),
         weights_sha256: sha256_hex(&weights),
     };
@@ -221,27 +226,27 @@ impl Trainer {
                 || c.ppo != run_config.ppo
                 || c.network != run_config.network
                 || c.train.seed != run_config.train.seed
+                || c.runtime.workers != run_config.runtime.workers
+                || c.runtime.mode != run_config.runtime.mode
+                || c.runtime.effective_lag() != run_config.runtime.effective_lag()
             {
-                return Err(RuntimeError::Config("--resume keeps the checkpoint's env, ppo, network and seed; only train.* run-control keys may change".into()));
+                return Err(RuntimeError::Config("--resume keeps the checkpoint's env, ppo, network, seed, workers, mode and lag; only train.* run-control keys and runtime timeouts may change".into()));
             }
             run_config.train = c.train;
+            run_config.runtime = c.runtime;
         }
-        let mut trainer = Trainer::new(run_config)?;
-        trainer.model.load_tensors(&loaded.tensors)?;
-        trainer.envs.restore(&meta.envs)?;
-        if meta.obs.len() != trainer.obs.len() {
-            return Err(RuntimeError::checkpoint(
-                path,
-                "saved observations do not fit the env count",
-            ));
-        }
-        trainer.obs = meta.obs;
-        trainer.sample_rng = meta.sample_rng;
-        trainer.ppo.set_rng(meta.ppo_rng);
-        trainer.progress = meta.progress;
-        // The annealing horizon is part of the identity: keep the original hash.
-        trainer.config_hash = meta.config_hash;
-        Ok(trainer)
+        Trainer::start(
+            run_config,
+            Some(ResumePoint {
+                model_tensors: loaded.tensors,
+                progress: meta.progress,
+                normalizer: meta.normalizer,
+                workers: meta.workers,
+                ppo_rng: meta.ppo_rng,
+                // The annealing horizon is part of the identity: keep the original hash.
+                config_hash: meta.config_hash,
+            }),
+        )
     }
 }
 
@@ -255,8 +260,8 @@ pub struct Policy {
     pub policy_version: u64,
     /// The model.
     pub model: Box<dyn ActorCritic>,
-    /// Normaliser statistics to apply (frozen).
-    pub envs_snapshot: VecEnvSnapshot,
+    /// Normalisation statistics to apply (frozen).
+    pub normalizer: NormalizerStats,
 }
 
 /// Loads a checkpoint's policy for evaluation.
@@ -267,13 +272,17 @@ pub fn load_policy(path: &Path) -> Result<Policy, RuntimeError> {
     let loaded = read_checkpoint(path)?;
     let mut model = build_model(&loaded.meta.config)?;
     model.load_tensors(&loaded.tensors)?;
-    // Check the snapshot fits the config's wrappers now, not halfway through evaluation.
-    build_envs(&loaded.meta.config)?.restore(&loaded.meta.envs)?;
+    if loaded.meta.config.env.normalize_obs && loaded.meta.normalizer.obs.is_none() {
+        return Err(RuntimeError::checkpoint(
+            path,
+            "the config normalises observations but meta.json holds no statistics",
+        ));
+    }
     Ok(Policy {
         config_hash: loaded.meta.config_hash,
         policy_version: loaded.meta.policy_version,
         config: loaded.meta.config,
         model,
-        envs_snapshot: loaded.meta.envs,
+        normalizer: loaded.meta.normalizer,
     })
 }

@@ -69,6 +69,61 @@ impl Default for TrainConfig {
     }
 }
 
+/// How collection and learning are scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every fragment of a training batch comes from the learner's current version:
+    /// workers wait while the learner trains (classic PPO).
+    Sync,
+    /// Collection never stops: workers collect with the newest version they have while the
+    /// learner trains, at most `runtime.max_policy_lag` versions behind (they wait beyond
+    /// that; nothing is dropped). Decoupled PPO corrects for the lag.
+    Async,
+}
+
+/// Workers, scheduling and operations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Rollout worker threads; `env.num_envs` is split evenly among them (worker `w` owns
+    /// envs `w * per_worker ..`).
+    pub workers: usize,
+    /// `sync` or `async`.
+    pub mode: Mode,
+    /// Async: the most policy versions a fragment may lag behind the learner when consumed.
+    pub max_policy_lag: u64,
+    /// Decoupled PPO: truncation of the weight `pi_prox / pi_behaviour`.
+    pub max_is_weight: f64,
+    /// Seconds a blocking wait lasts before it is logged (and retried).
+    pub wait_timeout_secs: f64,
+    /// Read back every buffer write and check slot ownership (slow; for debugging).
+    pub debug_buffer: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            workers: 1,
+            mode: Mode::Sync,
+            max_policy_lag: 1,
+            max_is_weight: 2.0,
+            wait_timeout_secs: 10.0,
+            debug_buffer: false,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The lag bound in force: 0 in sync mode.
+    pub fn effective_lag(&self) -> u64 {
+        match self.mode {
+            Mode::Sync => 0,
+            Mode::Async => self.max_policy_lag,
+        }
+    }
+}
+
 /// Everything a run needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -81,6 +136,8 @@ pub struct RunConfig {
     pub network: NetworkConfig,
     /// Run control.
     pub train: TrainConfig,
+    /// Workers and scheduling.
+    pub runtime: RuntimeConfig,
 }
 
 impl Default for RunConfig {
@@ -182,6 +239,38 @@ impl RunConfig {
                 "must be finite",
             );
         }
+        let r = &self.runtime;
+        if r.workers == 0 || r.workers > 1024 {
+            return bad("runtime.workers", &r.workers, "must be between 1 and 1024");
+        }
+        if !self.env.num_envs.is_multiple_of(r.workers) {
+            return bad(
+                "runtime.workers",
+                &r.workers,
+                &format!("must divide env.num_envs = {} evenly", self.env.num_envs),
+            );
+        }
+        if r.mode == Mode::Async && r.max_policy_lag < 1 {
+            return bad(
+                "runtime.max_policy_lag",
+                &r.max_policy_lag,
+                "must be at least 1 in async mode",
+            );
+        }
+        if !(r.max_is_weight.is_finite() && r.max_is_weight >= 1.0) {
+            return bad(
+                "runtime.max_is_weight",
+                &r.max_is_weight,
+                "must be at least 1",
+            );
+        }
+        if !(r.wait_timeout_secs.is_finite() && r.wait_timeout_secs > 0.0) {
+            return bad(
+                "runtime.wait_timeout_secs",
+                &r.wait_timeout_secs,
+                "must be a positive number of seconds",
+            );
+        }
         if self.train.total_steps == 0 {
             return bad(
                 "train.total_steps",
@@ -212,7 +301,7 @@ impl RunConfig {
     }
 
     /// SHA-256 (hex, first 16 chars) of the canonical JSON of what defines the policy:
-    /// env, PPO, network, seed and budget. Run-control switches (checkpointing, stopping)
+    /// env, PPO, network, seed, budget and how samples are scheduled (workers, mode, lag). Run-control switches (checkpointing, stopping)
     /// do not change it.
     pub fn config_hash(&self) -> String {
         #[derive(Serialize)]
@@ -222,6 +311,9 @@ impl RunConfig {
             network: &'a NetworkConfig,
             seed: u64,
             total_steps: u64,
+            workers: usize,
+            mode: Mode,
+            lag: u64,
         }
         let identity = Identity {
             env: &self.env,
@@ -229,6 +321,9 @@ impl RunConfig {
             network: &self.network,
             seed: self.train.seed,
             total_steps: self.train.total_steps,
+            workers: self.runtime.workers,
+            mode: self.runtime.mode,
+            lag: self.runtime.effective_lag(),
         };
         let json = serde_json::to_vec(&identity).expect("the identity serialises");
         let digest = Sha256::digest(json);

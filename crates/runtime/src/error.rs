@@ -23,6 +23,9 @@ pub enum RuntimeError {
     /// Model tensors do not fit the architecture.
     #[error("model: {0}")]
     Model(#[from] NnError),
+    /// A rollout worker stopped on an error (env NaN, panic) or vanished.
+    #[error("worker {worker}: {error}")]
+    Worker { worker: usize, error: String },
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

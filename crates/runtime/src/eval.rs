@@ -47,7 +47,7 @@ pub fn evaluate(
     let n = episodes.min(16);
     let mut envs = make_vec_env(&policy.config.env.name, n)?;
     if policy.config.env.normalize_obs {
-        let rms = policy.envs_snapshot.obs_rms.clone().ok_or_else(|| {
+        let rms = policy.normalizer.obs.clone().ok_or_else(|| {
             RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())
         })?;
         envs = Box::new(NormalizeObservation::frozen(envs, rms)?);

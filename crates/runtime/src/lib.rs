@@ -22,20 +22,26 @@
 //! - **config hash**: identifies what defines the policy (env, PPO, network, seed, budget).
 //! - **update record**: one line of `metrics.jsonl`.
 
+mod buffer;
 pub mod checkpoint;
 mod config;
 mod error;
 mod eval;
+mod policy_store;
 mod presets;
 pub mod run;
 mod trainer;
+mod worker;
 
+pub use buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 pub use checkpoint::{load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy};
-pub use config::{EnvConfig, RunConfig, TrainConfig};
+pub use config::{EnvConfig, Mode, RunConfig, RuntimeConfig, TrainConfig};
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
+pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;
 pub use run::RunDir;
 pub use trainer::{
     build_envs, build_model, Progress, Summary, TimeBreakdown, Trainer, UpdateRecord,
 };
+pub use worker::{WorkerCommand, WorkerEvent};

@@ -4,7 +4,7 @@
 use strata_algo::PpoConfig;
 use strata_nn::NetworkConfig;
 
-use crate::config::{EnvConfig, RunConfig, TrainConfig};
+use crate::config::{EnvConfig, RunConfig, RuntimeConfig, TrainConfig};
 
 /// The preset for a built-in env, or `None` for an unknown name.
 pub fn preset(env: &str) -> Option<RunConfig> {
@@ -45,6 +45,7 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 },
                 network: NetworkConfig::default(),
                 train,
+                runtime: RuntimeConfig::default(),
             }
         }
         // rl-zoo3 Pendulum-v1: 4 envs x 1024 steps, 10 epochs, gamma 0.9, lambda 0.95,
@@ -66,6 +67,7 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 },
                 network: NetworkConfig::default(),
                 train,
+                runtime: RuntimeConfig::default(),
             }
         }
         // rl-zoo3 Acrobot-v1: normalised, 16 envs x 256 steps, 4 epochs, lambda 0.94.
@@ -84,6 +86,7 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 },
                 network: NetworkConfig::default(),
                 train,
+                runtime: RuntimeConfig::default(),
             }
         }
         // rl-zoo3 MountainCarContinuous-v0: normalised, 1 env x 8 steps, 10 epochs, gamma
@@ -114,6 +117,7 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     ..NetworkConfig::default()
                 },
                 train,
+                runtime: RuntimeConfig::default(),
             }
         }
         _ => return None,

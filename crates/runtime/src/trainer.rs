@@ -1,15 +1,25 @@
-//! The training loop: collect a rollout from the vectorised env, compute advantages, run
-//! the PPO update, publish the next policy version, record metrics.
+//! The learner and the wiring: rollout workers fill fragments in the experience buffer,
+//! the learner consumes one fragment per worker per update in a fixed order, runs GAE and
+//! the PPO update, and publishes the next policy version to the policy store.
 
-use std::collections::VecDeque;
-use std::time::Instant;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use strata_algo::{Ppo, RolloutBuffer, UpdateStats};
-use strata_env::{derive_seed, make_vec_env, NormalizeObservation, ScaleReward, StepBatch, VecEnv};
+use strata_env::{
+    derive_seed, make_vec_env, NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward,
+    VecEnv,
+};
 use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
+use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
+use crate::policy_store::{PolicyStore, PublishedPolicy};
+use crate::worker::{self, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
 
 /// Where the time went, in seconds.
@@ -25,7 +35,11 @@ pub struct TimeBreakdown {
     pub backward: f64,
     /// Optimiser steps.
     pub optimizer: f64,
-    /// GAE and everything else in the loop.
+    /// The learner waiting for fragments.
+    pub buffer_wait: f64,
+    /// Publishing policy versions.
+    pub publish: f64,
+    /// GAE, bootstrap values, off-policy correction and everything else in the loop.
     pub other: f64,
 }
 
@@ -48,6 +62,12 @@ pub struct UpdateRecord {
     pub mean_return: Option<f64>,
     /// Mean length of the episodes finished during this update's rollout.
     pub mean_episode_length: Option<f64>,
+    /// Smallest policy lag (learner version minus behaviour version) in this batch.
+    pub policy_lag_min: u64,
+    /// Mean policy lag over the batch's fragments.
+    pub policy_lag_avg: f64,
+    /// Largest policy lag in this batch.
+    pub policy_lag_max: u64,
     /// The PPO statistics.
     #[serde(flatten)]
     pub ppo: UpdateStats,
@@ -103,34 +123,51 @@ pub struct Progress {
     pub time: TimeBreakdown,
 }
 
-/// Single-learner PPO training over one vectorised env.
+/// PPO training: rollout worker threads feeding one learner.
 pub struct Trainer {
     pub(crate) config: RunConfig,
     pub(crate) config_hash: String,
-    pub(crate) envs: Box<dyn VecEnv>,
     pub(crate) model: Box<dyn ActorCritic>,
     pub(crate) ppo: Ppo,
     pub(crate) rollout: RolloutBuffer,
-    pub(crate) batch: StepBatch,
-    /// The observation each env will act on next.
-    pub(crate) obs: Vec<f32>,
-    pub(crate) sample_rng: SampleRng,
     pub(crate) progress: Progress,
+    /// Normalisation statistics owned by the learner, published with every version.
+    pub(crate) normalizer: NormalizerStats,
+    /// Each worker's state after its last consumed fragment (for checkpoints).
+    pub(crate) worker_states: Vec<Option<WorkerState>>,
     /// Runs the PPO update; its thread count is `train.learner_threads`.
     learner_pool: rayon::ThreadPool,
     threshold: f64,
+    wiring: Wiring,
+    /// Fragments that arrived ahead of their turn: (fragment index, worker) -> slot.
+    early: BTreeMap<(u64, usize), SlotId>,
+    scratch_obs: Vec<f32>,
+    scratch_values: Vec<f32>,
     final_rows: Vec<usize>,
-    final_obs: Vec<f32>,
-    final_values: Vec<f32>,
     episode_lengths: Vec<u32>,
+    lags: Vec<u64>,
 }
 
-/// Builds the vectorised env a config asks for, wrappers included.
+/// The threads and queues, created in one place ([`Trainer::start`]).
+struct Wiring {
+    buffer: Arc<ExperienceBuffer>,
+    store: Arc<PolicyStore>,
+    /// Workers -> learner: completed fragments and failures (capacity: all slots).
+    events: Receiver<WorkerEvent>,
+    /// Learner -> worker `w`: slots handed back (capacity: the worker's slots).
+    free_slots: Vec<SyncSender<SlotId>>,
+    /// Learner -> worker `w`: commands (capacity 1: only `Exit`).
+    commands: Vec<SyncSender<WorkerCommand>>,
+    handles: Vec<JoinHandle<()>>,
+    wait_timeout: Duration,
+}
+
+/// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included.
 ///
 /// # Errors
 /// [`RuntimeError::Env`] for an unknown env.
-pub fn build_envs(config: &RunConfig) -> Result<Box<dyn VecEnv>, RuntimeError> {
-    let mut envs = make_vec_env(&config.env.name, config.env.num_envs)?;
+pub fn build_envs(config: &RunConfig, num_envs: usize) -> Result<Box<dyn VecEnv>, RuntimeError> {
+    let mut envs = make_vec_env(&config.env.name, num_envs)?;
     if config.env.normalize_obs {
         envs = Box::new(NormalizeObservation::new(envs));
     }
@@ -159,41 +196,147 @@ pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeEr
     )))
 }
 
+/// The initial normalisation statistics for a config (mean 0, variance 1).
+fn initial_normalizer(config: &RunConfig, obs_dim: usize) -> NormalizerStats {
+    NormalizerStats {
+        obs: config
+            .env
+            .normalize_obs
+            .then(|| RunningMeanStd::new(obs_dim)),
+        returns: config.env.normalize_reward.then(|| RunningMeanStd::new(1)),
+    }
+}
+
+/// What a resumed run starts from.
+pub(crate) struct ResumePoint {
+    pub model_tensors: Vec<strata_nn::NamedTensor>,
+    pub progress: Progress,
+    pub normalizer: NormalizerStats,
+    pub workers: Vec<WorkerState>,
+    pub ppo_rng: rand_xoshiro::Xoshiro256PlusPlus,
+    pub config_hash: String,
+}
+
 impl Trainer {
-    /// A new run at step 0 with version-0 weights.
+    /// A new run at step 0 with version-0 weights; starts the worker threads.
     ///
     /// # Errors
     /// [`RuntimeError::InvalidConfig`] (naming the key) or an env error.
     pub fn new(config: RunConfig) -> Result<Self, RuntimeError> {
+        Self::start(config, None)
+    }
+
+    /// Wires the buffer, policy store, queues and workers, from scratch or a resume point.
+    pub(crate) fn start(
+        config: RunConfig,
+        resume: Option<ResumePoint>,
+    ) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let mut envs = build_envs(&config)?;
-        let model = build_model(&config)?;
-        let spec = envs.spec().clone();
-        let n = config.env.num_envs;
-        let mut batch = StepBatch::new(&spec, n);
-        envs.reset(derive_seed(config.train.seed, 0), &mut batch.obs);
-        let obs = batch.obs.clone();
+        let mut model = build_model(&config)?;
+        let spec = strata_env::spec_for(&config.env.name)?;
+        let (workers, n) = (config.runtime.workers, config.env.num_envs);
+        let per_worker_envs = n / workers;
+        let lag = config.runtime.effective_lag();
+        let mut progress = Progress::default();
+        let mut normalizer = initial_normalizer(&config, spec.obs_dim());
+        let mut ppo = Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3));
+        let mut config_hash = config.config_hash();
+        let mut starts: Vec<Option<WorkerState>> = vec![None; workers];
+        if let Some(r) = resume {
+            model.load_tensors(&r.model_tensors)?;
+            if r.workers.len() != workers {
+                return Err(RuntimeError::Config(format!(
+                    "the checkpoint has {} worker states, the config {workers} workers",
+                    r.workers.len()
+                )));
+            }
+            progress = r.progress;
+            normalizer = r.normalizer;
+            ppo.set_rng(r.ppo_rng);
+            config_hash = r.config_hash;
+            starts = r.workers.into_iter().map(Some).collect();
+        }
+        let initial = PublishedPolicy::new(
+            progress.policy_version,
+            model.flat_params().to_vec(),
+            normalizer.clone(),
+        );
+        // Enough history for a worker `lag` versions behind to find its exact version.
+        let store = Arc::new(
+            PolicyStore::new(initial, workers, lag as usize + 2)
+                .map_err(|e| RuntimeError::Config(e.to_string()))?,
+        );
+        // One slot per fragment a worker may have in flight: the current one plus `lag`.
+        let slots_per_worker = lag as usize + 1;
+        let buffer = Arc::new(ExperienceBuffer::new(
+            workers,
+            slots_per_worker,
+            config.ppo.n_steps,
+            per_worker_envs,
+            spec.obs_dim(),
+            spec.action_dim(),
+            config.runtime.debug_buffer,
+        ));
+        let wait_timeout = Duration::from_secs_f64(config.runtime.wait_timeout_secs);
+        let (event_tx, events) = sync_channel(workers * slots_per_worker);
+        let shared_config = Arc::new(config.clone());
+        let mut wiring = Wiring {
+            buffer: Arc::clone(&buffer),
+            store: Arc::clone(&store),
+            events,
+            free_slots: Vec::with_capacity(workers),
+            commands: Vec::with_capacity(workers),
+            handles: Vec::with_capacity(workers),
+            wait_timeout,
+        };
+        for (id, start) in starts.into_iter().enumerate() {
+            let (slot_tx, slot_rx) = sync_channel(slots_per_worker);
+            for slot in buffer.owned_by(id) {
+                slot_tx
+                    .try_send(slot)
+                    .expect("capacity equals the worker's slot count");
+            }
+            let (cmd_tx, cmd_rx) = sync_channel(1);
+            let handle = worker::spawn(WorkerSetup {
+                id,
+                config: Arc::clone(&shared_config),
+                buffer: Arc::clone(&buffer),
+                store: Arc::clone(&store),
+                free_slots: slot_rx,
+                events: event_tx.clone(),
+                commands: cmd_rx,
+                start,
+                max_lag: lag,
+                exact: config.train.deterministic || lag == 0,
+                wait_timeout,
+            })
+            .map_err(|e| RuntimeError::Config(format!("cannot start worker {id}: {e}")))?;
+            wiring.free_slots.push(slot_tx);
+            wiring.commands.push(cmd_tx);
+            wiring.handles.push(handle);
+        }
         let learner_pool = rayon::ThreadPoolBuilder::new()
             .num_threads(config.train.learner_threads)
             .thread_name(|i| format!("strata-learner-{i}"))
             .build()
             .map_err(|e| RuntimeError::Config(format!("cannot start the learner threads: {e}")))?;
         Ok(Trainer {
-            learner_pool,
-            config_hash: config.config_hash(),
+            config_hash,
             rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
-            ppo: Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3)),
-            sample_rng: SampleRng::seed_from_u64(derive_seed(config.train.seed, 2)),
+            ppo,
             threshold: spec.reward_threshold,
-            envs,
             model,
-            batch,
-            obs,
-            progress: Progress::default(),
+            progress,
+            normalizer,
+            worker_states: vec![None; workers],
+            learner_pool,
+            wiring,
+            early: BTreeMap::new(),
+            scratch_obs: Vec::new(),
+            scratch_values: Vec::new(),
             final_rows: Vec::with_capacity(n),
-            final_obs: Vec::new(),
-            final_values: Vec::new(),
             episode_lengths: Vec::new(),
+            lags: Vec::with_capacity(workers),
             config,
         })
     }
@@ -218,6 +361,11 @@ impl Trainer {
         self.model.as_ref()
     }
 
+    /// The policy version each worker has adopted.
+    pub fn worker_versions(&self) -> Vec<u64> {
+        self.wiring.store.worker_versions()
+    }
+
     /// Whether the budget is spent or (with `stop_when_solved`) the task is solved.
     pub fn finished(&self) -> bool {
         self.progress.global_step >= self.config.train.total_steps
@@ -230,50 +378,88 @@ impl Trainer {
         (!r.is_empty()).then(|| r.iter().sum::<f64>() / r.len() as f64)
     }
 
-    /// Collects one rollout of `n_steps` steps from every env.
+    /// Waits for worker `w`'s fragment number `index`, logging every timeout.
+    fn wait_fragment(&mut self, worker: usize, index: u64) -> Result<SlotId, RuntimeError> {
+        let started = Instant::now();
+        loop {
+            if let Some(slot) = self.early.remove(&(index, worker)) {
+                return Ok(slot);
+            }
+            match self.wiring.events.recv_timeout(self.wiring.wait_timeout) {
+                Ok(WorkerEvent::FragmentReady { slot, index }) => {
+                    self.early.insert((index, slot.worker), slot);
+                }
+                Ok(WorkerEvent::Failed { worker, error }) => {
+                    return Err(RuntimeError::Worker { worker, error });
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    tracing::warn!(
+                        component = "learner",
+                        worker,
+                        fragment = index,
+                        waited = ?started.elapsed(),
+                        "still waiting for a fragment"
+                    );
+                    if self.wiring.handles[worker].is_finished() {
+                        return Err(RuntimeError::Worker {
+                            worker,
+                            error: "stopped without reporting".into(),
+                        });
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(RuntimeError::Worker {
+                        worker,
+                        error: "all workers are gone".into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Consumes one fragment from every worker, in worker order, into the rollout.
     fn collect(&mut self) -> Result<(), RuntimeError> {
         let (n, od, ad) = (
             self.config.env.num_envs,
             self.rollout.obs_dim,
             self.rollout.action_dim,
         );
+        let m = n / self.config.runtime.workers;
+        let index = self.progress.updates;
+        let version = self.progress.policy_version;
         self.episode_lengths.clear();
-        for t in 0..self.config.ppo.n_steps {
-            let (rows, r) = (t * n..(t + 1) * n, &mut self.rollout);
+        self.lags.clear();
+        self.final_rows.clear();
+        self.scratch_obs.clear();
+        self.rollout.weights.fill(1.0);
+        let mut delta = NormalizerStats::default();
+        let mut waited = Duration::ZERO;
+        for w in 0..self.config.runtime.workers {
             let t0 = Instant::now();
-            r.obs[t * n * od..(t + 1) * n * od].copy_from_slice(&self.obs);
-            self.model.act(
-                &self.obs,
-                &mut self.sample_rng,
-                &mut r.actions[t * n * ad..(t + 1) * n * ad],
-                &mut r.log_probs[rows.clone()],
-                &mut r.values[rows.clone()],
-            );
-            let t1 = Instant::now();
-            self.envs
-                .step(&r.actions[t * n * ad..(t + 1) * n * ad], &mut self.batch)?;
-            let t2 = Instant::now();
-            r.rewards[rows.clone()].copy_from_slice(&self.batch.rewards);
-            r.terminated[rows.clone()].copy_from_slice(&self.batch.terminated);
-            r.truncated[rows.clone()].copy_from_slice(&self.batch.truncated);
-            // Truncated episodes bootstrap from V(final observation).
-            self.final_rows.clear();
-            self.final_obs.clear();
-            for i in 0..n {
-                if self.batch.truncated[i] && !self.batch.terminated[i] {
-                    self.final_rows.push(i);
-                    self.final_obs
-                        .extend_from_slice(&self.batch.final_obs[i * od..(i + 1) * od]);
+            let slot = self.wait_fragment(w, index)?;
+            waited += t0.elapsed();
+            let buffer = Arc::clone(&self.wiring.buffer);
+            let mut f = buffer.lock(slot);
+            let r = &mut self.rollout;
+            for t in 0..f.steps {
+                let (src, dst) = (t * m, t * n + w * m);
+                r.obs[dst * od..(dst + m) * od].copy_from_slice(&f.obs[src * od..(src + m) * od]);
+                r.actions[dst * ad..(dst + m) * ad]
+                    .copy_from_slice(&f.actions[src * ad..(src + m) * ad]);
+                r.log_probs[dst..dst + m].copy_from_slice(&f.log_probs[src..src + m]);
+                r.values[dst..dst + m].copy_from_slice(&f.values[src..src + m]);
+                r.rewards[dst..dst + m].copy_from_slice(&f.rewards[src..src + m]);
+                r.terminated[dst..dst + m].copy_from_slice(&f.terminated[src..src + m]);
+                r.truncated[dst..dst + m].copy_from_slice(&f.truncated[src..src + m]);
+                for i in 0..m {
+                    if f.truncated[src + i] && !f.terminated[src + i] {
+                        self.final_rows.push(dst + i);
+                        self.scratch_obs
+                            .extend_from_slice(&f.final_obs[(src + i) * od..(src + i + 1) * od]);
+                    }
                 }
             }
-            if !self.final_rows.is_empty() {
-                self.final_values.resize(self.final_rows.len(), 0.0);
-                self.model.values(&self.final_obs, &mut self.final_values);
-                for (k, &i) in self.final_rows.iter().enumerate() {
-                    r.final_values[t * n + i] = self.final_values[k];
-                }
-            }
-            for ep in &self.batch.episodes {
+            for ep in &f.episodes {
                 self.progress.episodes += 1;
                 self.progress.recent_returns.push_back(ep.episode_return);
                 if self.progress.recent_returns.len() > self.config.train.solve_window {
@@ -281,29 +467,73 @@ impl Trainer {
                 }
                 self.episode_lengths.push(ep.length);
             }
-            self.obs.copy_from_slice(&self.batch.obs);
-            self.progress.global_step += n as u64;
-            let t3 = Instant::now();
-            self.progress.time.inference += (t1 - t0 + (t3 - t2)).as_secs_f64();
-            self.progress.time.env_step += (t2 - t1).as_secs_f64();
+            self.lags.push(version - f.version);
+            if w == 0 {
+                delta = f.stats_delta.clone();
+            } else {
+                delta.merge(&f.stats_delta);
+            }
+            self.progress.time.env_step += f.env_seconds;
+            self.progress.time.inference += f.inference_seconds;
+            self.worker_states[w] = f.end_state.take();
+            drop(f);
+            // The worker holds at most its other slots: this hand-back cannot block.
+            if self.wiring.free_slots[w].try_send(slot).is_err() {
+                return Err(RuntimeError::Worker {
+                    worker: w,
+                    error: "stopped while the learner held its slot".into(),
+                });
+            }
         }
-        let t0 = Instant::now();
-        self.model.values(&self.obs, &mut self.rollout.last_values);
-        self.progress.time.inference += t0.elapsed().as_secs_f64();
+        self.progress.time.buffer_wait += waited.as_secs_f64();
+        self.normalizer.merge(&delta);
+        self.progress.global_step += (self.rollout.n_steps * n) as u64;
         Ok(())
     }
 
-    /// One iteration: collect, GAE, PPO update, publish version v+1. Returns the record
-    /// for the metrics file.
+    /// Bootstrap values: V(final observation) of truncated steps and V(next observation)
+    /// after the rollout, from the learner's model.
+    fn bootstrap_values(&mut self) {
+        let (n, od) = (self.config.env.num_envs, self.rollout.obs_dim);
+        let m = n / self.config.runtime.workers;
+        if !self.final_rows.is_empty() {
+            self.scratch_values.resize(self.final_rows.len(), 0.0);
+            self.model
+                .values(&self.scratch_obs, &mut self.scratch_values);
+            for (k, &row) in self.final_rows.iter().enumerate() {
+                self.rollout.final_values[row] = self.scratch_values[k];
+            }
+        }
+        self.scratch_obs.clear();
+        for w in 0..self.config.runtime.workers {
+            let state = self.worker_states[w]
+                .as_ref()
+                .expect("set when the fragment was consumed");
+            self.scratch_obs.extend_from_slice(&state.obs[..m * od]);
+        }
+        self.model
+            .values(&self.scratch_obs, &mut self.rollout.last_values);
+        self.scratch_obs.clear();
+    }
+
+    /// One iteration: consume a fragment per worker, bootstrap, (correct for lag), GAE,
+    /// PPO update, publish version v+1. Returns the record for the metrics file.
     ///
     /// # Errors
-    /// An env error (bad action, NaN) stops the run with the env's message.
+    /// A worker's failure (env NaN, panic) with the worker named.
     pub fn iterate(&mut self) -> Result<UpdateRecord, RuntimeError> {
         let started = Instant::now();
         let progress_remaining =
             1.0 - self.progress.global_step as f32 / self.config.train.total_steps as f32;
         self.collect()?;
         let t0 = Instant::now();
+        self.bootstrap_values();
+        if self.lags.iter().any(|l| *l > 0) {
+            self.rollout.make_proximal(
+                self.model.as_mut(),
+                self.config.runtime.max_is_weight as f32,
+            );
+        }
         self.rollout.compute_advantages(
             self.config.ppo.gamma as f32,
             self.config.ppo.gae_lambda as f32,
@@ -312,18 +542,28 @@ impl Trainer {
         let stats = self
             .learner_pool
             .install(|| ppo.update(model, rollout, progress_remaining.max(0.0)));
-        let elapsed = started.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let next = self.progress.policy_version + 1;
+        self.wiring
+            .store
+            .publish(PublishedPolicy::new(
+                next,
+                self.model.flat_params().to_vec(),
+                self.normalizer.clone(),
+            ))
+            .map_err(|e| RuntimeError::Config(format!("publishing policy version {next}: {e}")))?;
+        let publish = t1.elapsed().as_secs_f64();
+        let learn = (t1 - t0).as_secs_f64();
         let p = &mut self.progress;
         p.time.forward += stats.forward_seconds;
         p.time.backward += stats.backward_seconds;
         p.time.optimizer += stats.optimizer_seconds;
-        p.time.other += t0.elapsed().as_secs_f64()
-            - stats.forward_seconds
-            - stats.backward_seconds
-            - stats.optimizer_seconds;
-        p.wall_seconds += elapsed;
+        p.time.publish += publish;
+        p.time.other +=
+            learn - stats.forward_seconds - stats.backward_seconds - stats.optimizer_seconds;
+        p.wall_seconds += started.elapsed().as_secs_f64();
         p.updates += 1;
-        p.policy_version += 1;
+        p.policy_version = next;
         let mean_return = self.mean_return();
         let p = &mut self.progress;
         if p.solved_at.is_none()
@@ -333,6 +573,7 @@ impl Trainer {
             p.solved_at = Some((p.global_step, p.wall_seconds));
         }
         let lengths = &self.episode_lengths;
+        let lags = &self.lags;
         Ok(UpdateRecord {
             update: p.updates,
             policy_version: p.policy_version,
@@ -343,6 +584,9 @@ impl Trainer {
             mean_return,
             mean_episode_length: (!lengths.is_empty())
                 .then(|| lengths.iter().map(|l| f64::from(*l)).sum::<f64>() / lengths.len() as f64),
+            policy_lag_min: lags.iter().copied().min().unwrap_or(0),
+            policy_lag_avg: lags.iter().sum::<u64>() as f64 / lags.len().max(1) as f64,
+            policy_lag_max: lags.iter().copied().max().unwrap_or(0),
             ppo: stats,
         })
     }
@@ -364,6 +608,31 @@ impl Trainer {
             policy_version: p.policy_version,
             time: p.time,
         }
+    }
+
+    /// Stops every worker (abandoning fragments in progress) and joins them.
+    pub fn shutdown(&mut self) {
+        for c in &self.wiring.commands {
+            let _ = c.try_send(WorkerCommand::Exit);
+        }
+        // Closing the store and dropping the slot queues wakes every waiting worker at once.
+        self.wiring.store.close();
+        self.wiring.free_slots.clear();
+        for (id, handle) in self.wiring.handles.drain(..).enumerate() {
+            if handle.join().is_err() {
+                tracing::error!(
+                    component = "learner",
+                    worker = id,
+                    "worker thread panicked outside its guard"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Trainer {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
@@ -397,6 +666,7 @@ mod tests {
         config.ppo.batch_size = 64;
         let mut trainer = Trainer::new(config).unwrap();
         trainer.collect().unwrap();
+        trainer.bootstrap_values();
         let r = &trainer.rollout;
         let last = 199 * 2;
         assert!(r.truncated[last] && r.truncated[last + 1]);

@@ -1,0 +1,177 @@
+//! The experience buffer: fragment slots allocated once, each owned by one worker. Slots
+//! are handed between a worker and the learner by index through bounded queues; the data
+//! stays where it was written.
+
+use std::sync::{Mutex, MutexGuard};
+
+use strata_env::{EpisodeEnd, NormalizerStats, VecEnvSnapshot};
+use strata_nn::SampleRng;
+
+/// What a worker needs to continue exactly after a fragment (kept for checkpoints).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct WorkerState {
+    /// Env states, RNGs, counters and per-env running returns.
+    pub envs: VecEnvSnapshot,
+    /// Observations the envs will act on next (normalised as the worker saw them).
+    pub obs: Vec<f32>,
+    /// The worker's action-sampling RNG.
+    pub rng: SampleRng,
+    /// Fragments completed.
+    pub fragments: u64,
+}
+
+/// One fragment: `steps` consecutive steps of a worker's `envs` envs under one policy
+/// version, time-major (`row = t * envs + env`).
+pub struct Fragment {
+    /// Steps per env.
+    pub steps: usize,
+    /// Envs of the owning worker.
+    pub envs: usize,
+    /// Observations acted on.
+    pub obs: Vec<f32>,
+    /// Actions as sampled (unclipped).
+    pub actions: Vec<f32>,
+    /// Behaviour log-probs.
+    pub log_probs: Vec<f32>,
+    /// Behaviour values.
+    pub values: Vec<f32>,
+    /// Rewards (after wrappers).
+    pub rewards: Vec<f32>,
+    /// Terminal transitions.
+    pub terminated: Vec<bool>,
+    /// Time-limit truncations.
+    pub truncated: Vec<bool>,
+    /// Final observations of truncated episodes (other rows stale).
+    pub final_obs: Vec<f32>,
+    /// Observations after the last step.
+    pub next_obs: Vec<f32>,
+    /// Policy version that produced every step.
+    pub version: u64,
+    /// The worker's fragment counter.
+    pub index: u64,
+    /// Episodes that ended in this fragment (env index local to the worker).
+    pub episodes: Vec<EpisodeEnd>,
+    /// Moments of raw data seen, for the learner's normalisation statistics.
+    pub stats_delta: NormalizerStats,
+    /// The worker's state right after this fragment.
+    pub end_state: Option<WorkerState>,
+    /// Seconds stepping envs.
+    pub env_seconds: f64,
+    /// Seconds in inference.
+    pub inference_seconds: f64,
+}
+
+impl Fragment {
+    fn new(steps: usize, envs: usize, obs_dim: usize, action_dim: usize) -> Self {
+        let rows = steps * envs;
+        Fragment {
+            steps,
+            envs,
+            obs: vec![0.0; rows * obs_dim],
+            actions: vec![0.0; rows * action_dim],
+            log_probs: vec![0.0; rows],
+            values: vec![0.0; rows],
+            rewards: vec![0.0; rows],
+            terminated: vec![false; rows],
+            truncated: vec![false; rows],
+            final_obs: vec![0.0; rows * obs_dim],
+            next_obs: vec![0.0; envs * obs_dim],
+            version: 0,
+            index: 0,
+            episodes: Vec::with_capacity(rows),
+            stats_delta: NormalizerStats::default(),
+            end_state: None,
+            env_seconds: 0.0,
+            inference_seconds: 0.0,
+        }
+    }
+}
+
+/// A slot index that cannot belong to the wrong worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotId {
+    /// Owning worker.
+    pub worker: usize,
+    /// Index in the buffer.
+    pub index: usize,
+}
+
+/// All slots, allocated once. Worker `w` owns slots `w * per_worker .. (w + 1) * per_worker`.
+pub struct ExperienceBuffer {
+    slots: Vec<Mutex<Fragment>>,
+    per_worker: usize,
+    /// Read back every write and check ownership.
+    pub debug: bool,
+}
+
+impl ExperienceBuffer {
+    /// `workers * per_worker` slots of `steps x envs_per_worker` rows.
+    pub fn new(
+        workers: usize,
+        per_worker: usize,
+        steps: usize,
+        envs_per_worker: usize,
+        obs_dim: usize,
+        action_dim: usize,
+        debug: bool,
+    ) -> Self {
+        ExperienceBuffer {
+            slots: (0..workers * per_worker)
+                .map(|_| Mutex::new(Fragment::new(steps, envs_per_worker, obs_dim, action_dim)))
+                .collect(),
+            per_worker,
+            debug,
+        }
+    }
+
+    /// The slots worker `w` owns.
+    pub fn owned_by(&self, worker: usize) -> impl Iterator<Item = SlotId> {
+        let per = self.per_worker;
+        (worker * per..(worker + 1) * per).map(move |index| SlotId { worker, index })
+    }
+
+    /// Locks a slot for writing (worker) or reading (learner). Ownership is by hand-off,
+    /// so the lock is never contended; it only makes the hand-off visible to the compiler.
+    ///
+    /// # Panics
+    /// When `slot` does not belong to its stated worker (a wiring bug), or a thread
+    /// panicked while holding it.
+    pub fn lock(&self, slot: SlotId) -> MutexGuard<'_, Fragment> {
+        assert_eq!(
+            slot.index / self.per_worker,
+            slot.worker,
+            "slot {} does not belong to worker {}",
+            slot.index,
+            slot.worker
+        );
+        self.slots[slot.index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// In debug mode, checks that `written` landed at `dst[offset..]` unchanged.
+    ///
+    /// # Panics
+    /// When the read-back differs or the range is out of bounds.
+    pub fn check_write<T: PartialEq + std::fmt::Debug>(
+        &self,
+        what: &str,
+        dst: &[T],
+        offset: usize,
+        written: &[T],
+    ) {
+        if self.debug {
+            let end = offset + written.len();
+            assert!(
+                end <= dst.len(),
+                "buffer write of {what} out of bounds: {offset}..{end} of {}",
+                dst.len()
+            );
+            assert_eq!(
+                &dst[offset..end],
+                written,
+                "buffer read-back of {what} differs"
+            );
+        }
+    }
+}
