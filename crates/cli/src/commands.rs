@@ -13,8 +13,18 @@ use strata_runtime::{evaluate, load_policy, preset, run, RunConfig, RunDir, Trai
 #[derive(Parser, Debug)]
 #[command(name = "strata", version, about)]
 pub struct Cli {
+    /// Log level for Strata's events on stderr (`RUST_LOG` overrides).
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: String,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// The requested log level.
+    pub fn log_level(&self) -> &str {
+        &self.log_level
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -60,6 +70,15 @@ struct ConfigArgs {
     /// Checkpoint every N env steps (train.checkpoint_every).
     #[arg(long)]
     checkpoint_every: Option<u64>,
+    /// Rollout worker threads (runtime.workers).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// `sync` or `async` collection (runtime.mode).
+    #[arg(long)]
+    mode: Option<String>,
+    /// Pin workers and learner threads to these CPUs, e.g. `0,1` (runtime.pin_cpus).
+    #[arg(long, value_delimiter = ',')]
+    pin_cpus: Option<Vec<usize>>,
 }
 
 #[derive(Args, Debug)]
@@ -229,6 +248,15 @@ fn apply_overrides(mut config: RunConfig, args: &ConfigArgs) -> Result<RunConfig
     if let Some(every) = args.checkpoint_every {
         config.train.checkpoint_every = every;
     }
+    if let Some(w) = args.workers {
+        config.runtime.workers = w;
+    }
+    if let Some(mode) = &args.mode {
+        config.set("runtime.mode", &format!("\"{mode}\""))?;
+    }
+    if let Some(cpus) = &args.pin_cpus {
+        config.runtime.pin_cpus.clone_from(cpus);
+    }
     config.train.deterministic |= args.deterministic;
     config.train.stop_when_solved |= args.stop_when_solved;
     config.validate()?;
@@ -257,6 +285,35 @@ fn train(args: TrainArgs) -> Result<()> {
         PathBuf::from("runs").join(format!("{}-seed{}-{now}", c.env.name, c.train.seed))
     });
     let mut dir = RunDir::create(&run_dir, &trainer)?;
+    // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.
+    let stop = trainer.stop_flag();
+    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+        .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    let mut next_breakdown = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let breakdown = |r: &strata_runtime::UpdateRecord, time: &strata_runtime::TimeBreakdown| {
+        let total = (time.env_step
+            + time.inference
+            + time.buffer_wait
+            + time.forward
+            + time.backward
+            + time.optimizer
+            + time.publish
+            + time.other)
+            .max(1e-9);
+        let pct = |x: f64| 100.0 * x / total;
+        format!(
+            "step {}: env {:.0}%, inference {:.0}%, learner waiting {:.0}%, learning {:.0}%, publish {:.0}%, other {:.0}%  (lag {}..{})",
+            r.global_step,
+            pct(time.env_step),
+            pct(time.inference),
+            pct(time.buffer_wait),
+            pct(time.forward + time.backward + time.optimizer),
+            pct(time.publish),
+            pct(time.other),
+            r.policy_lag_min,
+            r.policy_lag_max
+        )
+    };
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -267,6 +324,10 @@ fn train(args: TrainArgs) -> Result<()> {
     );
     bar.set_position(trainer.progress().global_step);
     let summary = run::train(&mut trainer, &mut dir, &mut |r| {
+        if std::time::Instant::now() >= next_breakdown {
+            bar.println(breakdown(r, &r.time));
+            next_breakdown += std::time::Duration::from_secs(10);
+        }
         bar.set_position(r.global_step);
         let ret = r.mean_return.map_or("-".to_string(), |m| format!("{m:.1}"));
         bar.set_message(format!(

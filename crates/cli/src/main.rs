@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod logging;
 
 use std::process::ExitCode;
 
@@ -10,6 +11,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
+    logging::init(cli.log_level());
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

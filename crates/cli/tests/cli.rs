@@ -390,3 +390,69 @@ fn eval_and_resume_reject_missing_or_corrupt_checkpoints() {
         "corrupt metadata",
     );
 }
+
+#[test]
+fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "train",
+            "--env",
+            "cartpole",
+            "--workers",
+            "2",
+            "--mode",
+            "async",
+            "--max-steps",
+            "500000000",
+            "--quiet",
+            "--log-level",
+            "info",
+        ])
+        .args(["--run-dir", run.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it train a little (the metrics file grows), then interrupt.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::metadata(run.join("metrics.jsonl")).map_or(0, |m| m.len()) < 2000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "training did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let interrupted = std::time::Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        interrupted.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?} to stop",
+        interrupted.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stopping on request") && err.contains("seq="),
+        "{err}"
+    );
+    let o = strata(&[
+        "eval",
+        "--checkpoint",
+        run.to_str().unwrap(),
+        "--episodes",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

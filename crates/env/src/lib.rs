@@ -27,6 +27,7 @@
 mod classic;
 mod error;
 mod normalize;
+mod perturb;
 mod registry;
 mod space;
 mod vector;
@@ -34,6 +35,7 @@ mod vector;
 pub use classic::{Acrobot, CartPole, MountainCarContinuous, Pendulum};
 pub use error::EnvError;
 pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward};
+pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
 pub use registry::{env_names, make_env, make_vec_env, spec_for};
 pub use space::{EnvSpec, Space};
 pub use vector::{

@@ -20,6 +20,12 @@ pub struct EnvConfig {
     pub normalize_obs: bool,
     /// Scale rewards by the running std of the discounted return (clip +-10).
     pub normalize_reward: bool,
+    /// Extra compute per env step, in microseconds (models an expensive simulator; 0: off).
+    pub step_cost_us: u64,
+    /// Inject one fault (NaN, panic or hang) into worker `fault_worker`'s envs (testing).
+    pub fault: Option<strata_env::FaultPlan>,
+    /// Which worker's envs get `fault`.
+    pub fault_worker: usize,
 }
 
 impl Default for EnvConfig {
@@ -29,6 +35,9 @@ impl Default for EnvConfig {
             num_envs: 8,
             normalize_obs: false,
             normalize_reward: false,
+            step_cost_us: 0,
+            fault: None,
+            fault_worker: 0,
         }
     }
 }
@@ -99,6 +108,16 @@ pub struct RuntimeConfig {
     pub wait_timeout_secs: f64,
     /// Read back every buffer write and check slot ownership (slow; for debugging).
     pub debug_buffer: bool,
+    /// The watchdog reports a component silent for this many seconds.
+    pub silent_after_secs: f64,
+    /// The learner restarts a worker silent for this many seconds while it waits on it;
+    /// the fragment in progress is recorded invalid.
+    pub restart_after_secs: f64,
+    /// Restarts allowed per worker before the run stops with the worker's error.
+    pub max_worker_restarts: u32,
+    /// Pin threads to these CPUs (empty: no pinning): worker `w` to `pin_cpus[w % len]`,
+    /// learner thread `i` to `pin_cpus[(workers + i) % len]`.
+    pub pin_cpus: Vec<usize>,
 }
 
 impl Default for RuntimeConfig {
@@ -110,6 +129,10 @@ impl Default for RuntimeConfig {
             max_is_weight: 2.0,
             wait_timeout_secs: 10.0,
             debug_buffer: false,
+            silent_after_secs: 10.0,
+            restart_after_secs: 30.0,
+            max_worker_restarts: 3,
+            pin_cpus: Vec::new(),
         }
     }
 }
@@ -269,6 +292,36 @@ impl RunConfig {
                 "runtime.wait_timeout_secs",
                 &r.wait_timeout_secs,
                 "must be a positive number of seconds",
+            );
+        }
+        for (k, v) in [
+            ("runtime.silent_after_secs", r.silent_after_secs),
+            ("runtime.restart_after_secs", r.restart_after_secs),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(k, &v, "must be a positive number of seconds");
+            }
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        if r.pin_cpus.len() > cpus {
+            return bad(
+                "runtime.pin_cpus",
+                &format!("{:?}", r.pin_cpus),
+                &format!("more CPUs than the {cpus} this machine has"),
+            );
+        }
+        if let Some(c) = r.pin_cpus.iter().find(|c| **c >= cpus) {
+            return bad(
+                "runtime.pin_cpus",
+                &format!("{:?}", r.pin_cpus),
+                &format!("CPU {c} does not exist (this machine has 0..{cpus})"),
+            );
+        }
+        if self.env.fault_worker >= r.workers {
+            return bad(
+                "env.fault_worker",
+                &self.env.fault_worker,
+                &format!("there are only {} workers", r.workers),
             );
         }
         if self.train.total_steps == 0 {

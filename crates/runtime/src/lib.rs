@@ -27,9 +27,11 @@ pub mod checkpoint;
 mod config;
 mod error;
 mod eval;
+mod learner_pool;
 mod policy_store;
 mod presets;
 pub mod run;
+mod telemetry;
 mod trainer;
 mod worker;
 
@@ -42,6 +44,7 @@ pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;
 pub use run::RunDir;
 pub use trainer::{
-    build_envs, build_model, Progress, Summary, TimeBreakdown, Trainer, UpdateRecord,
+    build_envs, build_model, InvalidFragment, Progress, Summary, TimeBreakdown, Trainer,
+    UpdateRecord,
 };
 pub use worker::{WorkerCommand, WorkerEvent};

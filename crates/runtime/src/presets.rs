@@ -15,6 +15,7 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 num_envs,
                 normalize_obs: normalize,
                 normalize_reward: normalize,
+                ..EnvConfig::default()
             },
             TrainConfig {
                 total_steps,

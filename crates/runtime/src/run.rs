@@ -62,10 +62,10 @@ impl RunDir {
     }
 }
 
-/// Trains until the budget is spent or (if asked) the task is solved: appends a metrics line
-/// per update, calls `on_update` (progress display), checkpoints every
-/// `train.checkpoint_every` steps into `checkpoints/step-N/` and at the end into
-/// `checkpoint/`.
+/// Trains until the budget is spent, the task is solved (if asked) or the trainer's stop
+/// flag is raised (Ctrl-C): appends a metrics line per update, calls `on_update` (progress
+/// display), checkpoints every `train.checkpoint_every` steps into `checkpoints/step-N/`,
+/// and at the end stops and joins every worker and writes `checkpoint/`.
 ///
 /// # Errors
 /// Env errors stop the run; I/O errors name the file.
@@ -77,7 +77,15 @@ pub fn train(
     let every = trainer.config().train.checkpoint_every;
     while !trainer.finished() {
         let before = trainer.progress().global_step;
-        let record = trainer.iterate()?;
+        let record = match trainer.iterate() {
+            Ok(record) => record,
+            Err(RuntimeError::Interrupted) => {
+                // Orderly stop: the last completed update is checkpointed below.
+                tracing::info!(component = "learner", step = before, "stopping on request");
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         run_dir.write_record(&record)?;
         on_update(&record);
         if every > 0 && before / every != record.global_step / every {

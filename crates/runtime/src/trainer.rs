@@ -3,8 +3,9 @@
 //! the PPO update, and publishes the next policy version to the policy store.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -12,14 +13,16 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use strata_algo::{Ppo, RolloutBuffer, UpdateStats};
 use strata_env::{
-    derive_seed, make_vec_env, NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward,
-    VecEnv,
+    derive_seed, make_vec_env, InjectFault, NormalizeObservation, NormalizerStats, RunningMeanStd,
+    ScaleReward, StepCost, VecEnv,
 };
 use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
+use crate::learner_pool::LearnerPool;
 use crate::policy_store::{PolicyStore, PublishedPolicy};
-use crate::worker::{self, WorkerCommand, WorkerEvent, WorkerSetup};
+use crate::telemetry::{Activity, Heartbeat, Watchdog};
+use crate::worker::{self, Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
 
 /// Where the time went, in seconds.
@@ -68,6 +71,10 @@ pub struct UpdateRecord {
     pub policy_lag_avg: f64,
     /// Largest policy lag in this batch.
     pub policy_lag_max: u64,
+    /// Fragments recorded invalid so far (worker failures, restarts).
+    pub invalid_fragments: usize,
+    /// Where the time went so far (cumulative seconds).
+    pub time: TimeBreakdown,
     /// The PPO statistics.
     #[serde(flatten)]
     pub ppo: UpdateStats,
@@ -121,6 +128,26 @@ pub struct Progress {
     pub wall_seconds: f64,
     /// Time breakdown so far.
     pub time: TimeBreakdown,
+    /// Fragments lost to worker failures or restarts, each with its reason.
+    pub invalid_fragments: Vec<InvalidFragment>,
+}
+
+/// A fragment that was not trained on, and why. Never silently dropped: it is recorded here
+/// (and in the checkpoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InvalidFragment {
+    /// Which worker.
+    pub worker: usize,
+    /// Which incarnation of it.
+    pub generation: u64,
+    /// The worker's fragment number.
+    pub fragment: u64,
+    /// The policy version it was collecting with.
+    pub policy_version: u64,
+    /// Why it was lost.
+    pub reason: String,
+    /// Env steps trained on when it was lost.
+    pub at_step: u64,
 }
 
 /// PPO training: rollout worker threads feeding one learner.
@@ -136,11 +163,13 @@ pub struct Trainer {
     /// Each worker's state after its last consumed fragment (for checkpoints).
     pub(crate) worker_states: Vec<Option<WorkerState>>,
     /// Runs the PPO update; its thread count is `train.learner_threads`.
-    learner_pool: rayon::ThreadPool,
+    learner_pool: LearnerPool,
     threshold: f64,
     wiring: Wiring,
     /// Fragments that arrived ahead of their turn: (fragment index, worker) -> slot.
     early: BTreeMap<(u64, usize), SlotId>,
+    /// Set from outside (Ctrl-C) to stop the run at the next wait.
+    stop: Arc<AtomicBool>,
     scratch_obs: Vec<f32>,
     scratch_values: Vec<f32>,
     final_rows: Vec<usize>,
@@ -148,26 +177,136 @@ pub struct Trainer {
     lags: Vec<u64>,
 }
 
-/// The threads and queues, created in one place ([`Trainer::start`]).
+/// One running worker and its queues.
+struct WorkerHandle {
+    /// Learner -> worker: slots handed back (capacity: the worker's slots).
+    free_slots: SyncSender<SlotId>,
+    /// Learner -> worker: commands (capacity 1: only `Exit`).
+    commands: SyncSender<WorkerCommand>,
+    handle: JoinHandle<()>,
+    generation: u64,
+    holding: Arc<Holding>,
+    heartbeat: Arc<Heartbeat>,
+    restarts: u32,
+    /// The next fragment number expected from it.
+    next_fragment: u64,
+}
+
+/// The threads and queues. Every queue is created here or in [`Wiring::spawn_worker`].
 struct Wiring {
+    config: Arc<RunConfig>,
     buffer: Arc<ExperienceBuffer>,
     store: Arc<PolicyStore>,
-    /// Workers -> learner: completed fragments and failures (capacity: all slots).
+    /// Workers -> learner: completed or abandoned fragments and failures (capacity: all
+    /// slots, and every event carries or frees a slot, so no send blocks).
     events: Receiver<WorkerEvent>,
-    /// Learner -> worker `w`: slots handed back (capacity: the worker's slots).
-    free_slots: Vec<SyncSender<SlotId>>,
-    /// Learner -> worker `w`: commands (capacity 1: only `Exit`).
-    commands: Vec<SyncSender<WorkerCommand>>,
-    handles: Vec<JoinHandle<()>>,
+    event_tx: SyncSender<WorkerEvent>,
+    workers: Vec<WorkerHandle>,
+    /// Replaced workers that may still be finishing (a hung env wakes up later).
+    retired: Vec<JoinHandle<()>>,
+    /// Slots still held by replaced workers; they return through events.
+    quarantined: Vec<SlotId>,
+    /// Heartbeats the watchdog reads: one per worker, then the learner's.
+    beats: Arc<Mutex<Vec<Arc<Heartbeat>>>>,
+    learner_beat: Arc<Heartbeat>,
+    _watchdog: Watchdog,
+    epoch: Instant,
+    lag: u64,
     wait_timeout: Duration,
 }
 
-/// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included.
+impl Wiring {
+    /// Starts worker `id` (incarnation `generation`) owning `slots`.
+    fn spawn_worker(
+        &self,
+        id: usize,
+        generation: u64,
+        start: Option<WorkerState>,
+        first_fragment: u64,
+        slots: &[SlotId],
+    ) -> Result<WorkerHandle, RuntimeError> {
+        let per_worker = self.lag as usize + 1;
+        let (slot_tx, slot_rx) = sync_channel(per_worker);
+        for slot in slots {
+            slot_tx
+                .try_send(*slot)
+                .expect("a worker never owns more slots than its queue holds");
+        }
+        let (cmd_tx, cmd_rx) = sync_channel(1);
+        let heartbeat = Heartbeat::new(format!("worker-{id}"), self.epoch);
+        let holding = Arc::new(Holding::default());
+        let next_fragment = start.as_ref().map_or(first_fragment, |s| s.fragments);
+        let handle = worker::spawn(WorkerSetup {
+            id,
+            config: Arc::clone(&self.config),
+            buffer: Arc::clone(&self.buffer),
+            store: Arc::clone(&self.store),
+            free_slots: slot_rx,
+            events: self.event_tx.clone(),
+            commands: cmd_rx,
+            start,
+            max_lag: self.lag,
+            exact: self.config.train.deterministic || self.lag == 0,
+            wait_timeout: self.wait_timeout,
+            generation,
+            with_fault: generation == 0 && id == self.config.env.fault_worker,
+            heartbeat: Arc::clone(&heartbeat),
+            holding: Arc::clone(&holding),
+            first_fragment,
+        })
+        .map_err(|e| RuntimeError::Config(format!("cannot start worker {id}: {e}")))?;
+        {
+            let mut beats = self.beats.lock().unwrap_or_else(|p| p.into_inner());
+            if id < beats.len() - 1 {
+                beats[id] = Arc::clone(&heartbeat);
+            } else {
+                let learner = beats.pop().expect("the learner's heartbeat is last");
+                beats.push(Arc::clone(&heartbeat));
+                beats.push(learner);
+            }
+        }
+        Ok(WorkerHandle {
+            free_slots: slot_tx,
+            commands: cmd_tx,
+            handle,
+            generation,
+            holding,
+            heartbeat,
+            restarts: 0,
+            next_fragment,
+        })
+    }
+
+    /// Hands a free slot to its worker's current incarnation.
+    fn give_back(&mut self, slot: SlotId) -> Result<(), RuntimeError> {
+        self.quarantined.retain(|s| *s != slot);
+        self.workers[slot.worker]
+            .free_slots
+            .try_send(slot)
+            .map_err(|_| RuntimeError::Worker {
+                worker: slot.worker,
+                error: "its slot queue is full or closed (slot accounting broke)".into(),
+            })
+    }
+}
+
+/// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included;
+/// the configured fault only when `with_fault`.
 ///
 /// # Errors
 /// [`RuntimeError::Env`] for an unknown env.
-pub fn build_envs(config: &RunConfig, num_envs: usize) -> Result<Box<dyn VecEnv>, RuntimeError> {
+pub fn build_envs(
+    config: &RunConfig,
+    num_envs: usize,
+    with_fault: bool,
+) -> Result<Box<dyn VecEnv>, RuntimeError> {
     let mut envs = make_vec_env(&config.env.name, num_envs)?;
+    if config.env.step_cost_us > 0 {
+        envs = Box::new(StepCost::new(envs, config.env.step_cost_us));
+    }
+    if let (true, Some(plan)) = (with_fault, &config.env.fault) {
+        envs = Box::new(InjectFault::new(envs, plan.clone()));
+    }
     if config.env.normalize_obs {
         envs = Box::new(NormalizeObservation::new(envs));
     }
@@ -279,47 +418,40 @@ impl Trainer {
         ));
         let wait_timeout = Duration::from_secs_f64(config.runtime.wait_timeout_secs);
         let (event_tx, events) = sync_channel(workers * slots_per_worker);
-        let shared_config = Arc::new(config.clone());
+        let epoch = Instant::now();
+        let learner_beat = Heartbeat::new("learner", epoch);
+        let beats = Arc::new(Mutex::new(vec![Arc::clone(&learner_beat)]));
+        let watchdog = Watchdog::start(
+            Arc::clone(&beats),
+            Duration::from_secs_f64(config.runtime.silent_after_secs),
+        )
+        .map_err(|e| RuntimeError::Config(format!("cannot start the watchdog: {e}")))?;
         let mut wiring = Wiring {
+            config: Arc::new(config.clone()),
             buffer: Arc::clone(&buffer),
             store: Arc::clone(&store),
             events,
-            free_slots: Vec::with_capacity(workers),
-            commands: Vec::with_capacity(workers),
-            handles: Vec::with_capacity(workers),
+            event_tx,
+            workers: Vec::with_capacity(workers),
+            retired: Vec::new(),
+            quarantined: Vec::new(),
+            beats,
+            learner_beat,
+            _watchdog: watchdog,
+            epoch,
+            lag,
             wait_timeout,
         };
         for (id, start) in starts.into_iter().enumerate() {
-            let (slot_tx, slot_rx) = sync_channel(slots_per_worker);
-            for slot in buffer.owned_by(id) {
-                slot_tx
-                    .try_send(slot)
-                    .expect("capacity equals the worker's slot count");
-            }
-            let (cmd_tx, cmd_rx) = sync_channel(1);
-            let handle = worker::spawn(WorkerSetup {
-                id,
-                config: Arc::clone(&shared_config),
-                buffer: Arc::clone(&buffer),
-                store: Arc::clone(&store),
-                free_slots: slot_rx,
-                events: event_tx.clone(),
-                commands: cmd_rx,
-                start,
-                max_lag: lag,
-                exact: config.train.deterministic || lag == 0,
-                wait_timeout,
-            })
-            .map_err(|e| RuntimeError::Config(format!("cannot start worker {id}: {e}")))?;
-            wiring.free_slots.push(slot_tx);
-            wiring.commands.push(cmd_tx);
-            wiring.handles.push(handle);
+            let slots: Vec<SlotId> = buffer.owned_by(id).collect();
+            let handle = wiring.spawn_worker(id, 0, start, 0, &slots)?;
+            wiring.workers.push(handle);
         }
-        let learner_pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(config.train.learner_threads)
-            .thread_name(|i| format!("strata-learner-{i}"))
-            .build()
-            .map_err(|e| RuntimeError::Config(format!("cannot start the learner threads: {e}")))?;
+        let learner_pool = LearnerPool::new(
+            config.train.learner_threads,
+            &config.runtime.pin_cpus,
+            workers,
+        )?;
         Ok(Trainer {
             config_hash,
             rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
@@ -332,6 +464,7 @@ impl Trainer {
             learner_pool,
             wiring,
             early: BTreeMap::new(),
+            stop: Arc::new(AtomicBool::new(false)),
             scratch_obs: Vec::new(),
             scratch_values: Vec::new(),
             final_rows: Vec::with_capacity(n),
@@ -378,33 +511,74 @@ impl Trainer {
         (!r.is_empty()).then(|| r.iter().sum::<f64>() / r.len() as f64)
     }
 
-    /// Waits for worker `w`'s fragment number `index`, logging every timeout.
+    /// A handle to stop the run from another thread (Ctrl-C): the learner notices within a
+    /// fraction of a second and [`Trainer::iterate`] returns [`RuntimeError::Interrupted`].
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+
+    /// Waits for worker `w`'s fragment number `index`. Handles what arrives meanwhile:
+    /// fragments of other workers are kept for their turn, stale incarnations' slots are
+    /// recycled, failed or silent workers are restarted. Every wait is bounded and logged.
     fn wait_fragment(&mut self, worker: usize, index: u64) -> Result<SlotId, RuntimeError> {
         let started = Instant::now();
+        let poll = self.wiring.wait_timeout.min(Duration::from_millis(200));
+        let restart_after = Duration::from_secs_f64(self.config.runtime.restart_after_secs);
+        let mut next_report = self.wiring.wait_timeout;
         loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(RuntimeError::Interrupted);
+            }
             if let Some(slot) = self.early.remove(&(index, worker)) {
                 return Ok(slot);
             }
-            match self.wiring.events.recv_timeout(self.wiring.wait_timeout) {
-                Ok(WorkerEvent::FragmentReady { slot, index }) => {
-                    self.early.insert((index, slot.worker), slot);
+            self.wiring.learner_beat.beat(Activity::WaitingForFragments);
+            match self.wiring.events.recv_timeout(poll) {
+                Ok(WorkerEvent::FragmentReady {
+                    slot,
+                    index: i,
+                    generation,
+                }) => {
+                    let w = &mut self.wiring.workers[slot.worker];
+                    if generation == w.generation {
+                        w.next_fragment = i + 1;
+                        self.early.insert((i, slot.worker), slot);
+                    } else {
+                        self.wiring.give_back(slot)?;
+                    }
                 }
-                Ok(WorkerEvent::Failed { worker, error }) => {
-                    return Err(RuntimeError::Worker { worker, error });
+                Ok(WorkerEvent::Abandoned { slot, .. }) => self.wiring.give_back(slot)?,
+                Ok(WorkerEvent::Failed {
+                    worker: w,
+                    generation,
+                    error,
+                    holding,
+                }) => {
+                    if generation == self.wiring.workers[w].generation {
+                        self.restart_worker(w, &error, true)?;
+                    } else if let Some(slot) = holding {
+                        self.wiring.give_back(slot)?;
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    tracing::warn!(
-                        component = "learner",
-                        worker,
-                        fragment = index,
-                        waited = ?started.elapsed(),
-                        "still waiting for a fragment"
-                    );
-                    if self.wiring.handles[worker].is_finished() {
-                        return Err(RuntimeError::Worker {
+                    let (silence, activity) = self.wiring.workers[worker].heartbeat.silence();
+                    // Only a worker stuck in its own work is restarted; one waiting for a
+                    // policy or a slot waits on the learner.
+                    let working = matches!(activity, Activity::Collecting | Activity::Starting);
+                    if silence > restart_after && working {
+                        let reason =
+                            format!("silent for {silence:.1?} while {}", activity.describe());
+                        self.restart_worker(worker, &reason, false)?;
+                    } else if started.elapsed() >= next_report {
+                        tracing::warn!(
+                            component = "learner",
                             worker,
-                            error: "stopped without reporting".into(),
-                        });
+                            fragment = index,
+                            waited = ?started.elapsed(),
+                            worker_activity = activity.describe(),
+                            "still waiting for a fragment"
+                        );
+                        next_report += self.wiring.wait_timeout;
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -415,6 +589,66 @@ impl Trainer {
                 }
             }
         }
+    }
+
+    /// Replaces worker `w` after a failure (`failed`) or silence: the fragment it was writing is
+    /// recorded invalid (never silently dropped), a new incarnation starts on fresh envs and
+    /// continues the fragment numbering. Stops the run after too many restarts.
+    fn restart_worker(&mut self, w: usize, reason: &str, failed: bool) -> Result<(), RuntimeError> {
+        let old = &self.wiring.workers[w];
+        if old.restarts >= self.config.runtime.max_worker_restarts {
+            return Err(RuntimeError::Worker {
+                worker: w,
+                error: format!("{reason} (after {} restarts)", old.restarts),
+            });
+        }
+        let fragment = old.next_fragment;
+        let version = self.wiring.store.worker_versions()[w];
+        tracing::error!(
+            component = "learner",
+            worker = w,
+            generation = old.generation,
+            fragment,
+            reason,
+            "restarting worker; its fragment in progress is recorded invalid"
+        );
+        self.progress.invalid_fragments.push(InvalidFragment {
+            worker: w,
+            generation: old.generation,
+            fragment,
+            policy_version: version,
+            reason: reason.to_string(),
+            at_step: self.progress.global_step,
+        });
+        let _ = old.commands.try_send(WorkerCommand::Exit);
+        // Slots the old incarnation cannot give back now: one it still writes (if alive),
+        // those holding finished fragments awaiting their turn.
+        if !failed {
+            // A stuck worker still holds its slot; it comes back in an `Abandoned` (or
+            // stale) event when the thread wakes. A failed one has released it already.
+            self.wiring.quarantined.extend(old.holding.get(w));
+        }
+        let pending: Vec<SlotId> = self
+            .early
+            .iter()
+            .filter(|((_, ww), _)| *ww == w)
+            .map(|(_, s)| *s)
+            .collect();
+        let quarantined = &self.wiring.quarantined;
+        let slots: Vec<SlotId> = self
+            .wiring
+            .buffer
+            .owned_by(w)
+            .filter(|s| !pending.contains(s) && !quarantined.contains(s))
+            .collect();
+        let (generation, restarts) = (old.generation + 1, old.restarts + 1);
+        let mut replacement = self
+            .wiring
+            .spawn_worker(w, generation, None, fragment, &slots)?;
+        replacement.restarts = restarts;
+        let old = std::mem::replace(&mut self.wiring.workers[w], replacement);
+        self.wiring.retired.push(old.handle);
+        Ok(())
     }
 
     /// Consumes one fragment from every worker, in worker order, into the rollout.
@@ -478,12 +712,7 @@ impl Trainer {
             self.worker_states[w] = f.end_state.take();
             drop(f);
             // The worker holds at most its other slots: this hand-back cannot block.
-            if self.wiring.free_slots[w].try_send(slot).is_err() {
-                return Err(RuntimeError::Worker {
-                    worker: w,
-                    error: "stopped while the learner held its slot".into(),
-                });
-            }
+            self.wiring.give_back(slot)?;
         }
         self.progress.time.buffer_wait += waited.as_secs_f64();
         self.normalizer.merge(&delta);
@@ -529,10 +758,11 @@ impl Trainer {
         let t0 = Instant::now();
         self.bootstrap_values();
         if self.lags.iter().any(|l| *l > 0) {
-            self.rollout.make_proximal(
-                self.model.as_mut(),
-                self.config.runtime.max_is_weight as f32,
-            );
+            // Inside the learner pool: its evaluation runs the two networks side by side.
+            let (rollout, model) = (&mut self.rollout, self.model.as_mut());
+            let max_weight = self.config.runtime.max_is_weight as f32;
+            self.learner_pool
+                .install(|| rollout.make_proximal(model, max_weight));
         }
         self.rollout.compute_advantages(
             self.config.ppo.gamma as f32,
@@ -587,6 +817,8 @@ impl Trainer {
             policy_lag_min: lags.iter().copied().min().unwrap_or(0),
             policy_lag_avg: lags.iter().sum::<u64>() as f64 / lags.len().max(1) as f64,
             policy_lag_max: lags.iter().copied().max().unwrap_or(0),
+            invalid_fragments: p.invalid_fragments.len(),
+            time: p.time,
             ppo: stats,
         })
     }
@@ -610,23 +842,41 @@ impl Trainer {
         }
     }
 
-    /// Stops every worker (abandoning fragments in progress) and joins them.
+    /// Stops every worker (abandoning fragments in progress) and joins them, each within
+    /// `runtime.wait_timeout_secs`; a thread stuck inside an env beyond that is reported
+    /// and left to end with the process.
     pub fn shutdown(&mut self) {
-        for c in &self.wiring.commands {
-            let _ = c.try_send(WorkerCommand::Exit);
+        for w in &self.wiring.workers {
+            let _ = w.commands.try_send(WorkerCommand::Exit);
         }
-        // Closing the store and dropping the slot queues wakes every waiting worker at once.
+        // Closing the store and the slot queues wakes every waiting worker at once.
         self.wiring.store.close();
-        self.wiring.free_slots.clear();
-        for (id, handle) in self.wiring.handles.drain(..).enumerate() {
-            if handle.join().is_err() {
-                tracing::error!(
-                    component = "learner",
-                    worker = id,
-                    "worker thread panicked outside its guard"
-                );
+        let handles: Vec<(String, JoinHandle<()>)> = self
+            .wiring
+            .workers
+            .drain(..)
+            .map(|w| (w.heartbeat.name.clone(), w.handle))
+            .chain(
+                self.wiring
+                    .retired
+                    .drain(..)
+                    .map(|h| ("retired worker".to_string(), h)),
+            )
+            .collect();
+        for (name, handle) in handles {
+            let deadline = Instant::now() + self.wiring.wait_timeout;
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if handle.is_finished() {
+                if handle.join().is_err() {
+                    tracing::error!(component = "learner", thread = %name, "thread panicked outside its guard");
+                }
+            } else {
+                tracing::error!(component = "learner", thread = %name, waited = ?self.wiring.wait_timeout, "thread did not stop; left to end with the process");
             }
         }
+        self.wiring.learner_beat.beat(Activity::Stopped);
     }
 }
 

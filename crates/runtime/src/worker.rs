@@ -1,6 +1,7 @@
 //! The rollout worker: a thread stepping its own envs with its own copy of the policy,
 //! writing fragments straight into its slots of the experience buffer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,6 +13,7 @@ use strata_nn::SampleRng;
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::policy_store::{PolicyStore, StoreError};
+use crate::telemetry::{Activity, Heartbeat};
 use crate::trainer::{build_envs, build_model};
 use crate::RunConfig;
 
@@ -31,14 +33,49 @@ pub enum WorkerEvent {
         slot: SlotId,
         /// The worker's fragment counter for it.
         index: u64,
+        /// Which incarnation of the worker wrote it (restarts increment it).
+        generation: u64,
     },
-    /// The worker stopped on an error (env NaN, bad policy); the learner decides what to do.
+    /// The worker stopped mid-fragment on `Exit`; the slot is free again.
+    Abandoned {
+        /// The slot it held.
+        slot: SlotId,
+        /// Its incarnation.
+        generation: u64,
+    },
+    /// The worker stopped on an error (env NaN, panic, bad policy); the learner decides.
     Failed {
         /// Which worker.
         worker: usize,
+        /// Its incarnation.
+        generation: u64,
         /// What went wrong.
         error: String,
+        /// The slot it was writing, now free.
+        holding: Option<SlotId>,
     },
+}
+
+/// Which slot a worker is writing (`index + 1`, or 0), readable by the learner.
+#[derive(Debug, Default)]
+pub struct Holding(AtomicUsize);
+
+impl Holding {
+    fn set(&self, slot: Option<SlotId>) {
+        self.0
+            .store(slot.map_or(0, |s| s.index + 1), Ordering::Release);
+    }
+
+    /// The slot held, if any, for worker `worker`.
+    pub fn get(&self, worker: usize) -> Option<SlotId> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            i => Some(SlotId {
+                worker,
+                index: i - 1,
+            }),
+        }
+    }
 }
 
 /// Everything a worker thread is given; built in one place by the trainer.
@@ -65,6 +102,16 @@ pub struct WorkerSetup {
     pub exact: bool,
     /// How long a blocking wait lasts before it is logged.
     pub wait_timeout: Duration,
+    /// Incarnation: 0 at start, +1 per restart.
+    pub generation: u64,
+    /// Apply the configured fault injection (never for a restarted worker).
+    pub with_fault: bool,
+    /// This worker's pulse.
+    pub heartbeat: Arc<Heartbeat>,
+    /// The slot being written, for recovery after a failure.
+    pub holding: Arc<Holding>,
+    /// Number of the first fragment to produce (a replacement continues the count).
+    pub first_fragment: u64,
 }
 
 /// Why a worker stopped without an error.
@@ -81,8 +128,10 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("strata-worker-{}", setup.id))
         .spawn(move || {
-            let (id, events) = (setup.id, setup.events.clone());
+            let (id, generation, events) = (setup.id, setup.generation, setup.events.clone());
+            let (heartbeat, holding) = (Arc::clone(&setup.heartbeat), Arc::clone(&setup.holding));
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(setup)));
+            heartbeat.beat(Activity::Stopped);
             let error = match outcome {
                 Ok(Ok(Stop::Exit | Stop::Closed)) => return,
                 Ok(Err(e)) => e,
@@ -95,8 +144,10 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
                         .unwrap_or("(no message)")
                 ),
             };
+            tracing::error!(component = %format!("worker-{id}"), generation, %error, "worker failed");
             // The learner may be gone already; then nobody needs to hear it.
-            let _ = events.try_send(WorkerEvent::Failed { worker: id, error });
+            let holding = holding.get(id);
+            let _ = events.try_send(WorkerEvent::Failed { worker: id, generation, error, holding });
         })
 }
 
@@ -120,9 +171,18 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         max_lag,
         exact,
         wait_timeout,
+        generation,
+        with_fault,
+        heartbeat,
+        holding,
+        first_fragment,
     } = setup;
+    let pins = &config.runtime.pin_cpus;
+    if !pins.is_empty() {
+        crate::telemetry::pin_current_thread(pins[id % pins.len()], "worker");
+    }
     let envs_per_worker = config.env.num_envs / config.runtime.workers;
-    let mut envs = build_envs(&config, envs_per_worker).map_err(|e| e.to_string())?;
+    let mut envs = build_envs(&config, envs_per_worker, with_fault).map_err(|e| e.to_string())?;
     let mut model = build_model(&config).map_err(|e| e.to_string())?;
     let spec = envs.spec().clone();
     let (od, ad) = (spec.obs_dim(), spec.action_dim());
@@ -133,15 +193,15 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             (state.obs, state.rng, state.fragments)
         }
         None => {
+            // Fresh envs. A replacement gets seeds of its own incarnation and continues the
+            // fragment numbering.
+            let stream = id as u64 + (generation << 32);
             envs.reset(
-                derive_seed(config.train.seed, 1000 + id as u64),
+                derive_seed(config.train.seed, 1000 + stream),
                 &mut batch.obs,
             );
-            (
-                batch.obs.clone(),
-                SampleRng::seed_from_u64(derive_seed(config.train.seed, 2000 + id as u64)),
-                0,
-            )
+            let rng = SampleRng::seed_from_u64(derive_seed(config.train.seed, 2000 + stream));
+            (batch.obs.clone(), rng, first_fragment)
         }
     };
     let mut adopted: Option<u64> = None;
@@ -152,6 +212,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         }
         // Adopt a policy at the fragment boundary: at least version u - lag.
         let wanted = fragments.saturating_sub(max_lag);
+        heartbeat.beat(Activity::WaitingForPolicy);
         let policy = match store.wait_for(wanted, exact, wait_timeout) {
             Ok(p) => p,
             Err(StoreError::Timeout { waited, .. }) => {
@@ -177,6 +238,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             adopted = Some(policy.version);
         }
         // Back-pressure: a free slot, handed back by the learner.
+        heartbeat.beat(Activity::WaitingForSlot);
         let slot = match free_slots.recv_timeout(wait_timeout) {
             Ok(slot) => slot,
             Err(RecvTimeoutError::Timeout) => {
@@ -185,6 +247,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             }
             Err(RecvTimeoutError::Disconnected) => return Ok(Stop::Closed),
         };
+        holding.set(Some(slot));
         let mut f = buffer.lock(slot);
         let m = envs_per_worker;
         f.version = policy.version;
@@ -192,8 +255,13 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         f.episodes.clear();
         let (mut env_seconds, mut inference_seconds) = (0.0, 0.0);
         for t in 0..steps {
+            heartbeat.beat(Activity::Collecting);
             if exit_requested(&commands) {
-                return Ok(Stop::Exit); // the fragment is abandoned, never handed over
+                // The fragment is abandoned, never handed over; the slot goes back.
+                drop(f);
+                holding.set(None);
+                let _ = events.try_send(WorkerEvent::Abandoned { slot, generation });
+                return Ok(Stop::Exit);
             }
             let (rows, orow, arow) = (
                 t * m..(t + 1) * m,
@@ -243,14 +311,14 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         f.env_seconds = env_seconds;
         f.inference_seconds = inference_seconds;
         drop(f);
+        holding.set(None);
         // Capacity equals the number of slots and we hold one: this send cannot block.
-        if events
-            .send(WorkerEvent::FragmentReady {
-                slot,
-                index: fragments - 1,
-            })
-            .is_err()
-        {
+        let ready = WorkerEvent::FragmentReady {
+            slot,
+            index: fragments - 1,
+            generation,
+        };
+        if events.send(ready).is_err() {
             return Ok(Stop::Closed);
         }
     }

@@ -26,9 +26,17 @@ fn assert_solves(config: RunConfig) -> Vec<UpdateRecord> {
     let lag = config.runtime.effective_lag();
     let (t, records) = run(config);
     let s = t.summary();
-    assert!(s.solved, "not solved in {} steps: {:?}", s.total_steps, s.final_mean_return);
+    assert!(
+        s.solved,
+        "not solved in {} steps: {:?}",
+        s.total_steps, s.final_mean_return
+    );
     for r in &records {
-        assert!(r.policy_lag_max <= lag, "lag {} above the bound {lag}", r.policy_lag_max);
+        assert!(
+            r.policy_lag_max <= lag,
+            "lag {} above the bound {lag}",
+            r.policy_lag_max
+        );
         assert!(r.policy_lag_min <= r.policy_lag_max);
     }
     records
@@ -45,7 +53,10 @@ fn async_solves_cartpole_with_bounded_lag() {
     for workers in [1, 2] {
         let records = assert_solves(cartpole(workers, Mode::Async, 1));
         // Collection overlapped learning: after the first update, fragments lag by one.
-        assert!(records.iter().skip(1).all(|r| r.policy_lag_max == 1), "workers {workers}");
+        assert!(
+            records.iter().skip(1).all(|r| r.policy_lag_max == 1),
+            "workers {workers}"
+        );
     }
 }
 
@@ -54,7 +65,10 @@ fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
     config.train.stop_when_solved = false;
     config.train.total_steps = 10 * config.steps_per_update();
     let (t, records) = run(config);
-    let losses = records.iter().map(|r| (r.episodes, r.ppo.policy_loss, r.ppo.value_loss)).collect();
+    let losses = records
+        .iter()
+        .map(|r| (r.episodes, r.ppo.policy_loss, r.ppo.value_loss))
+        .collect();
     (t.model().flat_params().to_vec(), losses)
 }
 
