@@ -19,8 +19,10 @@ mod config;
 mod gae;
 mod loss;
 mod ppo;
+mod vtrace;
 
 pub use config::{InvalidConfig, PpoConfig};
 pub use gae::{compute_gae, GaeInput};
 pub use loss::{ppo_loss, LossCoefficients, LossInput, LossTerms};
 pub use ppo::{explained_variance, Ppo, RolloutBuffer, UpdateStats};
+pub use vtrace::compute_vtrace;

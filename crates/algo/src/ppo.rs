@@ -11,6 +11,7 @@ use strata_nn::{ActorCritic, Evaluation};
 
 use crate::gae::{compute_gae, GaeInput};
 use crate::loss::{ppo_loss, LossCoefficients, LossInput, LossTerms};
+use crate::vtrace::compute_vtrace;
 use crate::PpoConfig;
 
 /// One rollout of `n_steps x num_envs` transitions, time-major, allocated once.
@@ -108,6 +109,41 @@ impl RolloutBuffer {
                 self.values[i] = eval.values[k];
             }
         }
+    }
+
+    /// V-trace instead of GAE for samples from older policies: the current policy becomes
+    /// the proximal one (its log-probs are the ratio's denominator, its values the
+    /// baseline), and advantages and value targets come from V-trace with the truncated
+    /// ratios `pi_prox / pi_behaviour`. Weights stay 1: the correction is in the targets.
+    pub fn vtrace_targets(
+        &mut self,
+        model: &mut dyn ActorCritic,
+        gamma: f32,
+        rho_bar: f32,
+        c_bar: f32,
+    ) {
+        self.make_proximal(model, f32::INFINITY);
+        // make_proximal left the untruncated ratios in `weights`.
+        let len = self.len();
+        let ratios = std::mem::replace(&mut self.weights, vec![1.0; len]);
+        let input = GaeInput {
+            rewards: &self.rewards,
+            values: &self.values,
+            terminated: &self.terminated,
+            truncated: &self.truncated,
+            final_values: &self.final_values,
+            last_values: &self.last_values,
+            num_envs: self.num_envs,
+        };
+        compute_vtrace(
+            &input,
+            &ratios,
+            gamma,
+            rho_bar,
+            c_bar,
+            &mut self.advantages,
+            &mut self.returns,
+        );
     }
 
     /// Fills `advantages` and `returns` by GAE.

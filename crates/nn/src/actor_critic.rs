@@ -107,6 +107,18 @@ pub trait ActorCritic: Send {
         log_probs: &mut [f32],
         values: &mut [f32],
     );
+    /// [`ActorCritic::act`] over a batch made of `parts` (row counts, in order), part `i`
+    /// sampling with `rngs[i]`: one forward pass serves several requesters (central
+    /// inference), and each requester's actions depend only on its own RNG stream.
+    fn act_split(
+        &mut self,
+        obs: &[f32],
+        parts: &[usize],
+        rngs: &mut [SampleRng],
+        actions: &mut [f32],
+        log_probs: &mut [f32],
+        values: &mut [f32],
+    );
     /// The most likely action per row (evaluation).
     fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]);
     /// Value estimates per row.
@@ -386,27 +398,62 @@ impl ActorCritic for MlpActorCritic {
         values: &mut [f32],
     ) {
         let batch = self.batch_of(obs);
+        self.act_split(
+            obs,
+            &[batch],
+            std::slice::from_mut(rng),
+            actions,
+            log_probs,
+            values,
+        );
+    }
+
+    fn act_split(
+        &mut self,
+        obs: &[f32],
+        parts: &[usize],
+        rngs: &mut [SampleRng],
+        actions: &mut [f32],
+        log_probs: &mut [f32],
+        values: &mut [f32],
+    ) {
+        let batch = self.batch_of(obs);
+        assert_eq!(
+            parts.iter().sum::<usize>(),
+            batch,
+            "parts must cover the batch"
+        );
+        assert_eq!(parts.len(), rngs.len(), "one RNG per part");
         let (p_end, v_end) = self.split();
         let out =
             self.policy
                 .mlp
                 .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
         let k = self.head.outputs();
-        match self.head {
-            Head::Categorical { .. } => {
-                for (i, row) in out.chunks_exact(k).enumerate() {
-                    let (a, lp) = categorical_sample(row, rng);
-                    actions[i] = a as f32;
-                    log_probs[i] = lp;
+        let log_std = &self.params[v_end..];
+        // One forward pass for all parts; each part samples from its own RNG, so its
+        // actions do not depend on what else was in the batch.
+        let mut row = 0;
+        for (&len, rng) in parts.iter().zip(rngs.iter_mut()) {
+            for i in row..row + len {
+                let dist = &out[i * k..(i + 1) * k];
+                match self.head {
+                    Head::Categorical { .. } => {
+                        let (a, lp) = categorical_sample(dist, rng);
+                        actions[i] = a as f32;
+                        log_probs[i] = lp;
+                    }
+                    Head::Gaussian { dim } => {
+                        log_probs[i] = gaussian_sample(
+                            dist,
+                            log_std,
+                            rng,
+                            &mut actions[i * dim..(i + 1) * dim],
+                        );
+                    }
                 }
             }
-            Head::Gaussian { dim } => {
-                let log_std = &self.params[v_end..];
-                for (i, row) in out.chunks_exact(k).enumerate() {
-                    log_probs[i] =
-                        gaussian_sample(row, log_std, rng, &mut actions[i * dim..(i + 1) * dim]);
-                }
-            }
+            row += len;
         }
         let v = self.value.mlp.forward(
             &self.params[p_end..v_end],
@@ -713,6 +760,27 @@ mod tests {
             b.load_tensors(&missing).unwrap_err(),
             NnError::MissingTensor("adam.v".into())
         );
+    }
+
+    #[test]
+    fn split_acting_equals_acting_on_each_part_with_its_rng() {
+        let mut rng = SampleRng::seed_from_u64(9);
+        let head = Head::Gaussian { dim: 2 };
+        let mut m = MlpActorCritic::new(3, head, &NetworkConfig::default(), &mut rng);
+        let obs: Vec<f32> = (0..15).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut rngs = [SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2)];
+        let (mut a, mut lp, mut v) = (vec![0.0; 10], vec![0.0; 5], vec![0.0; 5]);
+        m.act_split(&obs, &[2, 3], &mut rngs, &mut a, &mut lp, &mut v);
+        let (mut r1, mut r2) = (SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2));
+        let (mut a1, mut lp1, mut v1) = (vec![0.0; 4], vec![0.0; 2], vec![0.0; 2]);
+        m.act(&obs[..6], &mut r1, &mut a1, &mut lp1, &mut v1);
+        let (mut a2, mut lp2, mut v2) = (vec![0.0; 6], vec![0.0; 3], vec![0.0; 3]);
+        m.act(&obs[6..], &mut r2, &mut a2, &mut lp2, &mut v2);
+        assert_eq!(&a[..4], &a1[..]);
+        assert_eq!(&a[4..], &a2[..]);
+        assert_eq!(&lp[..2], &lp1[..]);
+        assert_eq!(&v[2..], &v2[..]);
+        assert_eq!(rngs[0], r1, "each RNG advanced by its own part only");
     }
 
     #[test]

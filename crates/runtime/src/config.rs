@@ -60,7 +60,9 @@ pub struct TrainConfig {
     /// Write a checkpoint every this many env steps (0: only at the end).
     pub checkpoint_every: u64,
     /// Threads the learner uses: with 2, the policy and value networks of each minibatch
-    /// are computed side by side. Results are identical for any value.
+    /// are computed side by side. 0: automatic (2 in sync mode, where workers idle while
+    /// the learner trains; in async mode the cores the workers leave free, at least 1).
+    /// Results are identical for any value.
     pub learner_threads: usize,
 }
 
@@ -73,7 +75,7 @@ impl Default for TrainConfig {
             stop_when_solved: false,
             solve_window: 20,
             checkpoint_every: 0,
-            learner_threads: 2,
+            learner_threads: 0,
         }
     }
 }
@@ -91,6 +93,18 @@ pub enum Mode {
     Async,
 }
 
+/// How samples from older policy versions are corrected (async mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OffPolicy {
+    /// Decoupled PPO: clip against the current (proximal) policy, weight each sample by
+    /// `pi_prox / pi_behaviour` (truncated at `max_is_weight`); GAE on current values.
+    Decoupled,
+    /// V-trace targets and advantages with truncated ratios (`vtrace_rho_bar`,
+    /// `vtrace_c_bar`); the PPO ratio is taken against the current policy.
+    Vtrace,
+}
+
 /// Workers, scheduling and operations.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -102,8 +116,14 @@ pub struct RuntimeConfig {
     pub mode: Mode,
     /// Async: the most policy versions a fragment may lag behind the learner when consumed.
     pub max_policy_lag: u64,
+    /// Off-policy correction for lagged samples: `decoupled` or `vtrace`.
+    pub off_policy: OffPolicy,
     /// Decoupled PPO: truncation of the weight `pi_prox / pi_behaviour`.
     pub max_is_weight: f64,
+    /// V-trace: truncation of the ratio in the TD error.
+    pub vtrace_rho_bar: f64,
+    /// V-trace: truncation of the ratio in the trace.
+    pub vtrace_c_bar: f64,
     /// Seconds a blocking wait lasts before it is logged (and retried).
     pub wait_timeout_secs: f64,
     /// Read back every buffer write and check slot ownership (slow; for debugging).
@@ -126,7 +146,10 @@ impl Default for RuntimeConfig {
             workers: 1,
             mode: Mode::Sync,
             max_policy_lag: 1,
+            off_policy: OffPolicy::Decoupled,
             max_is_weight: 2.0,
+            vtrace_rho_bar: 1.0,
+            vtrace_c_bar: 1.0,
             wait_timeout_secs: 10.0,
             debug_buffer: false,
             silent_after_secs: 10.0,
@@ -287,6 +310,14 @@ impl RunConfig {
                 "must be at least 1",
             );
         }
+        for (k, v) in [
+            ("runtime.vtrace_rho_bar", r.vtrace_rho_bar),
+            ("runtime.vtrace_c_bar", r.vtrace_c_bar),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(k, &v, "must be a positive number");
+            }
+        }
         if !(r.wait_timeout_secs.is_finite() && r.wait_timeout_secs > 0.0) {
             return bad(
                 "runtime.wait_timeout_secs",
@@ -348,6 +379,18 @@ impl RunConfig {
         Ok(())
     }
 
+    /// Learner threads in force (resolves `train.learner_threads = 0`).
+    pub fn learner_threads(&self) -> usize {
+        if self.train.learner_threads > 0 {
+            return self.train.learner_threads;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        match self.runtime.mode {
+            Mode::Sync => cores.min(2),
+            Mode::Async => cores.saturating_sub(self.runtime.workers).clamp(1, 2),
+        }
+    }
+
     /// Env steps per update (`n_steps * num_envs`).
     pub fn steps_per_update(&self) -> u64 {
         (self.ppo.n_steps * self.env.num_envs) as u64
@@ -367,6 +410,7 @@ impl RunConfig {
             workers: usize,
             mode: Mode,
             lag: u64,
+            off_policy: OffPolicy,
         }
         let identity = Identity {
             env: &self.env,
@@ -377,6 +421,7 @@ impl RunConfig {
             workers: self.runtime.workers,
             mode: self.runtime.mode,
             lag: self.runtime.effective_lag(),
+            off_policy: self.runtime.off_policy,
         };
         let json = serde_json::to_vec(&identity).expect("the identity serialises");
         let digest = Sha256::digest(json);

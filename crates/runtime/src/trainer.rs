@@ -19,6 +19,7 @@ use strata_env::{
 use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
+use crate::config::OffPolicy;
 use crate::learner_pool::LearnerPool;
 use crate::policy_store::{PolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
@@ -757,17 +758,27 @@ impl Trainer {
         self.collect()?;
         let t0 = Instant::now();
         self.bootstrap_values();
-        if self.lags.iter().any(|l| *l > 0) {
-            // Inside the learner pool: its evaluation runs the two networks side by side.
-            let (rollout, model) = (&mut self.rollout, self.model.as_mut());
-            let max_weight = self.config.runtime.max_is_weight as f32;
-            self.learner_pool
-                .install(|| rollout.make_proximal(model, max_weight));
-        }
-        self.rollout.compute_advantages(
+        let (gamma, lambda) = (
             self.config.ppo.gamma as f32,
             self.config.ppo.gae_lambda as f32,
         );
+        let r = &self.config.runtime;
+        // Inside the learner pool: evaluation runs the two networks side by side.
+        let (rollout, model) = (&mut self.rollout, self.model.as_mut());
+        match (self.lags.iter().any(|l| *l > 0), r.off_policy) {
+            (false, _) => rollout.compute_advantages(gamma, lambda),
+            (true, OffPolicy::Decoupled) => {
+                let max_weight = r.max_is_weight as f32;
+                self.learner_pool
+                    .install(|| rollout.make_proximal(model, max_weight));
+                rollout.compute_advantages(gamma, lambda);
+            }
+            (true, OffPolicy::Vtrace) => {
+                let (rho, c) = (r.vtrace_rho_bar as f32, r.vtrace_c_bar as f32);
+                self.learner_pool
+                    .install(|| rollout.vtrace_targets(model, gamma, rho, c));
+            }
+        }
         let (ppo, model, rollout) = (&mut self.ppo, self.model.as_mut(), &self.rollout);
         let stats = self
             .learner_pool

@@ -60,6 +60,14 @@ fn async_solves_cartpole_with_bounded_lag() {
     }
 }
 
+#[test]
+fn async_with_vtrace_solves_cartpole() {
+    let mut c = cartpole(2, Mode::Async, 2);
+    c.runtime.off_policy = strata_runtime::OffPolicy::Vtrace;
+    let records = assert_solves(c);
+    assert!(records.iter().any(|r| r.policy_lag_max == 2));
+}
+
 fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
     let mut config = config;
     config.train.stop_when_solved = false;
