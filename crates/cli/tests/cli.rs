@@ -278,7 +278,7 @@ fn train_writes_summary_metrics_and_checkpoint_then_eval_and_resume() {
         &run,
         &[
             "--max-steps",
-            "60000",
+            "100000",
             "--stop-when-solved",
             "--deterministic",
             "--summary-json",
@@ -339,7 +339,7 @@ fn train_writes_summary_metrics_and_checkpoint_then_eval_and_resume() {
         "--resume",
         run.to_str().unwrap(),
         "--max-steps",
-        "70000",
+        "110000",
         "--set",
         "train.stop_when_solved=false",
         "--quiet",
@@ -351,7 +351,7 @@ fn train_writes_summary_metrics_and_checkpoint_then_eval_and_resume() {
     assert!(o.status.success(), "{}", stderr(&o));
     let resumed: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
-    assert!(resumed["total_steps"].as_u64().unwrap() >= 70_000);
+    assert!(resumed["total_steps"].as_u64().unwrap() >= 110_000);
     fails_with(
         &[
             "train",

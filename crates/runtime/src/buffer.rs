@@ -10,12 +10,13 @@ use strata_nn::SampleRng;
 /// What a worker needs to continue exactly after a fragment (kept for checkpoints).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct WorkerState {
-    /// Env states, RNGs, counters and per-env running returns.
-    pub envs: VecEnvSnapshot,
-    /// Observations the envs will act on next (normalised as the worker saw them).
+    /// Per env group: env states, RNGs, counters and per-env running returns.
+    pub envs: Vec<VecEnvSnapshot>,
+    /// Observations the envs will act on next (normalised as the worker saw them), in env
+    /// order.
     pub obs: Vec<f32>,
-    /// The worker's action-sampling RNG.
-    pub rng: SampleRng,
+    /// Per env group: the action-sampling RNG.
+    pub rngs: Vec<SampleRng>,
     /// Fragments completed.
     pub fragments: u64,
 }

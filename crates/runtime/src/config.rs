@@ -93,6 +93,17 @@ pub enum Mode {
     Async,
 }
 
+/// Where actions are computed during collection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inference {
+    /// Each worker runs its own copy of the policy.
+    Worker,
+    /// One inference thread batches requests across workers; each worker's envs form two
+    /// groups so one steps while the other waits for actions.
+    Central,
+}
+
 /// How samples from older policy versions are corrected (async mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -116,6 +127,8 @@ pub struct RuntimeConfig {
     pub mode: Mode,
     /// Async: the most policy versions a fragment may lag behind the learner when consumed.
     pub max_policy_lag: u64,
+    /// Where actions are computed: `worker` (in each worker) or `central`.
+    pub inference: Inference,
     /// Off-policy correction for lagged samples: `decoupled` or `vtrace`.
     pub off_policy: OffPolicy,
     /// Decoupled PPO: truncation of the weight `pi_prox / pi_behaviour`.
@@ -146,6 +159,7 @@ impl Default for RuntimeConfig {
             workers: 1,
             mode: Mode::Sync,
             max_policy_lag: 1,
+            inference: Inference::Worker,
             off_policy: OffPolicy::Decoupled,
             max_is_weight: 2.0,
             vtrace_rho_bar: 1.0,
@@ -362,11 +376,11 @@ impl RunConfig {
                 "must be at least 1",
             );
         }
-        if self.train.learner_threads == 0 || self.train.learner_threads > 256 {
+        if self.train.learner_threads > 256 {
             return bad(
                 "train.learner_threads",
                 &self.train.learner_threads,
-                "must be between 1 and 256",
+                "must be between 0 (automatic) and 256",
             );
         }
         if self.train.solve_window == 0 {
@@ -377,6 +391,17 @@ impl RunConfig {
             );
         }
         Ok(())
+    }
+
+    /// Env groups per worker: 2 with central inference (double buffering) when the
+    /// worker's envs split evenly, else 1.
+    pub fn groups_per_worker(&self) -> usize {
+        let m = self.env.num_envs / self.runtime.workers.max(1);
+        if self.runtime.inference == Inference::Central && m >= 2 && m.is_multiple_of(2) {
+            2
+        } else {
+            1
+        }
     }
 
     /// Learner threads in force (resolves `train.learner_threads = 0`).

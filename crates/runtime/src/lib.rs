@@ -27,6 +27,7 @@ pub mod checkpoint;
 mod config;
 mod error;
 mod eval;
+mod inference;
 mod learner_pool;
 mod policy_store;
 mod presets;
@@ -37,7 +38,7 @@ mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 pub use checkpoint::{load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy};
-pub use config::{EnvConfig, Mode, OffPolicy, RunConfig, RuntimeConfig, TrainConfig};
+pub use config::{EnvConfig, Inference, Mode, OffPolicy, RunConfig, RuntimeConfig, TrainConfig};
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};

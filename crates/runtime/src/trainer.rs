@@ -19,7 +19,8 @@ use strata_env::{
 use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
-use crate::config::OffPolicy;
+use crate::config::{Inference, OffPolicy};
+use crate::inference::{spawn_server, InferenceClient, InferenceSlots, Request, ServerSetup};
 use crate::learner_pool::LearnerPool;
 use crate::policy_store::{PolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
@@ -214,6 +215,19 @@ struct Wiring {
     epoch: Instant,
     lag: u64,
     wait_timeout: Duration,
+    /// The inference thread and its queues, with `runtime.inference = "central"`.
+    central: Option<Central>,
+}
+
+/// The central inference thread's side of the wiring.
+struct Central {
+    slots: Arc<InferenceSlots>,
+    /// Workers -> inference thread (capacity: one request per group of every worker).
+    requests: SyncSender<Request>,
+    /// Inference thread -> each worker (capacity: its groups); replaced on restart.
+    replies: Arc<Mutex<Vec<SyncSender<(usize, u64)>>>>,
+    exit: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
 }
 
 impl Wiring {
@@ -237,6 +251,22 @@ impl Wiring {
         let heartbeat = Heartbeat::new(format!("worker-{id}"), self.epoch);
         let holding = Arc::new(Holding::default());
         let next_fragment = start.as_ref().map_or(first_fragment, |s| s.fragments);
+        let inference = self.central.as_ref().map(|c| {
+            let (reply_tx, reply_rx) = sync_channel(self.config.groups_per_worker());
+            let mut replies = c.replies.lock().unwrap_or_else(|p| p.into_inner());
+            if id < replies.len() {
+                replies[id] = reply_tx;
+            } else {
+                replies.push(reply_tx);
+            }
+            InferenceClient {
+                worker: id,
+                generation,
+                slots: Arc::clone(&c.slots),
+                requests: c.requests.clone(),
+                replies: reply_rx,
+            }
+        });
         let handle = worker::spawn(WorkerSetup {
             id,
             config: Arc::clone(&self.config),
@@ -254,16 +284,16 @@ impl Wiring {
             heartbeat: Arc::clone(&heartbeat),
             holding: Arc::clone(&holding),
             first_fragment,
+            inference,
         })
         .map_err(|e| RuntimeError::Config(format!("cannot start worker {id}: {e}")))?;
         {
+            // Workers' heartbeats come first, in worker order.
             let mut beats = self.beats.lock().unwrap_or_else(|p| p.into_inner());
-            if id < beats.len() - 1 {
-                beats[id] = Arc::clone(&heartbeat);
+            if generation == 0 {
+                beats.insert(id, Arc::clone(&heartbeat));
             } else {
-                let learner = beats.pop().expect("the learner's heartbeat is last");
-                beats.push(Arc::clone(&heartbeat));
-                beats.push(learner);
+                beats[id] = Arc::clone(&heartbeat);
             }
         }
         Ok(WorkerHandle {
@@ -427,7 +457,47 @@ impl Trainer {
             Duration::from_secs_f64(config.runtime.silent_after_secs),
         )
         .map_err(|e| RuntimeError::Config(format!("cannot start the watchdog: {e}")))?;
+        let central = if config.runtime.inference == Inference::Central {
+            let groups = config.groups_per_worker();
+            let slots = Arc::new(InferenceSlots::new(
+                workers,
+                groups,
+                per_worker_envs / groups,
+                spec.obs_dim(),
+                spec.action_dim(),
+            ));
+            let (requests, requests_rx) = sync_channel(workers * groups);
+            let replies = Arc::new(Mutex::new(Vec::with_capacity(workers)));
+            let exit = Arc::new(AtomicBool::new(false));
+            let heartbeat = Heartbeat::new("inference", epoch);
+            beats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(0, Arc::clone(&heartbeat));
+            let handle = spawn_server(ServerSetup {
+                config: Arc::new(config.clone()),
+                slots: Arc::clone(&slots),
+                store: Arc::clone(&store),
+                requests: requests_rx,
+                replies: Arc::clone(&replies),
+                exit: Arc::clone(&exit),
+                heartbeat,
+                wait_timeout,
+                versions_kept: lag as usize + 2,
+            })
+            .map_err(|e| RuntimeError::Config(format!("cannot start the inference thread: {e}")))?;
+            Some(Central {
+                slots,
+                requests,
+                replies,
+                exit,
+                handle: Some(handle),
+            })
+        } else {
+            None
+        };
         let mut wiring = Wiring {
+            central,
             config: Arc::new(config.clone()),
             buffer: Arc::clone(&buffer),
             store: Arc::clone(&store),
@@ -885,6 +955,14 @@ impl Trainer {
                 }
             } else {
                 tracing::error!(component = "learner", thread = %name, waited = ?self.wiring.wait_timeout, "thread did not stop; left to end with the process");
+            }
+        }
+        if let Some(c) = &mut self.wiring.central {
+            c.exit.store(true, Ordering::Relaxed);
+            if let Some(handle) = c.handle.take() {
+                if handle.join().is_err() {
+                    tracing::error!(component = "learner", "the inference thread panicked");
+                }
             }
         }
         self.wiring.learner_beat.beat(Activity::Stopped);

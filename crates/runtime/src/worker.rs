@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use strata_env::{derive_seed, StepBatch, VecEnv};
+use strata_nn::ActorCritic;
 use strata_nn::SampleRng;
 
-use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
+use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
+use crate::inference::InferenceClient;
 use crate::policy_store::{PolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::trainer::{build_envs, build_model};
@@ -112,6 +114,8 @@ pub struct WorkerSetup {
     pub holding: Arc<Holding>,
     /// Number of the first fragment to produce (a replacement continues the count).
     pub first_fragment: u64,
+    /// Central inference, when configured; otherwise the worker runs its own model copy.
+    pub inference: Option<InferenceClient>,
 }
 
 /// Why a worker stopped without an error.
@@ -158,6 +162,14 @@ fn exit_requested(commands: &Receiver<WorkerCommand>) -> bool {
     )
 }
 
+/// How a worker gets its actions.
+enum Actor {
+    /// Its own copy of the policy.
+    Local(Box<dyn ActorCritic>),
+    /// The central inference thread.
+    Central(InferenceClient),
+}
+
 fn run(setup: WorkerSetup) -> Result<Stop, String> {
     let WorkerSetup {
         id,
@@ -176,32 +188,58 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         heartbeat,
         holding,
         first_fragment,
+        inference,
     } = setup;
     let pins = &config.runtime.pin_cpus;
     if !pins.is_empty() {
         crate::telemetry::pin_current_thread(pins[id % pins.len()], "worker");
     }
-    let envs_per_worker = config.env.num_envs / config.runtime.workers;
-    let mut envs = build_envs(&config, envs_per_worker, with_fault).map_err(|e| e.to_string())?;
-    let mut model = build_model(&config).map_err(|e| e.to_string())?;
-    let spec = envs.spec().clone();
+    let m = config.env.num_envs / config.runtime.workers;
+    let groups = config.groups_per_worker();
+    let gm = m / groups;
+    let mut envs: Vec<Box<dyn VecEnv>> = (0..groups)
+        .map(|g| build_envs(&config, gm, with_fault && g == 0).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut actor = match inference {
+        Some(client) => Actor::Central(client),
+        None => Actor::Local(build_model(&config).map_err(|e| e.to_string())?),
+    };
+    let spec = envs[0].spec().clone();
     let (od, ad) = (spec.obs_dim(), spec.action_dim());
-    let mut batch = StepBatch::new(&spec, envs_per_worker);
-    let (mut obs, mut rng, mut fragments) = match start {
+    let mut batches: Vec<StepBatch> = (0..groups).map(|_| StepBatch::new(&spec, gm)).collect();
+    let (mut obs, mut rngs, mut fragments): (Vec<Vec<f32>>, Vec<SampleRng>, u64) = match start {
         Some(state) => {
-            envs.restore(&state.envs).map_err(|e| e.to_string())?;
-            (state.obs, state.rng, state.fragments)
+            if state.envs.len() != groups || state.rngs.len() != groups {
+                return Err(format!(
+                    "saved state has {} env groups, the config {groups}",
+                    state.envs.len()
+                ));
+            }
+            for (e, snap) in envs.iter_mut().zip(&state.envs) {
+                e.restore(snap).map_err(|e| e.to_string())?;
+            }
+            (
+                state.obs.chunks(gm * od).map(<[f32]>::to_vec).collect(),
+                state.rngs,
+                state.fragments,
+            )
         }
         None => {
             // Fresh envs. A replacement gets seeds of its own incarnation and continues the
             // fragment numbering.
             let stream = id as u64 + (generation << 32);
-            envs.reset(
-                derive_seed(config.train.seed, 1000 + stream),
-                &mut batch.obs,
-            );
-            let rng = SampleRng::seed_from_u64(derive_seed(config.train.seed, 2000 + stream));
-            (batch.obs.clone(), rng, first_fragment)
+            let mut obs = Vec::with_capacity(groups);
+            let mut rngs = Vec::with_capacity(groups);
+            for (g, e) in envs.iter_mut().enumerate() {
+                let seed = derive_seed(derive_seed(config.train.seed, 1000 + stream), g as u64);
+                e.reset(seed, &mut batches[g].obs);
+                obs.push(batches[g].obs.clone());
+                rngs.push(SampleRng::seed_from_u64(derive_seed(
+                    derive_seed(config.train.seed, 2000 + stream),
+                    g as u64,
+                )));
+            }
+            (obs, rngs, first_fragment)
         }
     };
     let mut adopted: Option<u64> = None;
@@ -216,12 +254,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         let policy = match store.wait_for(wanted, exact, wait_timeout) {
             Ok(p) => p,
             Err(StoreError::Timeout { waited, .. }) => {
-                tracing::warn!(
-                    worker = id,
-                    wanted,
-                    ?waited,
-                    "still waiting for a policy version"
-                );
+                tracing::warn!(component = %format!("worker-{id}"), wanted, ?waited, "still waiting for a policy version");
                 continue;
             }
             Err(StoreError::Closed) => return Ok(Stop::Closed),
@@ -229,11 +262,15 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         };
         if adopted != Some(policy.version) {
             policy.verify().map_err(|e| e.to_string())?;
-            model
-                .set_flat_params(&policy.params)
-                .map_err(|e| e.to_string())?;
-            envs.set_normalizer(&policy.normalizer)
-                .map_err(|e| e.to_string())?;
+            if let Actor::Local(model) = &mut actor {
+                model
+                    .set_flat_params(&policy.params)
+                    .map_err(|e| e.to_string())?;
+            }
+            for e in &mut envs {
+                e.set_normalizer(&policy.normalizer)
+                    .map_err(|e| e.to_string())?;
+            }
             store.ack(id, policy.version);
             adopted = Some(policy.version);
         }
@@ -242,74 +279,92 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         let slot = match free_slots.recv_timeout(wait_timeout) {
             Ok(slot) => slot,
             Err(RecvTimeoutError::Timeout) => {
-                tracing::warn!(worker = id, waited = ?wait_timeout, "still waiting for a free buffer slot");
+                tracing::warn!(component = %format!("worker-{id}"), waited = ?wait_timeout, "still waiting for a free buffer slot");
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => return Ok(Stop::Closed),
         };
         holding.set(Some(slot));
         let mut f = buffer.lock(slot);
-        let m = envs_per_worker;
         f.version = policy.version;
         f.index = fragments;
         f.episodes.clear();
-        let (mut env_seconds, mut inference_seconds) = (0.0, 0.0);
-        for t in 0..steps {
-            heartbeat.beat(Activity::Collecting);
-            if exit_requested(&commands) {
-                // The fragment is abandoned, never handed over; the slot goes back.
-                drop(f);
-                holding.set(None);
-                let _ = events.try_send(WorkerEvent::Abandoned { slot, generation });
-                return Ok(Stop::Exit);
+        let mut timing = (0.0, 0.0);
+        let filled = match &mut actor {
+            Actor::Local(model) => {
+                let ctx = StepContext {
+                    buffer: &buffer,
+                    m,
+                    gm,
+                    od,
+                    ad,
+                    heartbeat: &heartbeat,
+                    commands: &commands,
+                    id,
+                };
+                fill_local(
+                    &ctx,
+                    &mut f,
+                    model.as_mut(),
+                    &mut envs[0],
+                    &mut batches[0],
+                    &mut obs[0],
+                    &mut rngs[0],
+                    steps,
+                    &mut timing,
+                )?
             }
-            let (rows, orow, arow) = (
-                t * m..(t + 1) * m,
-                t * m * od..(t + 1) * m * od,
-                t * m * ad..(t + 1) * m * ad,
-            );
-            let t0 = Instant::now();
-            f.obs[orow.clone()].copy_from_slice(&obs);
-            buffer.check_write("observations", &f.obs, orow.start, &obs);
-            let fr = &mut *f;
-            model.act(
-                &obs,
-                &mut rng,
-                &mut fr.actions[arow.clone()],
-                &mut fr.log_probs[rows.clone()],
-                &mut fr.values[rows.clone()],
-            );
-            let t1 = Instant::now();
-            envs.step(&f.actions[arow], &mut batch)
-                .map_err(|e| format!("worker {id}: {e}"))?;
-            let t2 = Instant::now();
-            f.rewards[rows.clone()].copy_from_slice(&batch.rewards);
-            f.terminated[rows.clone()].copy_from_slice(&batch.terminated);
-            f.truncated[rows.clone()].copy_from_slice(&batch.truncated);
-            buffer.check_write("rewards", &f.rewards, rows.start, &batch.rewards);
-            for i in 0..m {
-                if batch.truncated[i] && !batch.terminated[i] {
-                    let row = (t * m + i) * od;
-                    f.final_obs[row..row + od]
-                        .copy_from_slice(&batch.final_obs[i * od..(i + 1) * od]);
-                }
+            Actor::Central(client) => {
+                let ctx = StepContext {
+                    buffer: &buffer,
+                    m,
+                    gm,
+                    od,
+                    ad,
+                    heartbeat: &heartbeat,
+                    commands: &commands,
+                    id,
+                };
+                fill_central(
+                    &ctx,
+                    &mut f,
+                    client,
+                    &mut envs,
+                    &mut batches,
+                    &mut obs,
+                    &mut rngs,
+                    steps,
+                    policy.version,
+                    wait_timeout,
+                    &mut timing,
+                )?
             }
-            f.episodes.extend_from_slice(&batch.episodes);
-            obs.copy_from_slice(&batch.obs);
-            inference_seconds += (t1 - t0).as_secs_f64();
-            env_seconds += (t2 - t1).as_secs_f64();
+        };
+        if !filled {
+            // Exit requested mid-fragment: abandoned, never handed over; the slot goes back.
+            drop(f);
+            holding.set(None);
+            let _ = events.try_send(WorkerEvent::Abandoned { slot, generation });
+            return Ok(Stop::Exit);
         }
-        f.next_obs.copy_from_slice(&obs);
-        f.stats_delta = envs.take_normalizer_delta();
+        let mut next_obs = Vec::with_capacity(m * od);
+        for o in &obs {
+            next_obs.extend_from_slice(o);
+        }
+        f.next_obs.copy_from_slice(&next_obs);
+        let mut delta = envs[0].take_normalizer_delta();
+        for e in envs.iter_mut().skip(1) {
+            delta.merge(&e.take_normalizer_delta());
+        }
+        f.stats_delta = delta;
         fragments += 1;
         f.end_state = Some(WorkerState {
-            envs: envs.snapshot(),
-            obs: obs.clone(),
-            rng: rng.clone(),
+            envs: envs.iter().map(|e| e.snapshot()).collect(),
+            obs: next_obs,
+            rngs: rngs.clone(),
             fragments,
         });
-        f.env_seconds = env_seconds;
-        f.inference_seconds = inference_seconds;
+        (f.inference_seconds, f.env_seconds) = timing;
         drop(f);
         holding.set(None);
         // Capacity equals the number of slots and we hold one: this send cannot block.
@@ -322,4 +377,149 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             return Ok(Stop::Closed);
         }
     }
+}
+
+/// What every step needs to know about its worker.
+struct StepContext<'a> {
+    buffer: &'a ExperienceBuffer,
+    /// Envs of the worker.
+    m: usize,
+    /// Envs per group.
+    gm: usize,
+    od: usize,
+    ad: usize,
+    heartbeat: &'a Heartbeat,
+    commands: &'a Receiver<WorkerCommand>,
+    id: usize,
+}
+
+/// Copies group `g`'s step-`t` outcome (rewards, flags, final observations, episodes) into
+/// the fragment's rows `t * m + g * gm ..`.
+fn record_step(ctx: &StepContext<'_>, f: &mut Fragment, t: usize, g: usize, batch: &StepBatch) {
+    let (rows, od) = (t * ctx.m + g * ctx.gm..t * ctx.m + (g + 1) * ctx.gm, ctx.od);
+    f.rewards[rows.clone()].copy_from_slice(&batch.rewards);
+    f.terminated[rows.clone()].copy_from_slice(&batch.terminated);
+    f.truncated[rows.clone()].copy_from_slice(&batch.truncated);
+    ctx.buffer
+        .check_write("rewards", &f.rewards, rows.start, &batch.rewards);
+    for i in 0..ctx.gm {
+        if batch.truncated[i] && !batch.terminated[i] {
+            let row = (rows.start + i) * od;
+            f.final_obs[row..row + od].copy_from_slice(&batch.final_obs[i * od..(i + 1) * od]);
+        }
+    }
+    f.episodes
+        .extend(batch.episodes.iter().map(|e| strata_env::EpisodeEnd {
+            env: e.env + g * ctx.gm,
+            ..*e
+        }));
+}
+
+/// In-worker inference: act on all envs, step them, `steps` times. `Ok(false)` when an
+/// exit was requested mid-fragment.
+#[allow(clippy::too_many_arguments)]
+fn fill_local(
+    ctx: &StepContext<'_>,
+    f: &mut Fragment,
+    model: &mut dyn ActorCritic,
+    envs: &mut Box<dyn VecEnv>,
+    batch: &mut StepBatch,
+    obs: &mut Vec<f32>,
+    rng: &mut SampleRng,
+    steps: usize,
+    timing: &mut (f64, f64),
+) -> Result<bool, String> {
+    let (m, od, ad) = (ctx.m, ctx.od, ctx.ad);
+    for t in 0..steps {
+        ctx.heartbeat.beat(Activity::Collecting);
+        if exit_requested(ctx.commands) {
+            return Ok(false);
+        }
+        let (rows, orow, arow) = (
+            t * m..(t + 1) * m,
+            t * m * od..(t + 1) * m * od,
+            t * m * ad..(t + 1) * m * ad,
+        );
+        let t0 = Instant::now();
+        f.obs[orow.clone()].copy_from_slice(obs);
+        ctx.buffer
+            .check_write("observations", &f.obs, orow.start, obs);
+        model.act(
+            obs,
+            rng,
+            &mut f.actions[arow.clone()],
+            &mut f.log_probs[rows.clone()],
+            &mut f.values[rows],
+        );
+        let t1 = Instant::now();
+        envs.step(&f.actions[arow], batch)
+            .map_err(|e| format!("worker {}: {e}", ctx.id))?;
+        let t2 = Instant::now();
+        record_step(ctx, f, t, 0, batch);
+        obs.copy_from_slice(&batch.obs);
+        timing.0 += (t1 - t0).as_secs_f64();
+        timing.1 += (t2 - t1).as_secs_f64();
+    }
+    Ok(true)
+}
+
+/// Central inference with double buffering: while one group's request is answered, the
+/// other group steps. `Ok(false)` when an exit was requested mid-fragment.
+#[allow(clippy::too_many_arguments)]
+fn fill_central(
+    ctx: &StepContext<'_>,
+    f: &mut Fragment,
+    client: &InferenceClient,
+    envs: &mut [Box<dyn VecEnv>],
+    batches: &mut [StepBatch],
+    obs: &mut [Vec<f32>],
+    rngs: &mut [SampleRng],
+    steps: usize,
+    version: u64,
+    wait_timeout: Duration,
+    timing: &mut (f64, f64),
+) -> Result<bool, String> {
+    let (m, gm, od, ad) = (ctx.m, ctx.gm, ctx.od, ctx.ad);
+    let write_obs = |f: &mut Fragment, t: usize, g: usize, o: &[f32]| {
+        let row = t * m + g * gm;
+        f.obs[row * od..(row + gm) * od].copy_from_slice(o);
+    };
+    for g in 0..envs.len() {
+        write_obs(f, 0, g, &obs[g]);
+        client.request(g, &obs[g], version, &rngs[g])?;
+    }
+    for t in 0..steps {
+        for g in 0..envs.len() {
+            let t0 = Instant::now();
+            let answered = client.wait(g, wait_timeout, ctx.heartbeat, || {
+                exit_requested(ctx.commands)
+            })?;
+            if !answered {
+                return Ok(false);
+            }
+            let row = t * m + g * gm;
+            {
+                let slot = client.slots.lock((ctx.id, g));
+                f.actions[row * ad..(row + gm) * ad].copy_from_slice(&slot.actions);
+                f.log_probs[row..row + gm].copy_from_slice(&slot.log_probs);
+                f.values[row..row + gm].copy_from_slice(&slot.values);
+                rngs[g] = slot.rng.clone();
+            }
+            ctx.heartbeat.beat(Activity::Collecting);
+            let t1 = Instant::now();
+            envs[g]
+                .step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])
+                .map_err(|e| format!("worker {}: {e}", ctx.id))?;
+            let t2 = Instant::now();
+            record_step(ctx, f, t, g, &batches[g]);
+            obs[g].copy_from_slice(&batches[g].obs);
+            if t + 1 < steps {
+                write_obs(f, t + 1, g, &obs[g]);
+                client.request(g, &obs[g], version, &rngs[g])?;
+            }
+            timing.0 += (t1 - t0).as_secs_f64();
+            timing.1 += (t2 - t1).as_secs_f64();
+        }
+    }
+    Ok(true)
 }

@@ -68,6 +68,22 @@ fn async_with_vtrace_solves_cartpole() {
     assert!(records.iter().any(|r| r.policy_lag_max == 2));
 }
 
+#[test]
+fn central_inference_solves_cartpole_in_both_modes() {
+    for mode in [Mode::Sync, Mode::Async] {
+        let mut c = cartpole(2, mode, 1);
+        c.runtime.inference = strata_runtime::Inference::Central;
+        assert_solves(c);
+    }
+}
+
+#[test]
+fn central_inference_is_deterministic_too() {
+    let mut c = cartpole(2, Mode::Async, 1);
+    c.runtime.inference = strata_runtime::Inference::Central;
+    assert_eq!(weights_and_losses(c.clone()), weights_and_losses(c));
+}
+
 fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
     let mut config = config;
     config.train.stop_when_solved = false;

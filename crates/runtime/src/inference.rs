@@ -1,0 +1,309 @@
+//! Central inference: one thread runs the policy for every worker, batching their requests
+//! into one forward pass. Requests and replies are small indices on bounded queues; the
+//! observations and actions stay in preallocated per-(worker, group) slots.
+//!
+//! Each worker splits its envs into two groups and keeps one group's request in flight
+//! while it steps the other (double buffering), so neither the worker nor the inference
+//! thread waits on the other when both are busy.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rand::SeedableRng;
+use strata_nn::{ActorCritic, SampleRng};
+
+use crate::policy_store::PolicyStore;
+use crate::telemetry::{Activity, Heartbeat};
+use crate::trainer::build_model;
+use crate::RunConfig;
+
+/// One group's request and answer.
+pub struct InferenceSlot {
+    /// Observations to act on (`rows x obs_dim`).
+    pub obs: Vec<f32>,
+    /// Sampled actions.
+    pub actions: Vec<f32>,
+    /// Their log-probs.
+    pub log_probs: Vec<f32>,
+    /// Values of the observations.
+    pub values: Vec<f32>,
+    /// Which policy version must answer.
+    pub version: u64,
+    /// The group's sampling RNG, travelling with its request.
+    pub rng: SampleRng,
+    /// The requesting worker's incarnation.
+    pub generation: u64,
+}
+
+/// `(worker, group)`: which slot holds a request.
+pub type Request = (usize, usize);
+
+/// The slots of every (worker, group), allocated once.
+pub struct InferenceSlots {
+    slots: Vec<Mutex<InferenceSlot>>,
+    groups: usize,
+}
+
+impl InferenceSlots {
+    /// Slots for `workers x groups` groups of `rows` envs.
+    pub fn new(
+        workers: usize,
+        groups: usize,
+        rows: usize,
+        obs_dim: usize,
+        action_dim: usize,
+    ) -> Self {
+        InferenceSlots {
+            slots: (0..workers * groups)
+                .map(|_| {
+                    Mutex::new(InferenceSlot {
+                        obs: vec![0.0; rows * obs_dim],
+                        actions: vec![0.0; rows * action_dim],
+                        log_probs: vec![0.0; rows],
+                        values: vec![0.0; rows],
+                        version: 0,
+                        rng: SampleRng::seed_from_u64(0),
+                        generation: 0,
+                    })
+                })
+                .collect(),
+            groups,
+        }
+    }
+
+    /// Locks the slot of `(worker, group)`.
+    pub fn lock(&self, (worker, group): Request) -> std::sync::MutexGuard<'_, InferenceSlot> {
+        self.slots[worker * self.groups + group]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A worker's side of central inference.
+pub struct InferenceClient {
+    /// The worker.
+    pub worker: usize,
+    /// Its incarnation (replies for older ones are ignored).
+    pub generation: u64,
+    /// Shared slots.
+    pub slots: Arc<InferenceSlots>,
+    /// Worker -> inference thread (capacity: every group of every worker).
+    pub requests: SyncSender<Request>,
+    /// Inference thread -> this worker: `(group, generation)` answered (capacity: groups).
+    pub replies: Receiver<(usize, u64)>,
+}
+
+impl InferenceClient {
+    /// Posts a request for `group`: its observations, the version that must answer, and
+    /// the group's RNG (moved into the slot until the answer).
+    ///
+    /// # Errors
+    /// When the inference thread is gone.
+    pub fn request(
+        &self,
+        group: usize,
+        obs: &[f32],
+        version: u64,
+        rng: &SampleRng,
+    ) -> Result<(), String> {
+        {
+            let mut slot = self.slots.lock((self.worker, group));
+            slot.obs.copy_from_slice(obs);
+            slot.version = version;
+            slot.rng = rng.clone();
+            slot.generation = self.generation;
+        }
+        // At most one request per group is outstanding: the queue has room for all.
+        self.requests
+            .try_send((self.worker, group))
+            .map_err(|e| format!("inference thread unavailable: {e}"))
+    }
+
+    /// Waits for `group`'s answer (logging every `timeout`), or returns `Ok(false)` when
+    /// `give_up` says to stop waiting.
+    ///
+    /// # Errors
+    /// When the inference thread is gone.
+    pub fn wait(
+        &self,
+        group: usize,
+        timeout: Duration,
+        heartbeat: &Heartbeat,
+        mut give_up: impl FnMut() -> bool,
+    ) -> Result<bool, String> {
+        loop {
+            match self
+                .replies
+                .recv_timeout(timeout.min(Duration::from_millis(200)))
+            {
+                Ok((g, generation)) if g == group && generation == self.generation => {
+                    return Ok(true)
+                }
+                Ok(_) => {} // a stale answer for an earlier incarnation
+                Err(RecvTimeoutError::Timeout) => {
+                    heartbeat.beat(Activity::WaitingForPolicy);
+                    if give_up() {
+                        return Ok(false);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err("the inference thread stopped".into())
+                }
+            }
+        }
+    }
+}
+
+/// Everything the inference thread is given.
+pub struct ServerSetup {
+    /// The run's config (to build models).
+    pub config: Arc<RunConfig>,
+    /// Shared slots.
+    pub slots: Arc<InferenceSlots>,
+    /// Published policies.
+    pub store: Arc<PolicyStore>,
+    /// Requests from every worker.
+    pub requests: Receiver<Request>,
+    /// Reply queue per worker, replaced when a worker restarts.
+    pub replies: Arc<Mutex<Vec<SyncSender<(usize, u64)>>>>,
+    /// Set to stop.
+    pub exit: Arc<AtomicBool>,
+    /// Its pulse.
+    pub heartbeat: Arc<Heartbeat>,
+    /// How long to wait for a policy version before logging.
+    pub wait_timeout: Duration,
+    /// Models kept (one per policy version in use).
+    pub versions_kept: usize,
+}
+
+/// Starts the inference thread.
+///
+/// # Errors
+/// When the OS cannot start a thread.
+pub fn spawn_server(setup: ServerSetup) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("strata-inference".into())
+        .spawn(move || {
+            if let Err(error) = serve(setup) {
+                tracing::error!(component = "inference", %error, "inference thread stopped");
+            }
+        })
+}
+
+fn serve(s: ServerSetup) -> Result<(), String> {
+    let obs_dim = strata_env::spec_for(&s.config.env.name)
+        .map_err(|e| e.to_string())?
+        .obs_dim();
+    let mut models: Vec<(u64, Box<dyn ActorCritic>)> = Vec::with_capacity(s.versions_kept);
+    let mut pending: Vec<Request> = Vec::new();
+    let mut batch_obs = Vec::new();
+    let mut parts = Vec::new();
+    let mut rngs: Vec<SampleRng> = Vec::new();
+    let (mut actions, mut log_probs, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut versions, mut requests): (Vec<u64>, Vec<Request>) = (Vec::new(), Vec::new());
+    let pins = &s.config.runtime.pin_cpus;
+    if !pins.is_empty() {
+        crate::telemetry::pin_current_thread(
+            pins[s.config.runtime.workers % pins.len()],
+            "inference",
+        );
+    }
+    while !s.exit.load(Ordering::Relaxed) {
+        s.heartbeat.beat(Activity::WaitingForFragments);
+        match s.requests.recv_timeout(Duration::from_millis(200)) {
+            Ok(first) => pending.push(first),
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+        // Batch whatever else is waiting.
+        while let Ok(r) = s.requests.try_recv() {
+            pending.push(r);
+        }
+        s.heartbeat.beat(Activity::Collecting);
+        versions.clear();
+        versions.extend(pending.iter().map(|r| s.slots.lock(*r).version));
+        versions.sort_unstable();
+        versions.dedup();
+        for &version in &versions {
+            // The model for this version: cached, or loaded from the store and verified.
+            let index = match models.iter().position(|(v, _)| *v == version) {
+                Some(i) => i,
+                None => {
+                    let policy = s
+                        .store
+                        .wait_for(version, true, s.wait_timeout)
+                        .map_err(|e| e.to_string())?;
+                    policy.verify().map_err(|e| e.to_string())?;
+                    let mut model = if models.len() < s.versions_kept {
+                        build_model(&s.config).map_err(|e| e.to_string())?
+                    } else {
+                        // Reuse the oldest version's model.
+                        let oldest = (0..models.len())
+                            .min_by_key(|i| models[*i].0)
+                            .expect("non-empty");
+                        models.swap_remove(oldest).1
+                    };
+                    model
+                        .set_flat_params(&policy.params)
+                        .map_err(|e| e.to_string())?;
+                    models.push((version, model));
+                    models.len() - 1
+                }
+            };
+            requests.clear();
+            requests.extend(
+                pending
+                    .iter()
+                    .copied()
+                    .filter(|r| s.slots.lock(*r).version == version),
+            );
+            batch_obs.clear();
+            parts.clear();
+            rngs.clear();
+            for r in &requests {
+                let slot = s.slots.lock(*r);
+                batch_obs.extend_from_slice(&slot.obs);
+                parts.push(slot.obs.len() / obs_dim);
+                rngs.push(slot.rng.clone());
+            }
+            let rows: usize = parts.iter().sum();
+            let action_dim = {
+                let slot = s.slots.lock(requests[0]);
+                slot.actions.len() / (slot.obs.len() / obs_dim).max(1)
+            };
+            actions.resize(rows * action_dim, 0.0);
+            log_probs.resize(rows, 0.0);
+            values.resize(rows, 0.0);
+            models[index].1.act_split(
+                &batch_obs,
+                &parts,
+                &mut rngs,
+                &mut actions,
+                &mut log_probs,
+                &mut values,
+            );
+            let replies = s.replies.lock().unwrap_or_else(|p| p.into_inner());
+            let mut row = 0;
+            for (k, r) in requests.iter().enumerate() {
+                let len = parts[k];
+                let generation = {
+                    let mut slot = s.slots.lock(*r);
+                    slot.actions
+                        .copy_from_slice(&actions[row * action_dim..(row + len) * action_dim]);
+                    slot.log_probs.copy_from_slice(&log_probs[row..row + len]);
+                    slot.values.copy_from_slice(&values[row..row + len]);
+                    slot.rng = rngs[k].clone();
+                    slot.generation
+                };
+                // A worker that was replaced no longer listens; that is fine.
+                let _ = replies[r.0].try_send((r.1, generation));
+                row += len;
+            }
+        }
+        pending.clear();
+    }
+    Ok(())
+}
