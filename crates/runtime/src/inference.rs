@@ -41,6 +41,10 @@ pub struct InferenceSlot {
 /// `(worker, group)`: which slot holds a request.
 pub type Request = (usize, usize);
 
+/// Per worker, where the inference thread posts `(group, generation)` answers; a
+/// restarted worker's entry is replaced.
+pub type ReplyQueues = Arc<Mutex<Vec<SyncSender<(usize, u64)>>>>;
+
 /// The slots of every (worker, group), allocated once.
 pub struct InferenceSlots {
     slots: Vec<Mutex<InferenceSlot>>,
@@ -168,7 +172,7 @@ pub struct ServerSetup {
     /// Requests from every worker.
     pub requests: Receiver<Request>,
     /// Reply queue per worker, replaced when a worker restarts.
-    pub replies: Arc<Mutex<Vec<SyncSender<(usize, u64)>>>>,
+    pub replies: ReplyQueues,
     /// Set to stop.
     pub exit: Arc<AtomicBool>,
     /// Its pulse.

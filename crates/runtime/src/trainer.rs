@@ -20,7 +20,9 @@ use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::config::{Inference, OffPolicy};
-use crate::inference::{spawn_server, InferenceClient, InferenceSlots, Request, ServerSetup};
+use crate::inference::{
+    spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
+};
 use crate::learner_pool::LearnerPool;
 use crate::policy_store::{PolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
@@ -225,7 +227,7 @@ struct Central {
     /// Workers -> inference thread (capacity: one request per group of every worker).
     requests: SyncSender<Request>,
     /// Inference thread -> each worker (capacity: its groups); replaced on restart.
-    replies: Arc<Mutex<Vec<SyncSender<(usize, u64)>>>>,
+    replies: ReplyQueues,
     exit: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }

@@ -424,7 +424,7 @@ fn fill_local(
     model: &mut dyn ActorCritic,
     envs: &mut Box<dyn VecEnv>,
     batch: &mut StepBatch,
-    obs: &mut Vec<f32>,
+    obs: &mut [f32],
     rng: &mut SampleRng,
     steps: usize,
     timing: &mut (f64, f64),
