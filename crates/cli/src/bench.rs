@@ -12,7 +12,7 @@ use serde::Serialize;
 use strata_algo::PpoConfig;
 use strata_env::{make_vec_env, StepBatch};
 use strata_nn::{ActorCritic, Evaluation, Head, MlpActorCritic, NetworkConfig, SampleRng};
-use strata_runtime::{preset, RunConfig, Summary, Trainer};
+use strata_runtime::{preset, Inference, Mode, RunConfig, Summary, Trainer};
 
 /// Reference figures measured on this machine class (2 cores), for the ratios.
 const ENVPOOL_CARTPOLE_64: f64 = 440_000.0;
@@ -28,6 +28,9 @@ pub struct BenchArgs {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Skip the runtime comparison (sync vs async, in-worker vs central inference).
+    #[arg(long)]
+    skip_runtime: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -48,6 +51,98 @@ struct Report {
     pendulum_seconds_to_solve: Vec<Option<f64>>,
     pendulum_median_seconds_to_solve: Option<f64>,
     time_breakdown_cartpole_4_epochs: Option<Summary>,
+    runtime: Vec<RuntimeRow>,
+}
+
+/// One runtime configuration's figures.
+#[derive(Serialize)]
+struct RuntimeRow {
+    workload: String,
+    mode: String,
+    inference: String,
+    workers: usize,
+    env_steps_per_sec: f64,
+    final_mean_return: Option<f64>,
+    seconds_to_solve: Option<f64>,
+    policy_lag_max: u64,
+}
+
+/// Trains `config` to its budget; returns the summary and the largest lag seen.
+fn run_with_lag(config: RunConfig) -> Result<(Summary, u64)> {
+    let mut trainer = Trainer::new(config)?;
+    let mut lag = 0;
+    while !trainer.finished() {
+        lag = lag.max(trainer.iterate()?.policy_lag_max);
+    }
+    Ok((trainer.summary(), lag))
+}
+
+/// Sync vs async and in-worker vs central inference, on plain CartPole and Pendulum and on
+/// a balanced workload (CartPole with 12 us of simulated physics per env step, so stepping
+/// costs about what learning does).
+fn runtime_section(quick: bool) -> Result<Vec<RuntimeRow>> {
+    let mut rows = Vec::new();
+    let workloads: [(&str, &str, u64, u64); 3] = [
+        (
+            "cartpole",
+            "cartpole",
+            0,
+            if quick { 40_000 } else { 100_000 },
+        ),
+        (
+            "balanced (cartpole + 12us/step)",
+            "cartpole",
+            12,
+            if quick { 40_000 } else { 100_000 },
+        ),
+        (
+            "pendulum",
+            "pendulum",
+            0,
+            if quick { 60_000 } else { 200_000 },
+        ),
+    ];
+    let setups: [(Mode, Inference, usize); 4] = [
+        (Mode::Sync, Inference::Worker, 1),
+        (Mode::Async, Inference::Worker, 1),
+        (Mode::Sync, Inference::Central, 2),
+        (Mode::Async, Inference::Central, 2),
+    ];
+    println!("runtime: workload / mode / inference / workers -> env steps/s, final mean return, seconds to solve, max lag");
+    for (name, env, cost, budget) in workloads {
+        let mut base_rate = None;
+        for (mode, inference, workers) in setups {
+            let mut c = preset(env).expect("built-in preset");
+            c.env.step_cost_us = cost;
+            c.train.total_steps = budget;
+            c.runtime.mode = mode;
+            c.runtime.inference = inference;
+            c.runtime.workers = workers;
+            let (s, lag) = run_with_lag(c)?;
+            let rate = s.env_steps_per_sec;
+            let base = *base_rate.get_or_insert(rate);
+            println!(
+                "  {name:32} {:5} {:7} {workers}  {:>9.0} steps/s ({:.2}x sync/worker)  return {:>7.1}  solved {:>6}  lag {lag}",
+                format!("{mode:?}").to_lowercase(),
+                format!("{inference:?}").to_lowercase(),
+                rate,
+                rate / base,
+                s.final_mean_return.unwrap_or(f64::NAN),
+                s.seconds_to_solve.map_or("-".into(), |t| format!("{t:.2}s")),
+            );
+            rows.push(RuntimeRow {
+                workload: name.to_string(),
+                mode: format!("{mode:?}").to_lowercase(),
+                inference: format!("{inference:?}").to_lowercase(),
+                workers,
+                env_steps_per_sec: rate,
+                final_mean_return: s.final_mean_return,
+                seconds_to_solve: s.seconds_to_solve,
+                policy_lag_max: lag,
+            });
+        }
+    }
+    Ok(rows)
 }
 
 fn median(values: &[Option<f64>]) -> Option<f64> {
@@ -212,6 +307,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "pendulum seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_PENDULUM_SECONDS_TO_SOLVE}s)",
         r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
     );
+    if !args.skip_runtime {
+        r.runtime = runtime_section(args.quick)?;
+    }
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")?;
     }

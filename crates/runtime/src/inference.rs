@@ -15,7 +15,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use strata_nn::{ActorCritic, SampleRng};
 
-use crate::policy_store::PolicyStore;
+use crate::policy_store::{PolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::trainer::build_model;
 use crate::RunConfig;
@@ -236,10 +236,11 @@ fn serve(s: ServerSetup) -> Result<(), String> {
             let index = match models.iter().position(|(v, _)| *v == version) {
                 Some(i) => i,
                 None => {
-                    let policy = s
-                        .store
-                        .wait_for(version, true, s.wait_timeout)
-                        .map_err(|e| e.to_string())?;
+                    let policy = match s.store.wait_for(version, true, s.wait_timeout) {
+                        Ok(p) => p,
+                        Err(StoreError::Closed) => return Ok(()), // shutting down
+                        Err(e) => return Err(e.to_string()),
+                    };
                     policy.verify().map_err(|e| e.to_string())?;
                     let mut model = if models.len() < s.versions_kept {
                         build_model(&s.config).map_err(|e| e.to_string())?
@@ -264,47 +265,56 @@ fn serve(s: ServerSetup) -> Result<(), String> {
                     .copied()
                     .filter(|r| s.slots.lock(*r).version == version),
             );
-            batch_obs.clear();
-            parts.clear();
-            rngs.clear();
-            for r in &requests {
-                let slot = s.slots.lock(*r);
-                batch_obs.extend_from_slice(&slot.obs);
-                parts.push(slot.obs.len() / obs_dim);
-                rngs.push(slot.rng.clone());
-            }
-            let rows: usize = parts.iter().sum();
-            let action_dim = {
-                let slot = s.slots.lock(requests[0]);
-                slot.actions.len() / (slot.obs.len() / obs_dim).max(1)
+            // Row results of a matrix product can depend on the batch's shape, so
+            // deterministic mode answers each request on its own.
+            let per_call = if s.config.train.deterministic {
+                1
+            } else {
+                requests.len()
             };
-            actions.resize(rows * action_dim, 0.0);
-            log_probs.resize(rows, 0.0);
-            values.resize(rows, 0.0);
-            models[index].1.act_split(
-                &batch_obs,
-                &parts,
-                &mut rngs,
-                &mut actions,
-                &mut log_probs,
-                &mut values,
-            );
-            let replies = s.replies.lock().unwrap_or_else(|p| p.into_inner());
-            let mut row = 0;
-            for (k, r) in requests.iter().enumerate() {
-                let len = parts[k];
-                let generation = {
-                    let mut slot = s.slots.lock(*r);
-                    slot.actions
-                        .copy_from_slice(&actions[row * action_dim..(row + len) * action_dim]);
-                    slot.log_probs.copy_from_slice(&log_probs[row..row + len]);
-                    slot.values.copy_from_slice(&values[row..row + len]);
-                    slot.rng = rngs[k].clone();
-                    slot.generation
+            for batch in requests.chunks(per_call) {
+                batch_obs.clear();
+                parts.clear();
+                rngs.clear();
+                for r in batch {
+                    let slot = s.slots.lock(*r);
+                    batch_obs.extend_from_slice(&slot.obs);
+                    parts.push(slot.obs.len() / obs_dim);
+                    rngs.push(slot.rng.clone());
+                }
+                let rows: usize = parts.iter().sum();
+                let action_dim = {
+                    let slot = s.slots.lock(batch[0]);
+                    slot.actions.len() / (slot.obs.len() / obs_dim).max(1)
                 };
-                // A worker that was replaced no longer listens; that is fine.
-                let _ = replies[r.0].try_send((r.1, generation));
-                row += len;
+                actions.resize(rows * action_dim, 0.0);
+                log_probs.resize(rows, 0.0);
+                values.resize(rows, 0.0);
+                models[index].1.act_split(
+                    &batch_obs,
+                    &parts,
+                    &mut rngs,
+                    &mut actions,
+                    &mut log_probs,
+                    &mut values,
+                );
+                let replies = s.replies.lock().unwrap_or_else(|p| p.into_inner());
+                let mut row = 0;
+                for (k, r) in batch.iter().enumerate() {
+                    let len = parts[k];
+                    let generation = {
+                        let mut slot = s.slots.lock(*r);
+                        slot.actions
+                            .copy_from_slice(&actions[row * action_dim..(row + len) * action_dim]);
+                        slot.log_probs.copy_from_slice(&log_probs[row..row + len]);
+                        slot.values.copy_from_slice(&values[row..row + len]);
+                        slot.rng = rngs[k].clone();
+                        slot.generation
+                    };
+                    // A worker that was replaced no longer listens; that is fine.
+                    let _ = replies[r.0].try_send((r.1, generation));
+                    row += len;
+                }
             }
         }
         pending.clear();

@@ -89,6 +89,10 @@ fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
     config.train.stop_when_solved = false;
     config.train.total_steps = 10 * config.steps_per_update();
     let (t, records) = run(config);
+    assert!(
+        t.progress().invalid_fragments.is_empty(),
+        "a restart would break determinism"
+    );
     let losses = records
         .iter()
         .map(|r| (r.episodes, r.ppo.policy_loss, r.ppo.value_loss))
