@@ -98,6 +98,8 @@ pub struct InferenceClient {
     pub requests: SyncSender<Request>,
     /// Inference thread -> this worker: `(group, generation)` answered (capacity: groups).
     pub replies: Receiver<(usize, u64)>,
+    /// Answers that arrived while another group was awaited (bit per group).
+    pub early: std::cell::Cell<u8>,
 }
 
 impl InferenceClient {
@@ -138,19 +140,36 @@ impl InferenceClient {
         heartbeat: &Heartbeat,
         mut give_up: impl FnMut() -> bool,
     ) -> Result<bool, String> {
+        let started = std::time::Instant::now();
+        let mut next_report = timeout;
+        let bit = 1u8 << group;
         loop {
+            if self.early.get() & bit != 0 {
+                self.early.set(self.early.get() & !bit);
+                return Ok(true);
+            }
             match self
                 .replies
                 .recv_timeout(timeout.min(Duration::from_millis(200)))
             {
-                Ok((g, generation)) if g == group && generation == self.generation => {
-                    return Ok(true)
+                Ok((g, generation)) if generation == self.generation => {
+                    // Kept for its turn when it answers the other group.
+                    self.early.set(self.early.get() | (1u8 << g));
                 }
                 Ok(_) => {} // a stale answer for an earlier incarnation
                 Err(RecvTimeoutError::Timeout) => {
                     heartbeat.beat(Activity::WaitingForPolicy);
                     if give_up() {
                         return Ok(false);
+                    }
+                    if started.elapsed() >= next_report {
+                        tracing::warn!(
+                            component = %format!("worker-{}", self.worker),
+                            group,
+                            waited = ?started.elapsed(),
+                            "still waiting for actions from the inference thread"
+                        );
+                        next_report += timeout;
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {

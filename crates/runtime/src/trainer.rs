@@ -267,6 +267,7 @@ impl Wiring {
                 slots: Arc::clone(&c.slots),
                 requests: c.requests.clone(),
                 replies: reply_rx,
+                early: std::cell::Cell::new(0),
             }
         });
         let handle = worker::spawn(WorkerSetup {

@@ -483,6 +483,7 @@ fn fill_central(
     let write_obs = |f: &mut Fragment, t: usize, g: usize, o: &[f32]| {
         let row = t * m + g * gm;
         f.obs[row * od..(row + gm) * od].copy_from_slice(o);
+        ctx.buffer.check_write("observations", &f.obs, row * od, o);
     };
     for g in 0..envs.len() {
         write_obs(f, 0, g, &obs[g]);

@@ -84,6 +84,23 @@ fn central_inference_is_deterministic_too() {
     assert_eq!(weights_and_losses(c.clone()), weights_and_losses(c));
 }
 
+#[test]
+fn debug_buffer_mode_reads_back_every_write() {
+    for inference in [
+        strata_runtime::Inference::Worker,
+        strata_runtime::Inference::Central,
+    ] {
+        let mut c = cartpole(2, Mode::Async, 1);
+        c.runtime.inference = inference;
+        c.runtime.debug_buffer = true;
+        c.train.stop_when_solved = false;
+        c.train.total_steps = 4 * c.steps_per_update();
+        let (t, records) = run(c);
+        assert_eq!(records.len(), 4);
+        assert!(t.progress().invalid_fragments.is_empty());
+    }
+}
+
 fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
     let mut config = config;
     config.train.stop_when_solved = false;
