@@ -18,6 +18,44 @@ pub struct GaeInput<'a> {
     pub num_envs: usize,
 }
 
+impl GaeInput<'_> {
+    /// Checks that every slice fits `len` rows and `num_envs` envs; returns steps per env.
+    ///
+    /// # Panics
+    /// When lengths disagree.
+    pub(crate) fn check(&self, outputs: &[&[f32]]) -> usize {
+        let (n, len) = (self.num_envs, self.rewards.len());
+        assert!(
+            n > 0 && len.is_multiple_of(n),
+            "rollout length is not a multiple of num_envs"
+        );
+        for s in [self.values, self.final_values].iter().chain(outputs) {
+            assert_eq!(s.len(), len, "rollout slice length");
+        }
+        assert_eq!(self.terminated.len(), len);
+        assert_eq!(self.truncated.len(), len);
+        assert_eq!(self.last_values.len(), n);
+        len / n
+    }
+
+    /// What follows row `k = t * num_envs + env`: the value to bootstrap from and whether
+    /// the trace continues into the next row (0 at an episode end). After termination the
+    /// value is 0; after truncation V(final observation), never 0; after the rollout's last
+    /// step V(next observation), with nothing left to continue into.
+    pub(crate) fn next(&self, t: usize, env: usize, steps: usize) -> (f32, f32) {
+        let k = t * self.num_envs + env;
+        if self.terminated[k] {
+            (0.0, 0.0)
+        } else if self.truncated[k] {
+            (self.final_values[k], 0.0)
+        } else if t + 1 == steps {
+            (self.last_values[env], 1.0)
+        } else {
+            (self.values[k + self.num_envs], 1.0)
+        }
+    }
+}
+
 /// Writes advantages and returns (`advantage + value`).
 ///
 /// `delta_t = r_t + gamma * V_next - V(s_t)`, where `V_next` is 0 after termination,
@@ -34,37 +72,13 @@ pub fn compute_gae(
     advantages: &mut [f32],
     returns: &mut [f32],
 ) {
+    let steps = input.check(&[advantages, returns]);
     let n = input.num_envs;
-    let len = input.rewards.len();
-    assert!(
-        n > 0 && len.is_multiple_of(n),
-        "rollout length is not a multiple of num_envs"
-    );
-    for s in [
-        input.values,
-        input.final_values,
-        &advantages[..],
-        &returns[..],
-    ] {
-        assert_eq!(s.len(), len, "GAE slice length");
-    }
-    assert_eq!(input.terminated.len(), len);
-    assert_eq!(input.truncated.len(), len);
-    assert_eq!(input.last_values.len(), n);
-    let steps = len / n;
     for env in 0..n {
         let mut next_advantage = 0.0_f32;
         for t in (0..steps).rev() {
             let k = t * n + env;
-            let (next_value, continues) = if input.terminated[k] {
-                (0.0, 0.0)
-            } else if input.truncated[k] {
-                (input.final_values[k], 0.0)
-            } else if t + 1 == steps {
-                (input.last_values[env], 1.0)
-            } else {
-                (input.values[k + n], 1.0)
-            };
+            let (next_value, continues) = input.next(t, env, steps);
             let delta = input.rewards[k] + gamma * next_value - input.values[k];
             next_advantage = delta + gamma * lambda * continues * next_advantage;
             advantages[k] = next_advantage;

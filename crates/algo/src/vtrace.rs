@@ -20,36 +20,14 @@ pub fn compute_vtrace(
     advantages: &mut [f32],
     returns: &mut [f32],
 ) {
+    let steps = input.check(&[ratios, advantages, returns]);
     let n = input.num_envs;
-    let len = input.rewards.len();
-    assert!(
-        n > 0 && len.is_multiple_of(n),
-        "rollout length is not a multiple of num_envs"
-    );
-    for s in [
-        input.values,
-        input.final_values,
-        ratios,
-        &advantages[..],
-        &returns[..],
-    ] {
-        assert_eq!(s.len(), len, "V-trace slice length");
-    }
-    let steps = len / n;
     for env in 0..n {
-        // `v_next - V(x_next)` carried backwards, and v_{s+1} itself.
+        // `v_{t+1} - V(x_{t+1})`, carried backwards (0 past the rollout's end).
         let mut next_correction = 0.0_f32;
         for t in (0..steps).rev() {
             let k = t * n + env;
-            let (next_value, continues) = if input.terminated[k] {
-                (0.0, 0.0)
-            } else if input.truncated[k] {
-                (input.final_values[k], 0.0)
-            } else if t + 1 == steps {
-                (input.last_values[env], 0.0)
-            } else {
-                (input.values[k + n], 1.0)
-            };
+            let (next_value, continues) = input.next(t, env, steps);
             let rho = ratios[k].min(rho_bar);
             let c = ratios[k].min(c_bar);
             let delta = input.rewards[k] + gamma * next_value - input.values[k];
