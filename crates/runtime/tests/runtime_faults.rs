@@ -11,12 +11,14 @@ fn with_fault(kind: FaultKind, at_step: u64) -> RunConfig {
     c.env.fault = Some(FaultPlan {
         kind,
         at_step,
-        hang_seconds: 2.0,
+        hang_seconds: 3.0,
     });
     c.env.fault_worker = 1;
     c.train.total_steps = 12 * c.steps_per_update();
     c.runtime.wait_timeout_secs = 5.0;
-    c.runtime.restart_after_secs = 0.5;
+    // Short enough for a quick test, long enough that a busy CI machine does not starve a
+    // healthy worker past it.
+    c.runtime.restart_after_secs = if kind == FaultKind::Hang { 1.0 } else { 30.0 };
     c
 }
 
