@@ -96,6 +96,8 @@ pub enum StoreError {
 
 struct State {
     history: VecDeque<Arc<PublishedPolicy>>,
+    /// The version the store was created with (0, or the checkpoint's on resume).
+    started_at: u64,
     acks: Vec<u64>,
     closed: bool,
 }
@@ -119,6 +121,7 @@ impl PolicyStore {
         Ok(PolicyStore {
             state: Mutex::new(State {
                 history: VecDeque::from([Arc::new(initial)]),
+                started_at: version,
                 acks: vec![version; workers],
                 closed: false,
             }),
@@ -165,7 +168,8 @@ impl PolicyStore {
     }
 
     /// Waits until version `at_least` is published, up to `timeout`; returns it (`exact`) or
-    /// the newest.
+    /// the newest. An exact version older than the store's first one (a resumed run) is
+    /// answered with that first version.
     ///
     /// # Errors
     /// [`StoreError::Timeout`], [`StoreError::Closed`], or [`StoreError::Missing`] when an
@@ -184,8 +188,15 @@ impl PolicyStore {
             }
             let newest = s.history.back().expect("never empty").version;
             if newest >= at_least {
-                let found = if exact {
+                let oldest = s.history.front().expect("never empty").version;
+                let found = if exact && at_least >= oldest {
                     s.history.iter().find(|p| p.version == at_least)
+                } else if exact && s.started_at == oldest {
+                    // Older than the store itself (a resumed run starts with one version):
+                    // the first version there is stands in, the same way every time.
+                    s.history.front()
+                } else if exact {
+                    None
                 } else {
                     s.history.back()
                 };
@@ -284,6 +295,9 @@ mod tests {
             store.wait_for(0, true, Duration::from_secs(1)).unwrap_err(),
             StoreError::Missing(0)
         );
+        let resumed = PolicyStore::new(policy(5), 1, 2).unwrap();
+        let stand_in = resumed.wait_for(4, true, Duration::from_secs(1)).unwrap();
+        assert_eq!(stand_in.version, 5);
         let err = store
             .wait_for(9, false, Duration::from_millis(20))
             .unwrap_err();

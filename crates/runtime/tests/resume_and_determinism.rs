@@ -139,3 +139,30 @@ fn normalised_env_resume_equals_uninterrupted_run() {
 fn continuous_env_resume_equals_uninterrupted_run() {
     resume_matches_uninterrupted("pendulum", 3 * 4096, 5000);
 }
+
+#[test]
+fn async_central_runs_resume_from_their_last_consumed_fragments() {
+    // In async mode fragments in flight at a stop are abandoned; the resumed run continues
+    // from the workers' states after the last consumed fragment, deterministically.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config("cartpole", 12 * 256, 4 * 256);
+    c.runtime.workers = 2;
+    c.runtime.mode = strata_runtime::Mode::Async;
+    c.runtime.inference = strata_runtime::Inference::Central;
+    run_to_end(
+        &mut Trainer::new(c.clone()).unwrap(),
+        &tmp.path().join("full"),
+    );
+    let checkpoint = tmp.path().join("full/checkpoints/step-2048");
+    let mut a = Trainer::resume(&checkpoint, None).unwrap();
+    assert_eq!(a.progress().global_step, 2048);
+    let (wa, ra) = run_to_end(&mut a, &tmp.path().join("a"));
+    let mut b = Trainer::resume(&checkpoint, None).unwrap();
+    let (wb, rb) = run_to_end(&mut b, &tmp.path().join("b"));
+    assert_eq!(wa, wb);
+    assert_eq!(ra.len(), 4);
+    assert_eq!(
+        ra.iter().map(learning_fields).collect::<Vec<_>>(),
+        rb.iter().map(learning_fields).collect::<Vec<_>>()
+    );
+}
