@@ -6,7 +6,7 @@ use strata_runtime::{evaluate, load_policy, preset, run, RunDir, RuntimeError, T
 
 fn trained_run(dir: &std::path::Path) {
     let mut c = preset("cartpole").unwrap();
-    c.train.total_steps = 60_000;
+    c.train.total_steps = 100_000;
     c.train.stop_when_solved = true;
     let mut t = Trainer::new(c).unwrap();
     let mut rd = RunDir::create(dir, &t).unwrap();
