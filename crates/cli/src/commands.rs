@@ -290,30 +290,6 @@ fn train(args: TrainArgs) -> Result<()> {
     ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let mut next_breakdown = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let breakdown = |r: &strata_runtime::UpdateRecord, time: &strata_runtime::TimeBreakdown| {
-        let total = (time.env_step
-            + time.inference
-            + time.buffer_wait
-            + time.forward
-            + time.backward
-            + time.optimizer
-            + time.publish
-            + time.other)
-            .max(1e-9);
-        let pct = |x: f64| 100.0 * x / total;
-        format!(
-            "step {}: env {:.0}%, inference {:.0}%, learner waiting {:.0}%, learning {:.0}%, publish {:.0}%, other {:.0}%  (lag {}..{})",
-            r.global_step,
-            pct(time.env_step),
-            pct(time.inference),
-            pct(time.buffer_wait),
-            pct(time.forward + time.backward + time.optimizer),
-            pct(time.publish),
-            pct(time.other),
-            r.policy_lag_min,
-            r.policy_lag_max
-        )
-    };
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -325,7 +301,18 @@ fn train(args: TrainArgs) -> Result<()> {
     bar.set_position(trainer.progress().global_step);
     let summary = run::train(&mut trainer, &mut dir, &mut |r| {
         if std::time::Instant::now() >= next_breakdown {
-            bar.println(breakdown(r, &r.time));
+            let line = format!(
+                "step {}: {} (policy lag {}..{})",
+                r.global_step,
+                r.time.describe(),
+                r.policy_lag_min,
+                r.policy_lag_max
+            );
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
             next_breakdown += std::time::Duration::from_secs(10);
         }
         bar.set_position(r.global_step);

@@ -50,6 +50,27 @@ pub struct TimeBreakdown {
     pub other: f64,
 }
 
+impl TimeBreakdown {
+    /// Each part as a share of the total, in words (`env 12%, inference 8%, ...`).
+    pub fn describe(&self) -> String {
+        let learning = self.forward + self.backward + self.optimizer;
+        let parts = [
+            ("env", self.env_step),
+            ("inference", self.inference),
+            ("learner waiting", self.buffer_wait),
+            ("learning", learning),
+            ("publish", self.publish),
+            ("other", self.other),
+        ];
+        let total = parts.iter().map(|(_, s)| s).sum::<f64>().max(1e-9);
+        parts
+            .iter()
+            .map(|(name, s)| format!("{name} {:.0}%", 100.0 * s / total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// One line of the metrics file, written after every update.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UpdateRecord {
