@@ -14,7 +14,8 @@ use strata_env::NormalizerStats;
 use strata_nn::{ActorCritic, NamedTensor};
 
 use crate::buffer::WorkerState;
-use crate::trainer::{build_model, Progress, ResumePoint, Trainer};
+use crate::records::Progress;
+use crate::trainer::{build_model, ResumePoint, Trainer};
 use crate::{RunConfig, RuntimeError};
 
 /// Bumped when the layout changes incompatibly.

@@ -31,9 +31,11 @@ mod inference;
 mod learner_pool;
 mod policy_store;
 mod presets;
+mod records;
 pub mod run;
 mod telemetry;
 mod trainer;
+mod wiring;
 mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
@@ -43,9 +45,7 @@ pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;
+pub use records::{InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord};
 pub use run::RunDir;
-pub use trainer::{
-    build_envs, build_model, InvalidFragment, Progress, Summary, TimeBreakdown, Trainer,
-    UpdateRecord,
-};
+pub use trainer::{build_envs, build_model, Trainer};
 pub use worker::{WorkerCommand, WorkerEvent};

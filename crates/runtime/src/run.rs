@@ -6,7 +6,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::save_checkpoint;
-use crate::trainer::{Summary, Trainer, UpdateRecord};
+use crate::records::{Summary, UpdateRecord};
+use crate::trainer::Trainer;
 use crate::RuntimeError;
 
 /// Files of a run directory.

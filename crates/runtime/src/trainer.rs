@@ -2,16 +2,15 @@
 //! the learner consumes one fragment per worker per update in a fixed order, runs GAE and
 //! the PPO update, and publishes the next policy version to the policy store.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
-use strata_algo::{Ppo, RolloutBuffer, UpdateStats};
+use strata_algo::{Ppo, RolloutBuffer};
 use strata_env::{
     derive_seed, make_vec_env, InjectFault, NormalizeObservation, NormalizerStats, RunningMeanStd,
     ScaleReward, StepCost, VecEnv,
@@ -20,160 +19,14 @@ use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::config::{Inference, OffPolicy};
-use crate::inference::{
-    spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
-};
+use crate::inference::{spawn_server, InferenceSlots, ServerSetup};
 use crate::learner_pool::LearnerPool;
 use crate::policy_store::{PolicyStore, PublishedPolicy};
+use crate::records::{InvalidFragment, Progress, Summary, UpdateRecord};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
-use crate::worker::{self, Holding, WorkerCommand, WorkerEvent, WorkerSetup};
+use crate::wiring::{Central, Wiring};
+use crate::worker::{WorkerCommand, WorkerEvent};
 use crate::{RunConfig, RuntimeError};
-
-/// Where the time went, in seconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TimeBreakdown {
-    /// Stepping environments (wrappers included).
-    pub env_step: f64,
-    /// Policy and value inference while collecting.
-    pub inference: f64,
-    /// PPO forward passes.
-    pub forward: f64,
-    /// PPO loss and backward passes.
-    pub backward: f64,
-    /// Optimiser steps.
-    pub optimizer: f64,
-    /// The learner waiting for fragments.
-    pub buffer_wait: f64,
-    /// Publishing policy versions.
-    pub publish: f64,
-    /// GAE, bootstrap values, off-policy correction and everything else in the loop.
-    pub other: f64,
-}
-
-impl TimeBreakdown {
-    /// Each part as a share of the total, in words (`env 12%, inference 8%, ...`).
-    pub fn describe(&self) -> String {
-        let learning = self.forward + self.backward + self.optimizer;
-        let parts = [
-            ("env", self.env_step),
-            ("inference", self.inference),
-            ("learner waiting", self.buffer_wait),
-            ("learning", learning),
-            ("publish", self.publish),
-            ("other", self.other),
-        ];
-        let total = parts.iter().map(|(_, s)| s).sum::<f64>().max(1e-9);
-        parts
-            .iter()
-            .map(|(name, s)| format!("{name} {:.0}%", 100.0 * s / total))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// One line of the metrics file, written after every update.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct UpdateRecord {
-    /// Update index (1-based).
-    pub update: u64,
-    /// Policy version published by this update.
-    pub policy_version: u64,
-    /// Env steps so far.
-    pub global_step: u64,
-    /// Seconds of training so far (across resumes).
-    pub wall_seconds: f64,
-    /// Env steps per second over the whole run.
-    pub env_steps_per_sec: f64,
-    /// Episodes finished so far.
-    pub episodes: u64,
-    /// Mean return of the last `solve_window` finished episodes (None before the first).
-    pub mean_return: Option<f64>,
-    /// Mean length of the episodes finished during this update's rollout.
-    pub mean_episode_length: Option<f64>,
-    /// Smallest policy lag (learner version minus behaviour version) in this batch.
-    pub policy_lag_min: u64,
-    /// Mean policy lag over the batch's fragments.
-    pub policy_lag_avg: f64,
-    /// Largest policy lag in this batch.
-    pub policy_lag_max: u64,
-    /// Fragments recorded invalid so far (worker failures, restarts).
-    pub invalid_fragments: usize,
-    /// Where the time went so far (cumulative seconds).
-    pub time: TimeBreakdown,
-    /// The PPO statistics.
-    #[serde(flatten)]
-    pub ppo: UpdateStats,
-}
-
-/// The run summary (`--summary-json`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
-    /// Env name.
-    pub env: String,
-    /// Run seed.
-    pub seed: u64,
-    /// Env steps taken.
-    pub total_steps: u64,
-    /// Training seconds (across resumes).
-    pub wall_seconds: f64,
-    /// `total_steps / wall_seconds`.
-    pub env_steps_per_sec: f64,
-    /// Mean return of the last `solve_window` episodes.
-    pub final_mean_return: Option<f64>,
-    /// Whether that mean reached the env's threshold at some update.
-    pub solved: bool,
-    /// Env steps when first solved.
-    pub steps_to_solve: Option<u64>,
-    /// Training seconds when first solved.
-    pub seconds_to_solve: Option<f64>,
-    /// Config hash of the run.
-    pub config_hash: String,
-    /// Last published policy version.
-    pub policy_version: u64,
-    /// Where the time went.
-    pub time: TimeBreakdown,
-}
-
-/// Counters and statistics that survive a checkpoint.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Progress {
-    /// Env steps taken.
-    pub global_step: u64,
-    /// Updates done.
-    pub updates: u64,
-    /// Current policy version (0 = initial weights).
-    pub policy_version: u64,
-    /// Episodes finished.
-    pub episodes: u64,
-    /// Returns of the most recent finished episodes (up to the solve window).
-    pub recent_returns: VecDeque<f64>,
-    /// (steps, seconds) when first solved.
-    pub solved_at: Option<(u64, f64)>,
-    /// Training seconds before this process (resumes).
-    pub wall_seconds: f64,
-    /// Time breakdown so far.
-    pub time: TimeBreakdown,
-    /// Fragments lost to worker failures or restarts, each with its reason.
-    pub invalid_fragments: Vec<InvalidFragment>,
-}
-
-/// A fragment that was not trained on, and why. Never silently dropped: it is recorded here
-/// (and in the checkpoint).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InvalidFragment {
-    /// Which worker.
-    pub worker: usize,
-    /// Which incarnation of it.
-    pub generation: u64,
-    /// The worker's fragment number.
-    pub fragment: u64,
-    /// The policy version it was collecting with.
-    pub policy_version: u64,
-    /// Why it was lost.
-    pub reason: String,
-    /// Env steps trained on when it was lost.
-    pub at_step: u64,
-}
 
 /// PPO training: rollout worker threads feeding one learner.
 pub struct Trainer {
@@ -200,149 +53,6 @@ pub struct Trainer {
     final_rows: Vec<usize>,
     episode_lengths: Vec<u32>,
     lags: Vec<u64>,
-}
-
-/// One running worker and its queues.
-struct WorkerHandle {
-    /// Learner -> worker: slots handed back (capacity: the worker's slots).
-    free_slots: SyncSender<SlotId>,
-    /// Learner -> worker: commands (capacity 1: only `Exit`).
-    commands: SyncSender<WorkerCommand>,
-    handle: JoinHandle<()>,
-    generation: u64,
-    holding: Arc<Holding>,
-    heartbeat: Arc<Heartbeat>,
-    restarts: u32,
-    /// The next fragment number expected from it.
-    next_fragment: u64,
-}
-
-/// The threads and queues. Every queue is created here or in [`Wiring::spawn_worker`].
-struct Wiring {
-    config: Arc<RunConfig>,
-    buffer: Arc<ExperienceBuffer>,
-    store: Arc<PolicyStore>,
-    /// Workers -> learner: completed or abandoned fragments and failures (capacity: all
-    /// slots, and every event carries or frees a slot, so no send blocks).
-    events: Receiver<WorkerEvent>,
-    event_tx: SyncSender<WorkerEvent>,
-    workers: Vec<WorkerHandle>,
-    /// Replaced workers that may still be finishing (a hung env wakes up later).
-    retired: Vec<JoinHandle<()>>,
-    /// Slots still held by replaced workers; they return through events.
-    quarantined: Vec<SlotId>,
-    /// Heartbeats the watchdog reads: one per worker, then the learner's.
-    beats: Arc<Mutex<Vec<Arc<Heartbeat>>>>,
-    learner_beat: Arc<Heartbeat>,
-    _watchdog: Watchdog,
-    epoch: Instant,
-    lag: u64,
-    wait_timeout: Duration,
-    /// The inference thread and its queues, with `runtime.inference = "central"`.
-    central: Option<Central>,
-}
-
-/// The central inference thread's side of the wiring.
-struct Central {
-    slots: Arc<InferenceSlots>,
-    /// Workers -> inference thread (capacity: one request per group of every worker).
-    requests: SyncSender<Request>,
-    /// Inference thread -> each worker (capacity: its groups); replaced on restart.
-    replies: ReplyQueues,
-    exit: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl Wiring {
-    /// Starts worker `id` (incarnation `generation`) owning `slots`.
-    fn spawn_worker(
-        &self,
-        id: usize,
-        generation: u64,
-        start: Option<WorkerState>,
-        first_fragment: u64,
-        slots: &[SlotId],
-    ) -> Result<WorkerHandle, RuntimeError> {
-        let per_worker = self.lag as usize + 1;
-        let (slot_tx, slot_rx) = sync_channel(per_worker);
-        for slot in slots {
-            slot_tx
-                .try_send(*slot)
-                .expect("a worker never owns more slots than its queue holds");
-        }
-        let (cmd_tx, cmd_rx) = sync_channel(1);
-        let heartbeat = Heartbeat::new(format!("worker-{id}"), self.epoch);
-        let holding = Arc::new(Holding::default());
-        let next_fragment = start.as_ref().map_or(first_fragment, |s| s.fragments);
-        let inference = self.central.as_ref().map(|c| {
-            let (reply_tx, reply_rx) = sync_channel(self.config.groups_per_worker());
-            let mut replies = c.replies.lock().unwrap_or_else(|p| p.into_inner());
-            if id < replies.len() {
-                replies[id] = reply_tx;
-            } else {
-                replies.push(reply_tx);
-            }
-            InferenceClient {
-                worker: id,
-                generation,
-                slots: Arc::clone(&c.slots),
-                requests: c.requests.clone(),
-                replies: reply_rx,
-                early: std::cell::Cell::new(0),
-            }
-        });
-        let handle = worker::spawn(WorkerSetup {
-            id,
-            config: Arc::clone(&self.config),
-            buffer: Arc::clone(&self.buffer),
-            store: Arc::clone(&self.store),
-            free_slots: slot_rx,
-            events: self.event_tx.clone(),
-            commands: cmd_rx,
-            start,
-            max_lag: self.lag,
-            exact: self.config.train.deterministic || self.lag == 0,
-            wait_timeout: self.wait_timeout,
-            generation,
-            with_fault: generation == 0 && id == self.config.env.fault_worker,
-            heartbeat: Arc::clone(&heartbeat),
-            holding: Arc::clone(&holding),
-            first_fragment,
-            inference,
-        })
-        .map_err(|e| RuntimeError::Config(format!("cannot start worker {id}: {e}")))?;
-        {
-            // Workers' heartbeats come first, in worker order.
-            let mut beats = self.beats.lock().unwrap_or_else(|p| p.into_inner());
-            if generation == 0 {
-                beats.insert(id, Arc::clone(&heartbeat));
-            } else {
-                beats[id] = Arc::clone(&heartbeat);
-            }
-        }
-        Ok(WorkerHandle {
-            free_slots: slot_tx,
-            commands: cmd_tx,
-            handle,
-            generation,
-            holding,
-            heartbeat,
-            restarts: 0,
-            next_fragment,
-        })
-    }
-
-    /// Hands a free slot to its worker's current incarnation.
-    fn give_back(&mut self, slot: SlotId) -> Result<(), RuntimeError> {
-        self.quarantined.retain(|s| *s != slot);
-        self.workers[slot.worker]
-            .free_slots
-            .try_send(slot)
-            .map_err(|_| RuntimeError::Worker {
-                worker: slot.worker,
-                error: "its slot queue is full or closed (slot accounting broke)".into(),
-            })
-    }
 }
 
 /// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included;

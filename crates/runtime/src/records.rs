@@ -1,0 +1,153 @@
+//! What a run reports: the metrics line per update, the summary, the counters that survive
+//! a checkpoint, the time breakdown and the record of fragments lost.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use strata_algo::UpdateStats;
+
+/// Where the time went, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBreakdown {
+    /// Stepping environments (wrappers included).
+    pub env_step: f64,
+    /// Policy and value inference while collecting.
+    pub inference: f64,
+    /// PPO forward passes.
+    pub forward: f64,
+    /// PPO loss and backward passes.
+    pub backward: f64,
+    /// Optimiser steps.
+    pub optimizer: f64,
+    /// The learner waiting for fragments.
+    pub buffer_wait: f64,
+    /// Publishing policy versions.
+    pub publish: f64,
+    /// GAE, bootstrap values, off-policy correction and everything else in the loop.
+    pub other: f64,
+}
+
+impl TimeBreakdown {
+    /// Each part as a share of the total, in words (`env 12%, inference 8%, ...`).
+    pub fn describe(&self) -> String {
+        let learning = self.forward + self.backward + self.optimizer;
+        let parts = [
+            ("env", self.env_step),
+            ("inference", self.inference),
+            ("learner waiting", self.buffer_wait),
+            ("learning", learning),
+            ("publish", self.publish),
+            ("other", self.other),
+        ];
+        let total = parts.iter().map(|(_, s)| s).sum::<f64>().max(1e-9);
+        parts
+            .iter()
+            .map(|(name, s)| format!("{name} {:.0}%", 100.0 * s / total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// One line of the metrics file, written after every update.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UpdateRecord {
+    /// Update index (1-based).
+    pub update: u64,
+    /// Policy version published by this update.
+    pub policy_version: u64,
+    /// Env steps so far.
+    pub global_step: u64,
+    /// Seconds of training so far (across resumes).
+    pub wall_seconds: f64,
+    /// Env steps per second over the whole run.
+    pub env_steps_per_sec: f64,
+    /// Episodes finished so far.
+    pub episodes: u64,
+    /// Mean return of the last `solve_window` finished episodes (None before the first).
+    pub mean_return: Option<f64>,
+    /// Mean length of the episodes finished during this update's rollout.
+    pub mean_episode_length: Option<f64>,
+    /// Smallest policy lag (learner version minus behaviour version) in this batch.
+    pub policy_lag_min: u64,
+    /// Mean policy lag over the batch's fragments.
+    pub policy_lag_avg: f64,
+    /// Largest policy lag in this batch.
+    pub policy_lag_max: u64,
+    /// Fragments recorded invalid so far (worker failures, restarts).
+    pub invalid_fragments: usize,
+    /// Where the time went so far (cumulative seconds).
+    pub time: TimeBreakdown,
+    /// The PPO statistics.
+    #[serde(flatten)]
+    pub ppo: UpdateStats,
+}
+
+/// The run summary (`--summary-json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Env name.
+    pub env: String,
+    /// Run seed.
+    pub seed: u64,
+    /// Env steps taken.
+    pub total_steps: u64,
+    /// Training seconds (across resumes).
+    pub wall_seconds: f64,
+    /// `total_steps / wall_seconds`.
+    pub env_steps_per_sec: f64,
+    /// Mean return of the last `solve_window` episodes.
+    pub final_mean_return: Option<f64>,
+    /// Whether that mean reached the env's threshold at some update.
+    pub solved: bool,
+    /// Env steps when first solved.
+    pub steps_to_solve: Option<u64>,
+    /// Training seconds when first solved.
+    pub seconds_to_solve: Option<f64>,
+    /// Config hash of the run.
+    pub config_hash: String,
+    /// Last published policy version.
+    pub policy_version: u64,
+    /// Where the time went.
+    pub time: TimeBreakdown,
+}
+
+/// Counters and statistics that survive a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Env steps taken.
+    pub global_step: u64,
+    /// Updates done.
+    pub updates: u64,
+    /// Current policy version (0 = initial weights).
+    pub policy_version: u64,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Returns of the most recent finished episodes (up to the solve window).
+    pub recent_returns: VecDeque<f64>,
+    /// (steps, seconds) when first solved.
+    pub solved_at: Option<(u64, f64)>,
+    /// Training seconds before this process (resumes).
+    pub wall_seconds: f64,
+    /// Time breakdown so far.
+    pub time: TimeBreakdown,
+    /// Fragments lost to worker failures or restarts, each with its reason.
+    pub invalid_fragments: Vec<InvalidFragment>,
+}
+
+/// A fragment that was not trained on, and why. Never silently dropped: it is recorded here
+/// (and in the checkpoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InvalidFragment {
+    /// Which worker.
+    pub worker: usize,
+    /// Which incarnation of it.
+    pub generation: u64,
+    /// The worker's fragment number.
+    pub fragment: u64,
+    /// The policy version it was collecting with.
+    pub policy_version: u64,
+    /// Why it was lost.
+    pub reason: String,
+    /// Env steps trained on when it was lost.
+    pub at_step: u64,
+}
