@@ -1,10 +1,15 @@
 //! The Strata runtime: turns a [`RunConfig`] into a training run.
 //!
-//! [`Trainer`] owns the vectorised env, the model and the PPO learner and runs the
-//! collect -> GAE -> update loop, publishing policy version v+1 after every update.
-//! [`run::train`] drives it inside a [`RunDir`] (config, `metrics.jsonl`, checkpoints);
-//! [`Trainer::resume`] continues from a checkpoint bit for bit; [`evaluate`] scores a
-//! checkpointed [`Policy`]. Presets per built-in env live in [`preset`].
+//! [`Trainer`] is the learner: it starts rollout worker threads (and, if configured, a
+//! central inference thread), consumes one fragment per worker per update from the
+//! [`ExperienceBuffer`] in a fixed order, runs GAE (or V-trace) and the PPO update, and
+//! publishes policy version v+1 to the [`PolicyStore`]. Workers adopt versions at fragment
+//! boundaries; in async mode they keep collecting up to `runtime.max_policy_lag` versions
+//! behind. A watchdog reports silent components; failed or stuck workers are restarted and
+//! their fragments recorded invalid. [`run::train`] drives a trainer inside a [`RunDir`]
+//! (config, `metrics.jsonl`, checkpoints); [`Trainer::resume`] continues from a checkpoint;
+//! [`evaluate`] scores a checkpointed [`Policy`]. Presets per built-in env live in
+//! [`preset`].
 //!
 //! ```no_run
 //! use strata_runtime::{preset, run, RunDir, Trainer};
@@ -19,7 +24,12 @@
 //! # Terminology
 //!
 //! - **policy version**: incremented by every update; 0 is the initial policy.
-//! - **config hash**: identifies what defines the policy (env, PPO, network, seed, budget).
+//! - **config hash**: identifies what defines the policy (env, PPO, network, seed, budget,
+//!   and how samples are scheduled).
+//! - **fragment**: `ppo.n_steps` steps of one worker's envs under one policy version.
+//! - **slot**: a preallocated place in the buffer for one fragment, owned by one worker.
+//! - **policy lag**: learner version when a fragment is consumed minus the version that
+//!   produced it.
 //! - **update record**: one line of `metrics.jsonl`.
 
 mod buffer;
