@@ -244,6 +244,16 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
     };
     let mut adopted: Option<u64> = None;
     let steps = config.ppo.n_steps;
+    let ctx = StepContext {
+        buffer: &buffer,
+        m,
+        gm,
+        od,
+        ad,
+        heartbeat: &heartbeat,
+        commands: &commands,
+        id,
+    };
     loop {
         if exit_requested(&commands) {
             return Ok(Stop::Exit);
@@ -291,54 +301,30 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         f.episodes.clear();
         let mut timing = (0.0, 0.0);
         let filled = match &mut actor {
-            Actor::Local(model) => {
-                let ctx = StepContext {
-                    buffer: &buffer,
-                    m,
-                    gm,
-                    od,
-                    ad,
-                    heartbeat: &heartbeat,
-                    commands: &commands,
-                    id,
-                };
-                fill_local(
-                    &ctx,
-                    &mut f,
-                    model.as_mut(),
-                    &mut envs[0],
-                    &mut batches[0],
-                    &mut obs[0],
-                    &mut rngs[0],
-                    steps,
-                    &mut timing,
-                )?
-            }
-            Actor::Central(client) => {
-                let ctx = StepContext {
-                    buffer: &buffer,
-                    m,
-                    gm,
-                    od,
-                    ad,
-                    heartbeat: &heartbeat,
-                    commands: &commands,
-                    id,
-                };
-                fill_central(
-                    &ctx,
-                    &mut f,
-                    client,
-                    &mut envs,
-                    &mut batches,
-                    &mut obs,
-                    &mut rngs,
-                    steps,
-                    policy.version,
-                    wait_timeout,
-                    &mut timing,
-                )?
-            }
+            Actor::Local(model) => fill_local(
+                &ctx,
+                &mut f,
+                model.as_mut(),
+                &mut envs[0],
+                &mut batches[0],
+                &mut obs[0],
+                &mut rngs[0],
+                steps,
+                &mut timing,
+            )?,
+            Actor::Central(client) => fill_central(
+                &ctx,
+                &mut f,
+                client,
+                &mut envs,
+                &mut batches,
+                &mut obs,
+                &mut rngs,
+                steps,
+                policy.version,
+                wait_timeout,
+                &mut timing,
+            )?,
         };
         if !filled {
             // Exit requested mid-fragment: abandoned, never handed over; the slot goes back.
@@ -347,11 +333,9 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             let _ = events.try_send(WorkerEvent::Abandoned { slot, generation });
             return Ok(Stop::Exit);
         }
-        let mut next_obs = Vec::with_capacity(m * od);
-        for o in &obs {
-            next_obs.extend_from_slice(o);
+        for (dst, o) in f.next_obs.chunks_exact_mut(gm * od).zip(&obs) {
+            dst.copy_from_slice(o);
         }
-        f.next_obs.copy_from_slice(&next_obs);
         let mut delta = envs[0].take_normalizer_delta();
         for e in envs.iter_mut().skip(1) {
             delta.merge(&e.take_normalizer_delta());
@@ -360,7 +344,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         fragments += 1;
         f.end_state = Some(WorkerState {
             envs: envs.iter().map(|e| e.snapshot()).collect(),
-            obs: next_obs,
+            obs: f.next_obs.clone(),
             rngs: rngs.clone(),
             fragments,
         });
