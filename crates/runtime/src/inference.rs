@@ -100,6 +100,8 @@ pub struct InferenceClient {
     pub replies: Receiver<(usize, u64)>,
     /// Answers that arrived while another group was awaited (bit per group).
     pub early: std::cell::Cell<u8>,
+    /// Groups with a request posted and not yet answered (bit per group).
+    pub outstanding: std::cell::Cell<u8>,
 }
 
 impl InferenceClient {
@@ -123,6 +125,8 @@ impl InferenceClient {
             slot.generation = self.generation;
         }
         // At most one request per group is outstanding: the queue has room for all.
+        self.outstanding
+            .set(self.outstanding.get() | (1u8 << group));
         self.requests
             .try_send((self.worker, group))
             .map_err(|e| format!("inference thread unavailable: {e}"))
@@ -153,8 +157,13 @@ impl InferenceClient {
                 .recv_timeout(timeout.min(Duration::from_millis(200)))
             {
                 Ok((g, generation)) if generation == self.generation => {
+                    let answered = 1u8 << g;
+                    if self.outstanding.get() & answered == 0 {
+                        return Err(format!("inference answered group {g} twice"));
+                    }
+                    self.outstanding.set(self.outstanding.get() & !answered);
                     // Kept for its turn when it answers the other group.
-                    self.early.set(self.early.get() | (1u8 << g));
+                    self.early.set(self.early.get() | answered);
                 }
                 Ok(_) => {} // a stale answer for an earlier incarnation
                 Err(RecvTimeoutError::Timeout) => {
@@ -221,7 +230,10 @@ fn serve(s: ServerSetup) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .obs_dim();
     let mut models: Vec<(u64, Box<dyn ActorCritic>)> = Vec::with_capacity(s.versions_kept);
-    let mut pending: Vec<Request> = Vec::new();
+    // Each request with the version it asked for, read once on arrival: a worker answered
+    // early in this round may post its next request (with a newer version) to the same slot
+    // before the round ends, and re-reading the slot would answer that one twice.
+    let mut pending: Vec<(Request, u64)> = Vec::new();
     let mut batch_obs = Vec::new();
     let mut parts = Vec::new();
     let mut rngs: Vec<SampleRng> = Vec::new();
@@ -237,17 +249,17 @@ fn serve(s: ServerSetup) -> Result<(), String> {
     while !s.exit.load(Ordering::Relaxed) {
         s.heartbeat.beat(Activity::WaitingForFragments);
         match s.requests.recv_timeout(Duration::from_millis(200)) {
-            Ok(first) => pending.push(first),
+            Ok(first) => pending.push((first, s.slots.lock(first).version)),
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }
         // Batch whatever else is waiting.
         while let Ok(r) = s.requests.try_recv() {
-            pending.push(r);
+            pending.push((r, s.slots.lock(r).version));
         }
         s.heartbeat.beat(Activity::Collecting);
         versions.clear();
-        versions.extend(pending.iter().map(|r| s.slots.lock(*r).version));
+        versions.extend(pending.iter().map(|(_, v)| *v));
         versions.sort_unstable();
         versions.dedup();
         for &version in &versions {
@@ -281,8 +293,8 @@ fn serve(s: ServerSetup) -> Result<(), String> {
             requests.extend(
                 pending
                     .iter()
-                    .copied()
-                    .filter(|r| s.slots.lock(*r).version == version),
+                    .filter(|(_, v)| *v == version)
+                    .map(|(r, _)| *r),
             );
             // Row results of a matrix product can depend on the batch's shape, so
             // deterministic mode answers each request on its own.

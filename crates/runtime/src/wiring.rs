@@ -101,6 +101,7 @@ impl Wiring {
                 requests: c.requests.clone(),
                 replies: reply_rx,
                 early: std::cell::Cell::new(0),
+                outstanding: std::cell::Cell::new(0),
             }
         });
         let handle = worker::spawn(WorkerSetup {

@@ -108,7 +108,8 @@ fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
     let (t, records) = run(config);
     assert!(
         t.progress().invalid_fragments.is_empty(),
-        "a restart would break determinism"
+        "a restart would break determinism: {:?}",
+        t.progress().invalid_fragments
     );
     let losses = records
         .iter()
