@@ -1,0 +1,495 @@
+//! The Strata sample ledger.
+//!
+//! Every sample carries the six provenance fields of DESIGN.md ([`SampleRecord`]); every
+//! decision about it is recorded and can be recomputed: admission decisions
+//! ([`DecisionRecord`], made under versioned [`AdmissionRules`]), append-only
+//! [`Invalidation`]s (nothing is deleted) and repeated idempotency keys
+//! ([`DuplicateRecord`]). Policy versions are bound to their rules ([`GenerationRecord`]),
+//! so rolling a version back restores its rules.
+//!
+//! Storage is Apache Parquet through `object_store` (a local directory by default):
+//!
+//! ```text
+//! samples/bucket=train/generation=7/part-<session>-000012.parquet
+//! decisions/bucket=train/generation=7/part-….parquet
+//! invalidations/part-….parquet    duplicates/part-….parquet    generations/part-….parquet
+//! rules/v000001.json
+//! ```
+//!
+//! Writes go through a writer thread with a bounded queue ([`Ledger`]); each file is staged,
+//! fsynced and renamed into place, so a crash leaves only complete files. What a crash can
+//! lose is the unflushed tail: at most `flush_rows` rows or `flush_interval` of data.
+
+mod analysis;
+mod manifest;
+mod reader;
+mod record;
+mod rules;
+mod schema;
+mod storage;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use analysis::{
+    metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
+};
+pub use manifest::{write_manifest, ManifestFormat};
+pub use reader::LedgerData;
+pub use record::{
+    now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,
+    ReasonCode, SampleBatch, SampleRecord, Target,
+};
+pub use rules::{Admission, AdmissionRules, RuleKind, SampleFacts, VersionedRules};
+pub use storage::Storage;
+pub use writer::WriterStats;
+
+use writer::{FlushPolicy, Message, Shared, Writer};
+
+/// Ledger failures.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The storage location failed.
+    #[error("ledger storage: {0}")]
+    Storage(String),
+    /// A stored file is unreadable, foreign or misplaced.
+    #[error("ledger file {path}: {reason}")]
+    BadFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Admission rules failed validation.
+    #[error("invalid admission rules: {0}")]
+    InvalidRules(String),
+    /// A rules version that was never registered.
+    #[error("unknown admission-rules version {0}")]
+    UnknownRulesVersion(u64),
+    /// A policy version with no rules bound.
+    #[error("unknown policy version {0}: no admission rules were bound to it")]
+    UnknownPolicyVersion(u64),
+    /// Bad input to an append.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The writer thread is gone or did not answer in time.
+    #[error("ledger writer: {0}")]
+    Writer(String),
+}
+
+/// Where and how a ledger writes.
+#[derive(Clone, Debug)]
+pub struct LedgerConfig {
+    /// A directory or an object-store URL.
+    pub location: String,
+    /// Flush when this many rows are buffered.
+    pub flush_rows: usize,
+    /// Flush when the oldest buffered row is this old.
+    pub flush_interval: Duration,
+    /// Messages the writer's queue holds.
+    pub queue: usize,
+    /// How long an append waits for room in the queue.
+    pub send_timeout: Duration,
+}
+
+impl LedgerConfig {
+    /// Defaults for `location`: flush every 64 Ki rows or 1 s.
+    pub fn new(location: impl Into<String>) -> Self {
+        LedgerConfig {
+            location: location.into(),
+            flush_rows: 64 * 1024,
+            flush_interval: Duration::from_secs(1),
+            queue: 256,
+            send_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    rules: HashMap<u64, VersionedRules>,
+    /// Policy version -> rules version, as last bound.
+    bindings: HashMap<u64, u64>,
+    /// The version sampling now and its rules, after the last publish/promote/rollback.
+    current: Option<(u64, u64)>,
+}
+
+/// An open ledger: appends go to the writer thread; rules are registered here.
+pub struct Ledger {
+    storage: Arc<Storage>,
+    tx: Option<SyncSender<Message>>,
+    handle: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    next_sample_id: AtomicU64,
+    registry: Mutex<Registry>,
+    send_timeout: Duration,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("location", &self.storage.location())
+            .finish_non_exhaustive()
+    }
+}
+
+fn rules_path(version: u64) -> String {
+    format!("rules/v{version:06}.json")
+}
+
+impl Ledger {
+    /// Opens (or creates) a ledger: reads what is stored (sample ids, idempotency keys,
+    /// rules and their bindings) and starts the writer thread.
+    ///
+    /// # Errors
+    /// Storage failures, or a stored file that is not a readable ledger file.
+    pub fn open(config: &LedgerConfig) -> Result<Ledger, LedgerError> {
+        if config.flush_rows == 0 || config.queue == 0 {
+            return Err(LedgerError::Rejected(
+                "flush_rows and queue must be at least 1".into(),
+            ));
+        }
+        let storage = Arc::new(Storage::open(&config.location)?);
+        let data = LedgerData::read(&storage)?;
+        let mut keys = HashMap::new();
+        let mut max_id = None;
+        for b in &data.samples {
+            for (i, id) in b.sample_id.iter().enumerate() {
+                max_id = max_id.max(Some(*id));
+                if let Some(k) = &b.idempotency_key[i] {
+                    keys.entry(k.clone()).or_insert(*id);
+                }
+            }
+        }
+        let mut registry = Registry::default();
+        for path in storage.list("rules")? {
+            if !path.ends_with(".json") {
+                continue;
+            }
+            let bytes = storage.get(&path)?;
+            let v: VersionedRules =
+                serde_json::from_slice(&bytes).map_err(|e| LedgerError::BadFile {
+                    path: format!("{}/{path}", storage.location()),
+                    reason: e.to_string(),
+                })?;
+            registry.rules.insert(v.version, v);
+        }
+        for g in &data.generations {
+            registry.bindings.insert(g.policy_version, g.rules_version);
+            registry.current = Some((g.policy_version, g.rules_version));
+        }
+        let shared = Arc::new(Shared::default());
+        if let Some((_, r)) = registry.current {
+            shared.rules_version.store(r, Ordering::Relaxed);
+        }
+        let (tx, rx) = sync_channel(config.queue);
+        let writer = Writer::new(
+            Arc::clone(&storage),
+            Arc::clone(&shared),
+            FlushPolicy {
+                rows: config.flush_rows,
+                interval: config.flush_interval,
+            },
+            keys,
+        );
+        let handle = std::thread::Builder::new()
+            .name("strata-ledger".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| LedgerError::Writer(format!("cannot start the writer thread: {e}")))?;
+        Ok(Ledger {
+            storage,
+            tx: Some(tx),
+            handle: Some(handle),
+            shared,
+            next_sample_id: AtomicU64::new(max_id.map_or(0, |m| m + 1)),
+            registry: Mutex::new(registry),
+            send_timeout: config.send_timeout,
+        })
+    }
+
+    /// The storage root.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// Reserves `n` consecutive sample ids; returns the first.
+    pub fn reserve_sample_ids(&self, n: u64) -> u64 {
+        self.next_sample_id.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// The next id [`Ledger::reserve_sample_ids`] would hand out.
+    pub fn next_sample_id(&self) -> u64 {
+        self.next_sample_id.load(Ordering::Relaxed)
+    }
+
+    fn send(&self, mut message: Message) -> Result<(), LedgerError> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| LedgerError::Writer("closed".into()))?;
+        let deadline = Instant::now() + self.send_timeout;
+        loop {
+            match tx.try_send(message) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(m)) => {
+                    if Instant::now() >= deadline {
+                        return Err(LedgerError::Writer(format!(
+                            "queue full for {:?}: the writer is not keeping up",
+                            self.send_timeout
+                        )));
+                    }
+                    message = m;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err(LedgerError::Writer("the writer thread stopped".into()))
+                }
+            }
+        }
+    }
+
+    /// Appends samples (validated here; checked for duplicates and trajectory consistency
+    /// by the writer).
+    ///
+    /// # Errors
+    /// [`LedgerError::Rejected`] naming the bad column or row (nothing is stored), or a
+    /// writer failure.
+    pub fn append_samples(&self, batch: SampleBatch) -> Result<(), LedgerError> {
+        batch.validate().map_err(LedgerError::Rejected)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.send(Message::Samples(Box::new(batch)))
+    }
+
+    /// Appends admission decisions.
+    ///
+    /// # Errors
+    /// [`LedgerError::Rejected`] for an empty range or unknown rules version.
+    pub fn append_decisions(&self, rows: Vec<DecisionRecord>) -> Result<(), LedgerError> {
+        {
+            let registry = self.registry.lock().expect("registry");
+            for r in &rows {
+                if r.first_sample > r.last_sample {
+                    return Err(LedgerError::Rejected(format!(
+                        "decision covers samples {}..={}",
+                        r.first_sample, r.last_sample
+                    )));
+                }
+                if !registry.rules.contains_key(&r.rules_version) {
+                    return Err(LedgerError::UnknownRulesVersion(r.rules_version));
+                }
+            }
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.send(Message::Decisions(rows))
+    }
+
+    /// Records an invalidation (append-only; the samples stay).
+    ///
+    /// # Errors
+    /// [`LedgerError::Rejected`] without a reason text or author, or for an empty range.
+    pub fn invalidate(&self, inv: Invalidation) -> Result<(), LedgerError> {
+        if inv.text.trim().is_empty() || inv.author.trim().is_empty() {
+            return Err(LedgerError::Rejected(
+                "an invalidation needs a reason text and an author".into(),
+            ));
+        }
+        if let Target::Samples { first, last } = inv.target {
+            if first > last {
+                return Err(LedgerError::Rejected(format!(
+                    "invalidation covers samples {first}..={last}"
+                )));
+            }
+        }
+        self.send(Message::Invalidate(inv))
+    }
+
+    /// Registers a rule set (validated); an identical one keeps its version.
+    ///
+    /// # Errors
+    /// [`LedgerError::InvalidRules`], or storage failures (nothing registered).
+    pub fn register_rules(&self, rules: &AdmissionRules) -> Result<VersionedRules, LedgerError> {
+        rules.validate()?;
+        let hash = rules.hash();
+        let mut registry = self.registry.lock().expect("registry");
+        if let Some(v) = registry.rules.values().find(|v| v.hash == hash) {
+            return Ok(v.clone());
+        }
+        let version = registry.rules.keys().max().map_or(1, |m| m + 1);
+        let v = VersionedRules {
+            version,
+            hash,
+            rules: rules.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&v).expect("rules serialise");
+        self.storage
+            .put_new(&rules_path(version), bytes::Bytes::from(json))?;
+        registry.rules.insert(version, v.clone());
+        Ok(v)
+    }
+
+    /// A registered rule set.
+    ///
+    /// # Errors
+    /// [`LedgerError::UnknownRulesVersion`].
+    pub fn rules(&self, version: u64) -> Result<VersionedRules, LedgerError> {
+        self.registry
+            .lock()
+            .expect("registry")
+            .rules
+            .get(&version)
+            .cloned()
+            .ok_or(LedgerError::UnknownRulesVersion(version))
+    }
+
+    /// Binds a policy version to a rules version (`operation`: publish, promote); it
+    /// becomes the current one.
+    ///
+    /// # Errors
+    /// [`LedgerError::UnknownRulesVersion`], or a writer failure.
+    pub fn bind(
+        &self,
+        policy_version: u64,
+        config_hash: &str,
+        rules_version: u64,
+        operation: &str,
+        author: &str,
+    ) -> Result<(), LedgerError> {
+        let mut registry = self.registry.lock().expect("registry");
+        let rules = registry
+            .rules
+            .get(&rules_version)
+            .ok_or(LedgerError::UnknownRulesVersion(rules_version))?;
+        let record = GenerationRecord {
+            policy_version,
+            config_hash: config_hash.to_string(),
+            rules_version,
+            rules_hash: rules.hash.clone(),
+            operation: operation.to_string(),
+            author: author.to_string(),
+            at_ns: now_ns(),
+        };
+        self.send(Message::Generation(record))?;
+        registry.bindings.insert(policy_version, rules_version);
+        registry.current = Some((policy_version, rules_version));
+        self.shared
+            .rules_version
+            .store(rules_version, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The rules bound to a policy version.
+    ///
+    /// # Errors
+    /// [`LedgerError::UnknownPolicyVersion`].
+    pub fn rules_for_policy(&self, policy_version: u64) -> Result<VersionedRules, LedgerError> {
+        let registry = self.registry.lock().expect("registry");
+        let r = registry
+            .bindings
+            .get(&policy_version)
+            .ok_or(LedgerError::UnknownPolicyVersion(policy_version))?;
+        registry
+            .rules
+            .get(r)
+            .cloned()
+            .ok_or(LedgerError::UnknownRulesVersion(*r))
+    }
+
+    /// Rolls back to `policy_version`: it and its rules become current again, recorded as
+    /// one `rollback` operation. Returns the restored rules.
+    ///
+    /// # Errors
+    /// [`LedgerError::UnknownPolicyVersion`] when no rules were ever bound to it.
+    pub fn rollback(
+        &self,
+        policy_version: u64,
+        config_hash: &str,
+        author: &str,
+    ) -> Result<VersionedRules, LedgerError> {
+        let rules = self.rules_for_policy(policy_version)?;
+        self.bind(
+            policy_version,
+            config_hash,
+            rules.version,
+            "rollback",
+            author,
+        )?;
+        Ok(rules)
+    }
+
+    /// The current policy version and its rules, if any was bound.
+    pub fn current(&self) -> Option<(u64, VersionedRules)> {
+        let registry = self.registry.lock().expect("registry");
+        let (p, r) = registry.current?;
+        Some((p, registry.rules.get(&r)?.clone()))
+    }
+
+    /// Writes everything buffered and waits until it is durable.
+    ///
+    /// # Errors
+    /// The storage failure (the rows stay buffered for the next attempt).
+    pub fn flush(&self) -> Result<(), LedgerError> {
+        let (reply, answer) = sync_channel(1);
+        self.send(Message::Flush(reply))?;
+        answer
+            .recv_timeout(self.send_timeout * 6)
+            .map_err(|_| LedgerError::Writer("no answer to a flush".into()))?
+            .map_err(LedgerError::Storage)
+    }
+
+    /// What the writer did so far.
+    pub fn stats(&self) -> WriterStats {
+        self.shared.stats.lock().expect("stats").clone()
+    }
+
+    /// The last storage failure, if the writer is failing now.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failure.lock().expect("failure").clone()
+    }
+
+    /// Flushes and stops the writer.
+    ///
+    /// # Errors
+    /// The final flush's failure.
+    pub fn close(mut self) -> Result<WriterStats, LedgerError> {
+        let result = self.shutdown();
+        result.map(|()| self.stats())
+    }
+
+    fn shutdown(&mut self) -> Result<(), LedgerError> {
+        let Some(tx) = self.tx.take() else {
+            return Ok(());
+        };
+        let (reply, answer) = sync_channel(1);
+        let sent = tx.send(Message::Close(reply)).is_ok();
+        drop(tx);
+        let result = if sent {
+            answer
+                .recv_timeout(self.send_timeout * 6)
+                .map_err(|_| LedgerError::Writer("no answer to close".into()))?
+                .map_err(LedgerError::Storage)
+        } else {
+            Err(LedgerError::Writer("the writer thread stopped".into()))
+        };
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        result
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!(component = "ledger", error = %e, "closing the ledger");
+        }
+    }
+}

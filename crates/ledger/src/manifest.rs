@@ -1,0 +1,211 @@
+//! The sample manifest: every sample's provenance with what was decided about it, as
+//! Parquet, CSV or JSON lines, for standard tools.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Float32Array, RecordBatch, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use serde::Serialize;
+
+use crate::analysis::Index;
+use crate::reader::LedgerData;
+use crate::record::{SampleBatch, SampleRecord};
+use crate::schema;
+use crate::LedgerError;
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManifestFormat {
+    /// One Parquet file.
+    Parquet,
+    /// Comma-separated values with a header; lists joined by `;`.
+    Csv,
+    /// One JSON object per line.
+    Json,
+}
+
+impl ManifestFormat {
+    /// Parses `parquet`, `csv` or `json`.
+    ///
+    /// # Errors
+    /// Names the accepted formats.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "parquet" => Ok(Self::Parquet),
+            "csv" => Ok(Self::Csv),
+            "json" | "jsonl" => Ok(Self::Json),
+            other => Err(format!(
+                "unknown manifest format {other:?}; use parquet, csv or json"
+            )),
+        }
+    }
+}
+
+/// One manifest row.
+#[derive(Clone, Debug, Serialize)]
+struct ManifestRow {
+    #[serde(flatten)]
+    sample: SampleRecord,
+    decision: Option<&'static str>,
+    weight: Option<f32>,
+    rules_version: Option<u64>,
+    invalidation: Option<&'static str>,
+}
+
+struct Extra {
+    decision: Vec<Option<&'static str>>,
+    weight: Vec<Option<f32>>,
+    rules_version: Vec<Option<u64>>,
+    invalidation: Vec<Option<&'static str>>,
+}
+
+fn extra(index: &Index<'_>, b: &SampleBatch) -> Extra {
+    let mut e = Extra {
+        decision: Vec::with_capacity(b.len()),
+        weight: Vec::with_capacity(b.len()),
+        rules_version: Vec::with_capacity(b.len()),
+        invalidation: Vec::with_capacity(b.len()),
+    };
+    for i in 0..b.len() {
+        let d = index.decision(b.sample_id[i]);
+        e.decision.push(d.map(|d| d.decision.as_str()));
+        e.weight.push(d.map(|d| d.weight));
+        e.rules_version.push(d.map(|d| d.rules_version));
+        e.invalidation.push(
+            index
+                .invalidation(b.sample_id[i], b.trajectory_id[i])
+                .map(|r| r.as_str()),
+        );
+    }
+    e
+}
+
+fn csv_field(out: &mut String, value: &str) {
+    if value.contains([',', '"', '\n']) {
+        out.push('"');
+        out.push_str(&value.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(value);
+    }
+}
+
+fn csv_value(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(items) => {
+            items.iter().map(csv_value).collect::<Vec<_>>().join(";")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Writes the manifest of `data` to `out` (a local file, replaced atomically). Returns the
+/// number of rows.
+///
+/// # Errors
+/// [`LedgerError::Storage`] when the file cannot be written.
+pub fn write_manifest(
+    data: &LedgerData,
+    format: ManifestFormat,
+    out: &std::path::Path,
+) -> Result<u64, LedgerError> {
+    let index = Index::new(data);
+    let io = |e: std::io::Error| LedgerError::Storage(format!("{}: {e}", out.display()));
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    let mut rows = 0u64;
+    match format {
+        ManifestFormat::Parquet => {
+            let mut batches = Vec::new();
+            for b in &data.samples {
+                let base = schema::samples_to_arrow(b);
+                let e = extra(&index, b);
+                let mut fields: Vec<Field> = base
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
+                let mut columns: Vec<ArrayRef> = base.columns().to_vec();
+                fields.push(Field::new("bucket", DataType::Utf8, false));
+                columns.push(Arc::new(StringArray::from_iter_values(
+                    std::iter::repeat_n(&b.bucket, b.len()),
+                )));
+                fields.push(Field::new("decision", DataType::Utf8, true));
+                columns.push(Arc::new(StringArray::from(e.decision)));
+                fields.push(Field::new("weight", DataType::Float32, true));
+                columns.push(Arc::new(Float32Array::from(e.weight)));
+                fields.push(Field::new("rules_version", DataType::UInt64, true));
+                columns.push(Arc::new(UInt64Array::from(e.rules_version)));
+                fields.push(Field::new("invalidation", DataType::Utf8, true));
+                columns.push(Arc::new(StringArray::from(e.invalidation)));
+                let schema = Arc::new(Schema::new(fields));
+                batches
+                    .push(RecordBatch::try_new(schema, columns).expect("manifest columns match"));
+                rows += b.len() as u64;
+            }
+            if let Some(first) = batches.first() {
+                let mut writer =
+                    parquet::arrow::ArrowWriter::try_new(tmp.as_file_mut(), first.schema(), None)
+                        .map_err(|e| LedgerError::Storage(e.to_string()))?;
+                for b in &batches {
+                    writer
+                        .write(b)
+                        .map_err(|e| LedgerError::Storage(e.to_string()))?;
+                }
+                writer
+                    .close()
+                    .map_err(|e| LedgerError::Storage(e.to_string()))?;
+            }
+        }
+        ManifestFormat::Csv | ManifestFormat::Json => {
+            let mut w = std::io::BufWriter::new(tmp.as_file_mut());
+            let mut header_written = false;
+            for b in &data.samples {
+                let e = extra(&index, b);
+                for i in 0..b.len() {
+                    let row = ManifestRow {
+                        sample: b.row(i),
+                        decision: e.decision[i],
+                        weight: e.weight[i],
+                        rules_version: e.rules_version[i],
+                        invalidation: e.invalidation[i],
+                    };
+                    let value = serde_json::to_value(&row).expect("rows serialise");
+                    if format == ManifestFormat::Json {
+                        serde_json::to_writer(&mut w, &value).map_err(|e| io(e.into()))?;
+                        w.write_all(b"\n").map_err(io)?;
+                    } else {
+                        let obj = value.as_object().expect("an object");
+                        let mut line = String::new();
+                        if !header_written {
+                            let names: Vec<&str> = obj.keys().map(String::as_str).collect();
+                            line.push_str(&names.join(","));
+                            line.push('\n');
+                            header_written = true;
+                        }
+                        for (k, (_, v)) in obj.iter().enumerate() {
+                            if k > 0 {
+                                line.push(',');
+                            }
+                            csv_field(&mut line, &csv_value(v));
+                        }
+                        line.push('\n');
+                        w.write_all(line.as_bytes()).map_err(io)?;
+                    }
+                    rows += 1;
+                }
+            }
+            w.flush().map_err(io)?;
+        }
+    }
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(out).map_err(|e| io(e.error))?;
+    Ok(rows)
+}

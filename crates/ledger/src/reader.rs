@@ -1,0 +1,118 @@
+//! Reads a ledger back: every table, with the file named in any error.
+
+use crate::record::{DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, SampleBatch};
+use crate::schema::{self, Table};
+use crate::storage::Storage;
+use crate::LedgerError;
+
+/// Everything a ledger holds.
+#[derive(Clone, Debug, Default)]
+pub struct LedgerData {
+    /// Samples, one batch per file (bucket and config hash per batch).
+    pub samples: Vec<SampleBatch>,
+    /// Admission decisions.
+    pub decisions: Vec<DecisionRecord>,
+    /// Invalidations, in file order.
+    pub invalidations: Vec<Invalidation>,
+    /// Repeated idempotency keys.
+    pub duplicates: Vec<DuplicateRecord>,
+    /// Policy versions bound to rules, in file order.
+    pub generations: Vec<GenerationRecord>,
+    /// Files read.
+    pub files: usize,
+}
+
+/// `bucket=…/generation=…` of a partitioned file's path.
+fn partition(path: &str) -> Option<(String, u64)> {
+    let mut bucket = None;
+    let mut generation = None;
+    for part in path.split('/') {
+        if let Some(b) = part.strip_prefix("bucket=") {
+            bucket = Some(b.to_string());
+        } else if let Some(g) = part.strip_prefix("generation=") {
+            generation = g.parse().ok();
+        }
+    }
+    Some((bucket?, generation?))
+}
+
+/// The ledger's data files of `table` (staging files of interrupted writes are not listed).
+///
+/// # Errors
+/// [`LedgerError::Storage`].
+pub fn table_files(storage: &Storage, table: Table) -> Result<Vec<String>, LedgerError> {
+    Ok(storage
+        .list(table.name())?
+        .into_iter()
+        .filter(|p| p.ends_with(".parquet"))
+        .collect())
+}
+
+impl LedgerData {
+    /// Reads every table under `storage`.
+    ///
+    /// # Errors
+    /// [`LedgerError::BadFile`] naming the first unreadable, foreign or misplaced file.
+    pub fn read(storage: &Storage) -> Result<LedgerData, LedgerError> {
+        let mut data = LedgerData::default();
+        for table in Table::ALL {
+            for path in table_files(storage, table)? {
+                let bad = |reason: String| LedgerError::BadFile {
+                    path: format!("{}/{path}", storage.location()),
+                    reason,
+                };
+                let place =
+                    if table.partitioned() {
+                        Some(partition(&path).ok_or_else(|| {
+                            bad("not under bucket=…/generation=… directories".into())
+                        })?)
+                    } else {
+                        None
+                    };
+                let batches = schema::decode(storage.get(&path)?, table).map_err(bad)?;
+                data.files += 1;
+                for batch in &batches {
+                    match table {
+                        Table::Samples => {
+                            let (bucket, generation) = place.clone().expect("partitioned");
+                            let start = data.samples.len();
+                            schema::samples_from_arrow(batch, &mut data.samples).map_err(bad)?;
+                            for b in &mut data.samples[start..] {
+                                b.bucket.clone_from(&bucket);
+                                if let Some(v) = b.policy_version.iter().find(|v| **v != generation)
+                                {
+                                    return Err(bad(format!(
+                                        "holds policy version {v} under generation={generation}"
+                                    )));
+                                }
+                            }
+                        }
+                        Table::Decisions => {
+                            let (bucket, _) = place.clone().expect("partitioned");
+                            schema::decisions_from_arrow(batch, &bucket, &mut data.decisions)
+                                .map_err(bad)?;
+                        }
+                        Table::Invalidations => {
+                            schema::invalidations_from_arrow(batch, &mut data.invalidations)
+                                .map_err(bad)?;
+                        }
+                        Table::Duplicates => {
+                            schema::duplicates_from_arrow(batch, &mut data.duplicates)
+                                .map_err(bad)?;
+                        }
+                        Table::Generations => {
+                            schema::generations_from_arrow(batch, &mut data.generations)
+                                .map_err(bad)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Sample rows held.
+    pub fn sample_count(&self) -> usize {
+        self.samples.iter().map(SampleBatch::len).sum()
+    }
+}

@@ -1,0 +1,493 @@
+//! The ledger end to end on a local directory: what is written is read back whole, repeats
+//! and version switches are caught, rules roll back, bad input is refused.
+
+use std::time::Duration;
+
+use strata_ledger::{
+    metrics, recompute, summary, write_manifest, AdmissionRules, DecisionKind, DecisionRecord,
+    Invalidation, Ledger, LedgerConfig, LedgerData, LedgerError, ManifestFormat, ReasonCode,
+    RuleKind, SampleBatch, SampleRecord, Storage, Target,
+};
+
+const OBS_DIM: usize = 3;
+
+fn config(dir: &std::path::Path) -> LedgerConfig {
+    LedgerConfig {
+        flush_interval: Duration::from_secs(60),
+        ..LedgerConfig::new(dir.to_str().unwrap())
+    }
+}
+
+/// A sample of trajectory `trajectory` (= episode) at `step`, produced by `version`.
+fn record(id: u64, trajectory: u64, step: u32, version: u64, last: bool) -> SampleRecord {
+    let x = id as f32;
+    SampleRecord {
+        sample_id: id,
+        episode_id: trajectory,
+        trajectory_id: trajectory,
+        step,
+        policy_version: version,
+        config_hash: "cafe".into(),
+        issued_at_ns: 1_000_000 + id as i64 * 10,
+        completed_at_ns: 1_000_005 + id as i64 * 10,
+        obs_count: 2,
+        obs_hash: id.wrapping_mul(0x9e37_79b9),
+        obs_min: vec![x, -x, 0.0],
+        obs_max: vec![x + 1.0, -x + 1.0, 1.0],
+        obs_mean: vec![x + 0.5, -x + 0.5, 0.5],
+        env_clock: 100 + u64::from(step) * 2,
+        sampler_version: version + u64::from(step % 2),
+        newer_policy_sampling: step % 2 == 1,
+        bucket: "train".into(),
+        idempotency_key: None,
+        reward: 1.0,
+        terminated: last,
+        truncated: false,
+        episode_return: last.then_some(f64::from(step + 1)),
+        success: last.then_some(step >= 3),
+    }
+}
+
+/// `episodes` episodes of `len` steps each, ids from `first_id`, one version.
+fn episodes(first_id: u64, episodes: u64, len: u32, version: u64) -> SampleBatch {
+    let mut b = SampleBatch::new("train", "cafe", OBS_DIM);
+    let mut id = first_id;
+    for e in 0..episodes {
+        for s in 0..len {
+            b.push(&record(id, first_id + e, s, version, s + 1 == len))
+                .unwrap();
+            id += 1;
+        }
+    }
+    b
+}
+
+fn read(dir: &std::path::Path) -> LedgerData {
+    LedgerData::read(&Storage::open(dir.to_str().unwrap()).unwrap()).unwrap()
+}
+
+fn rows(data: &LedgerData) -> Vec<SampleRecord> {
+    let mut out: Vec<SampleRecord> = data
+        .samples
+        .iter()
+        .flat_map(|b| (0..b.len()).map(move |i| b.row(i)))
+        .collect();
+    out.sort_by_key(|r| r.sample_id);
+    out
+}
+
+#[test]
+fn samples_come_back_with_all_six_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    let written = episodes(0, 3, 4, 2);
+    let mut expected: Vec<SampleRecord> = (0..written.len()).map(|i| written.row(i)).collect();
+    ledger.append_samples(written).unwrap();
+    ledger.append_samples(episodes(12, 2, 5, 3)).unwrap();
+    let b = episodes(12, 2, 5, 3);
+    expected.extend((0..b.len()).map(|i| b.row(i)));
+    let stats = ledger.close().unwrap();
+    assert_eq!(stats.rows_written, 22);
+
+    let data = read(dir.path());
+    let back = rows(&data);
+    assert_eq!(back, expected);
+    for r in &back {
+        // (1) version and config hash, (2) issue and completion, (3) observation summary,
+        // (4) env clock, (5) sampler version and the derived flag.
+        assert!(!r.config_hash.is_empty());
+        assert!(r.completed_at_ns >= r.issued_at_ns && r.issued_at_ns > 0);
+        assert!(r.obs_count > 0 && r.obs_min.len() == OBS_DIM);
+        assert!(r.obs_min.iter().zip(&r.obs_max).all(|(a, b)| a <= b));
+        assert!(r.env_clock >= 100);
+        assert_eq!(
+            r.newer_policy_sampling,
+            r.sampler_version > r.policy_version
+        );
+    }
+    // Partitioned by bucket and generation.
+    assert!(dir
+        .path()
+        .join("samples/bucket=train/generation=2")
+        .is_dir());
+    assert!(dir
+        .path()
+        .join("samples/bucket=train/generation=3")
+        .is_dir());
+}
+
+#[test]
+fn a_repeated_idempotency_key_is_stored_once_and_marked_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyed = |id: u64, key: &str| {
+        let mut b = SampleBatch::new("stable", "cafe", OBS_DIM);
+        let mut r = record(id, 50 + id, 0, 1, true);
+        r.idempotency_key = Some(key.into());
+        r.bucket = "stable".into();
+        b.push(&r).unwrap();
+        b
+    };
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(keyed(0, "agent-1/action-7")).unwrap();
+    ledger.append_samples(keyed(1, "agent-1/action-7")).unwrap();
+    ledger.append_samples(keyed(2, "agent-1/action-8")).unwrap();
+    assert_eq!(ledger.close().unwrap().duplicates, 1);
+    // Also across a restart: the keys are read back on open.
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    assert_eq!(ledger.next_sample_id(), 3);
+    ledger.append_samples(keyed(3, "agent-1/action-8")).unwrap();
+    ledger.close().unwrap();
+
+    let data = read(dir.path());
+    let ids: Vec<u64> = rows(&data).iter().map(|r| r.sample_id).collect();
+    assert_eq!(ids, vec![0, 2]);
+    let dups: Vec<(String, u64)> = data
+        .duplicates
+        .iter()
+        .map(|d| (d.idempotency_key.clone(), d.original_sample))
+        .collect();
+    assert_eq!(
+        dups,
+        vec![
+            ("agent-1/action-7".to_string(), 0),
+            ("agent-1/action-8".to_string(), 2)
+        ]
+    );
+}
+
+#[test]
+fn a_version_switch_mid_trajectory_invalidates_the_whole_trajectory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    let rules = ledger.register_rules(&AdmissionRules::default()).unwrap();
+    ledger
+        .bind(4, "cafe", rules.version, "publish", "test")
+        .unwrap();
+    // Trajectory 7: two steps under version 4, then (in a later batch) one under 5.
+    let mut b = SampleBatch::new("train", "cafe", OBS_DIM);
+    b.push(&record(0, 7, 0, 4, false)).unwrap();
+    b.push(&record(1, 7, 1, 4, false)).unwrap();
+    b.push(&record(2, 8, 0, 4, false)).unwrap();
+    ledger.append_samples(b).unwrap();
+    let mut b = SampleBatch::new("train", "cafe", OBS_DIM);
+    b.push(&record(3, 7, 2, 5, true)).unwrap();
+    // Trajectory 8's env clock goes backwards: misaligned.
+    let mut back = record(4, 8, 1, 4, true);
+    back.env_clock = 50;
+    b.push(&back).unwrap();
+    ledger.append_samples(b).unwrap();
+    ledger.close().unwrap();
+
+    let data = read(dir.path());
+    assert_eq!(data.invalidations.len(), 2);
+    let by_target = |id| {
+        data.invalidations
+            .iter()
+            .find(|i| i.target == Target::Trajectory { id })
+            .unwrap()
+    };
+    let switch = by_target(7);
+    assert_eq!(switch.reason, ReasonCode::VersionSwitch);
+    assert_eq!(switch.author, "ledger");
+    assert_eq!(switch.rules_version, rules.version);
+    assert!(switch.text.contains("from 4 to 5"), "{}", switch.text);
+    assert_eq!(by_target(8).reason, ReasonCode::ObservationMisaligned);
+    // The whole trajectory counts as invalid, including samples written before the switch;
+    // nothing was deleted.
+    assert_eq!(data.sample_count(), 5);
+    let s = summary(&data);
+    let invalid: u64 = s
+        .iter()
+        .map(|g| g.invalidated.get("version_switch").copied().unwrap_or(0))
+        .sum();
+    assert_eq!(invalid, 3);
+}
+
+#[test]
+fn rolling_back_a_policy_restores_its_rules_also_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let strict = AdmissionRules {
+        rule: RuleKind::Strict,
+        max_policy_lag: 0,
+        ..AdmissionRules::default()
+    };
+    let decay = AdmissionRules {
+        rule: RuleKind::Decay,
+        ..AdmissionRules::default()
+    };
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    let v1 = ledger.register_rules(&strict).unwrap();
+    let v2 = ledger.register_rules(&decay).unwrap();
+    assert_eq!((v1.version, v2.version), (1, 2));
+    assert_eq!(ledger.register_rules(&strict).unwrap().version, 1);
+    ledger
+        .bind(3, "cafe", v1.version, "publish", "learner")
+        .unwrap();
+    ledger
+        .bind(4, "cafe", v2.version, "publish", "learner")
+        .unwrap();
+    assert_eq!(ledger.current().unwrap().1.rules, decay);
+    let restored = ledger.rollback(3, "cafe", "operator:ana").unwrap();
+    assert_eq!(restored.rules, strict);
+    assert_eq!(ledger.current().unwrap(), (3, v1.clone()));
+    assert!(matches!(
+        ledger.rollback(9, "cafe", "operator:ana"),
+        Err(LedgerError::UnknownPolicyVersion(9))
+    ));
+    ledger.close().unwrap();
+
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    assert_eq!(ledger.current().unwrap(), (3, v1));
+    assert_eq!(ledger.rules_for_policy(4).unwrap().rules, decay);
+    let ops: Vec<String> = read(dir.path())
+        .generations
+        .iter()
+        .map(|g| format!("{}:{}:{}", g.operation, g.policy_version, g.rules_version))
+        .collect();
+    assert_eq!(ops, vec!["publish:3:1", "publish:4:2", "rollback:3:1"]);
+}
+
+#[test]
+fn metrics_with_and_without_invalid_samples_differ_exactly_by_the_invalidated_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    // Six episodes of lengths 2..=7 (returns 2..=7; success when length >= 4).
+    let mut id = 0;
+    for (e, len) in (2..=7u32).enumerate() {
+        let b = episodes(id, 1, len, e as u64 % 2);
+        ledger.append_samples(b).unwrap();
+        if len == 5 || len == 7 {
+            // An operator throws away the episodes that started at these ids.
+            ledger
+                .invalidate(Invalidation {
+                    target: Target::Samples {
+                        first: id + 1,
+                        last: id + 1,
+                    },
+                    reason: ReasonCode::HumanInterrupt,
+                    text: "operator stopped the cell".into(),
+                    author: "operator:ana".into(),
+                    rules_version: 0,
+                    at_ns: 1,
+                })
+                .unwrap();
+        }
+        id += u64::from(len);
+    }
+    ledger.close().unwrap();
+    let m = metrics(&read(dir.path()));
+    assert_eq!(m.all.episodes, 6);
+    assert_eq!(m.invalidated.episodes, 2);
+    assert_eq!(m.valid.episodes, m.all.episodes - m.invalidated.episodes);
+    assert_eq!(m.all.sum_return, 27.0);
+    assert_eq!(m.invalidated.sum_return, 12.0);
+    assert_eq!(
+        m.valid.sum_return,
+        m.all.sum_return - m.invalidated.sum_return
+    );
+    assert_eq!(m.all.successes, 4);
+    assert_eq!(m.valid.successes, 2);
+    assert!((m.mean_return_difference.unwrap() - (4.5 - 3.75)).abs() < 1e-12);
+    assert!((m.success_rate_difference.unwrap() - (4.0 / 6.0 - 0.5)).abs() < 1e-12);
+}
+
+fn decision(first: u64, last: u64, age: u64, kl: f64, kind: DecisionKind) -> DecisionRecord {
+    DecisionRecord {
+        first_sample: first,
+        last_sample: last,
+        bucket: "train".into(),
+        policy_version: 5 - age,
+        learner_version: 5,
+        update: 5,
+        rules_version: 1,
+        rules_hash: AdmissionRules::default().hash(),
+        decision: kind,
+        weight: if kind == DecisionKind::Dropped {
+            0.0
+        } else {
+            1.0
+        },
+        kl: Some(kl),
+        age_versions: age,
+        age_seconds: 0.1,
+        decided_at_ns: 2,
+    }
+}
+
+#[test]
+fn decisions_are_summarised_and_recomputed_under_other_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.register_rules(&AdmissionRules::default()).unwrap();
+    ledger.append_samples(episodes(0, 2, 5, 5)).unwrap();
+    ledger.append_samples(episodes(10, 2, 5, 4)).unwrap();
+    ledger
+        .append_decisions(vec![
+            decision(0, 9, 0, 0.0, DecisionKind::Trained),
+            decision(10, 19, 1, 0.05, DecisionKind::Trained),
+        ])
+        .unwrap();
+    // A decision under rules never registered is refused.
+    let mut unknown = decision(0, 1, 0, 0.0, DecisionKind::Trained);
+    unknown.rules_version = 9;
+    assert!(matches!(
+        ledger.append_decisions(vec![unknown]),
+        Err(LedgerError::UnknownRulesVersion(9))
+    ));
+    ledger.close().unwrap();
+    let data = read(dir.path());
+    let s = summary(&data);
+    assert_eq!(s.len(), 2);
+    assert!(s.iter().all(|g| g.trained == 10 && g.undecided == 0));
+
+    let strict = AdmissionRules {
+        rule: RuleKind::Strict,
+        max_policy_lag: 0,
+        ..AdmissionRules::default()
+    };
+    let r = recompute(&data, &strict).unwrap();
+    let old = r.iter().find(|g| g.generation == 4).unwrap();
+    assert_eq!(old.recomputed, [0, 0, 10]);
+    assert_eq!(old.changed, 10);
+    let decay = AdmissionRules {
+        rule: RuleKind::Decay,
+        kl_scale: 0.1,
+        ..AdmissionRules::default()
+    };
+    let r = recompute(&data, &decay).unwrap();
+    let old = r.iter().find(|g| g.generation == 4).unwrap();
+    assert_eq!(old.recomputed, [0, 10, 0]);
+    assert!((old.recomputed_weight - 10.0 * (-0.5f64).exp()).abs() < 1e-4);
+    let bad = AdmissionRules {
+        kl_scale: 0.0,
+        ..AdmissionRules::default()
+    };
+    assert!(matches!(
+        recompute(&data, &bad),
+        Err(LedgerError::InvalidRules(_))
+    ));
+}
+
+#[test]
+fn manifests_in_every_format_list_every_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(episodes(0, 2, 3, 1)).unwrap();
+    ledger.close().unwrap();
+    let data = read(dir.path());
+    let out = tempfile::tempdir().unwrap();
+    for (format, name) in [
+        (ManifestFormat::Json, "m.jsonl"),
+        (ManifestFormat::Csv, "m.csv"),
+        (ManifestFormat::Parquet, "m.parquet"),
+    ] {
+        let path = out.path().join(name);
+        assert_eq!(write_manifest(&data, format, &path).unwrap(), 6);
+        assert!(path.metadata().unwrap().len() > 0);
+    }
+    let json = std::fs::read_to_string(out.path().join("m.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(first["policy_version"], 1);
+    assert_eq!(first["config_hash"], "cafe");
+    let csv = std::fs::read_to_string(out.path().join("m.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 7);
+    assert!(csv.lines().next().unwrap().contains("sample_id"));
+}
+
+#[test]
+fn bad_input_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    let mut b = episodes(0, 1, 2, 1);
+    b.completed_at_ns[1] = 0;
+    let err = ledger.append_samples(b).unwrap_err().to_string();
+    assert!(err.contains("completed_at_ns"), "{err}");
+    let mut b = episodes(0, 1, 2, 1);
+    b.reward.pop();
+    assert!(ledger
+        .append_samples(b)
+        .unwrap_err()
+        .to_string()
+        .contains("column reward"));
+    let mut b = episodes(0, 1, 2, 1);
+    b.bucket = "../etc".into();
+    assert!(ledger.append_samples(b).is_err());
+    let bad = AdmissionRules {
+        min_weight: 3.0,
+        ..AdmissionRules::default()
+    };
+    assert!(matches!(
+        ledger.register_rules(&bad),
+        Err(LedgerError::InvalidRules(_))
+    ));
+    assert!(matches!(
+        ledger.rules(4),
+        Err(LedgerError::UnknownRulesVersion(4))
+    ));
+    assert!(ledger
+        .invalidate(Invalidation {
+            target: Target::Trajectory { id: 1 },
+            reason: ReasonCode::Operator,
+            text: " ".into(),
+            author: "x".into(),
+            rules_version: 0,
+            at_ns: 0,
+        })
+        .is_err());
+    ledger.close().unwrap();
+    assert_eq!(read(dir.path()).files, 0);
+    assert!(!dir.path().join("rules").exists());
+}
+
+#[test]
+fn a_corrupt_or_foreign_parquet_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(episodes(0, 1, 3, 1)).unwrap();
+    ledger.close().unwrap();
+    let part = dir.path().join("samples/bucket=train/generation=1");
+    let file = std::fs::read_dir(&part)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let good = std::fs::read(&file).unwrap();
+
+    // Truncated: not readable.
+    std::fs::write(&file, &good[..good.len() / 2]).unwrap();
+    let err = LedgerData::read(&Storage::open(dir.path().to_str().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(file.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
+    assert!(err.contains("Parquet"), "{err}");
+    // Opening the ledger for writing refuses too, and leaves the file alone.
+    assert!(Ledger::open(&config(dir.path())).is_err());
+    assert_eq!(std::fs::read(&file).unwrap().len(), good.len() / 2);
+
+    // A valid Parquet file that is not a ledger file.
+    std::fs::write(&file, &good).unwrap();
+    let foreign_dir = tempfile::tempdir().unwrap();
+    let other = Ledger::open(&config(foreign_dir.path())).unwrap();
+    other.register_rules(&AdmissionRules::default()).unwrap();
+    other.bind(1, "cafe", 1, "publish", "t").unwrap();
+    other.close().unwrap();
+    let gen = std::fs::read_dir(foreign_dir.path().join("generations"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::copy(&gen, part.join("zz-foreign.parquet")).unwrap();
+    let err = LedgerData::read(&Storage::open(dir.path().to_str().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("zz-foreign.parquet"), "{err}");
+    assert!(
+        err.contains("a generations file where samples belong"),
+        "{err}"
+    );
+}
