@@ -26,6 +26,7 @@
 
 mod classic;
 mod error;
+pub mod latency;
 mod normalize;
 mod perturb;
 mod registry;
@@ -34,9 +35,10 @@ mod vector;
 
 pub use classic::{Acrobot, CartPole, MountainCarContinuous, Pendulum};
 pub use error::EnvError;
+pub use latency::ExecSummary;
 pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward};
 pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
-pub use registry::{env_names, make_env, make_vec_env, spec_for};
+pub use registry::{env_names, make_env, make_vec_env, make_vec_env_with_latency, spec_for};
 pub use space::{EnvSpec, Space};
 pub use vector::{
     derive_seed, EnvRng, EpisodeEnd, SlotSnapshot, StepBatch, VecEnv, VecEnvSnapshot, Vectorized,
@@ -79,6 +81,11 @@ pub trait Env: Send {
     /// [`EnvError::BadState`] when `saved` does not fit.
     fn load(&mut self, saved: &[f64]) -> Result<(), EnvError> {
         self.set_state(saved)
+    }
+    /// Whether an episode that just ended succeeded (`terminated`: it reached a terminal
+    /// state), for tasks that define success; `None` otherwise.
+    fn success(&self, _terminated: bool) -> Option<bool> {
+        None
     }
 }
 

@@ -35,12 +35,27 @@ pub fn make_env(name: &str) -> Result<Box<dyn Env>, EnvError> {
 /// # Errors
 /// [`EnvError::UnknownEnv`] for a name not in [`env_names`].
 pub fn make_vec_env(name: &str, num_envs: usize) -> Result<Box<dyn VecEnv>, EnvError> {
+    make_vec_env_with_latency(name, num_envs, 0)
+}
+
+/// As [`make_vec_env`], each action taking `latency_ticks` env ticks to take effect.
+///
+/// # Errors
+/// [`EnvError::UnknownEnv`] for a name not in [`env_names`].
+pub fn make_vec_env_with_latency(
+    name: &str,
+    num_envs: usize,
+    latency_ticks: u32,
+) -> Result<Box<dyn VecEnv>, EnvError> {
+    fn vectorized<E: Env + Clone + 'static>(env: E, n: usize, k: u32) -> Box<dyn VecEnv> {
+        Box::new(Vectorized::new(env, n).with_action_latency(k))
+    }
     Ok(match name {
-        "cartpole" => Box::new(Vectorized::new(CartPole::default(), num_envs)),
-        "pendulum" => Box::new(Vectorized::new(Pendulum::default(), num_envs)),
-        "acrobot" => Box::new(Vectorized::new(Acrobot::default(), num_envs)),
+        "cartpole" => vectorized(CartPole::default(), num_envs, latency_ticks),
+        "pendulum" => vectorized(Pendulum::default(), num_envs, latency_ticks),
+        "acrobot" => vectorized(Acrobot::default(), num_envs, latency_ticks),
         "mountaincar-continuous" => {
-            Box::new(Vectorized::new(MountainCarContinuous::default(), num_envs))
+            vectorized(MountainCarContinuous::default(), num_envs, latency_ticks)
         }
         _ => return Err(unknown(name)),
     })

@@ -5,6 +5,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+use crate::latency::ExecSummary;
 use crate::{Env, EnvError, EnvSpec, NormalizerStats, RunningMeanStd, Space};
 
 /// The RNG every environment samples its start states from.
@@ -30,6 +31,8 @@ pub struct EpisodeEnd {
     pub length: u32,
     /// True when it ended in a terminal state, false when truncated by the time limit.
     pub terminated: bool,
+    /// Whether it succeeded, where the env defines success ([`Env::success`]).
+    pub success: Option<bool>,
 }
 
 /// The outputs of one vectorised step, preallocated once and reused.
@@ -49,6 +52,10 @@ pub struct StepBatch {
     pub final_obs: Vec<f32>,
     /// Episodes that ended this step.
     pub episodes: Vec<EpisodeEnd>,
+    /// Each env's own clock after this step: ticks since it was created, across episodes.
+    pub clock: Vec<u64>,
+    /// When set, filled with what each env observed while executing its action.
+    pub exec: Option<ExecSummary>,
 }
 
 impl StepBatch {
@@ -62,7 +69,15 @@ impl StepBatch {
             terminated: vec![false; num_envs],
             truncated: vec![false; num_envs],
             episodes: Vec::with_capacity(num_envs),
+            clock: vec![0; num_envs],
+            exec: None,
         }
+    }
+
+    /// Also records execution summaries ([`StepBatch::exec`]).
+    pub fn with_exec(mut self, spec: &EnvSpec) -> Self {
+        self.exec = Some(ExecSummary::new(self.rewards.len(), spec.obs_dim()));
+        self
     }
 
     /// Whether env `i`'s episode ended this step.
@@ -82,6 +97,12 @@ pub struct SlotSnapshot {
     pub elapsed: u32,
     /// Return so far in the current episode.
     pub episode_return: f64,
+    /// The env's clock (ticks since creation).
+    #[serde(default)]
+    pub clock: u64,
+    /// The action still executing under action latency (empty: none yet this episode).
+    #[serde(default)]
+    pub previous_action: Vec<f32>,
 }
 
 /// Everything needed to continue a vectorised env bit for bit (checkpoints, resume).
@@ -148,6 +169,11 @@ pub struct Vectorized<E: Env> {
     episode_return: Vec<f64>,
     spec: EnvSpec,
     clipped: Vec<f32>,
+    clock: Vec<u64>,
+    latency: u32,
+    /// Per env, the action applied last (valid where `has_previous`).
+    previous: Vec<f32>,
+    has_previous: Vec<bool>,
 }
 
 impl<E: Env + Clone> Vectorized<E> {
@@ -162,9 +188,19 @@ impl<E: Env + Clone> Vectorized<E> {
                 .collect(),
             elapsed: vec![0; num_envs],
             episode_return: vec![0.0; num_envs],
+            clock: vec![0; num_envs],
+            latency: 0,
+            previous: vec![0.0; num_envs * spec.action_dim()],
+            has_previous: vec![false; num_envs],
             spec,
             clipped,
         }
+    }
+
+    /// Each action takes `ticks` env ticks to take effect (see [`crate::latency`]).
+    pub fn with_action_latency(mut self, ticks: u32) -> Self {
+        self.latency = ticks;
+        self
     }
 }
 
@@ -228,6 +264,7 @@ impl<E: Env> VecEnv for Vectorized<E> {
             env.reset(&mut self.rngs[i], &mut obs[i * obs_dim..(i + 1) * obs_dim]);
             self.elapsed[i] = 0;
             self.episode_return[i] = 0.0;
+            self.has_previous[i] = false;
         }
     }
 
@@ -248,17 +285,52 @@ impl<E: Env> VecEnv for Vectorized<E> {
                 Space::Discrete { .. } => action,
             };
             let obs = &mut out.obs[i * obs_dim..(i + 1) * obs_dim];
-            let transition = self.envs[i].step(action, obs);
-            if let Some(v) = obs.iter().find(|v| !v.is_finite()) {
-                return Err(self.non_finite(i, "observation", f64::from(*v)));
+            if let Some(exec) = out.exec.as_mut() {
+                exec.start(i);
             }
-            if !transition.reward.is_finite() {
-                return Err(self.non_finite(i, "reward", transition.reward));
+            let mut reward = 0.0;
+            let mut terminated = false;
+            // Under latency the previous action keeps acting while the new one is on its way.
+            let held = i * act_dim..(i + 1) * act_dim;
+            let ticks = if self.has_previous[i] {
+                self.latency
+            } else {
+                0
+            };
+            for tick in 0..=ticks {
+                let applied = if tick < ticks {
+                    &self.previous[held.clone()]
+                } else {
+                    action
+                };
+                let transition = self.envs[i].step(applied, obs);
+                self.clock[i] += 1;
+                if let Some(v) = obs.iter().find(|v| !v.is_finite()) {
+                    let v = f64::from(*v);
+                    return Err(self.non_finite(i, "observation", v));
+                }
+                if !transition.reward.is_finite() {
+                    return Err(self.non_finite(i, "reward", transition.reward));
+                }
+                if let Some(exec) = out.exec.as_mut() {
+                    exec.observe(i, obs);
+                }
+                reward += transition.reward;
+                if transition.terminated {
+                    terminated = true;
+                    break;
+                }
             }
+            if let Some(exec) = out.exec.as_mut() {
+                exec.finish(i);
+            }
+            self.previous[held].copy_from_slice(action);
+            self.has_previous[i] = true;
+            out.clock[i] = self.clock[i];
             self.elapsed[i] += 1;
-            self.episode_return[i] += transition.reward;
-            out.rewards[i] = transition.reward as f32;
-            out.terminated[i] = transition.terminated;
+            self.episode_return[i] += reward;
+            out.rewards[i] = reward as f32;
+            out.terminated[i] = terminated;
             // Gymnasium's TimeLimit: truncated whenever the limit is reached, even if the
             // same step also terminated (terminated then wins for bootstrapping).
             out.truncated[i] = self.elapsed[i] >= self.spec.max_episode_steps;
@@ -268,17 +340,20 @@ impl<E: Env> VecEnv for Vectorized<E> {
                     env: i,
                     episode_return: self.episode_return[i],
                     length: self.elapsed[i],
-                    terminated: transition.terminated,
+                    terminated,
+                    success: self.envs[i].success(terminated),
                 });
                 self.envs[i].reset(&mut self.rngs[i], obs);
                 self.elapsed[i] = 0;
                 self.episode_return[i] = 0.0;
+                self.has_previous[i] = false;
             }
         }
         Ok(())
     }
 
     fn snapshot(&self) -> VecEnvSnapshot {
+        let ad = self.spec.action_dim();
         VecEnvSnapshot {
             slots: (0..self.envs.len())
                 .map(|i| SlotSnapshot {
@@ -286,6 +361,12 @@ impl<E: Env> VecEnv for Vectorized<E> {
                     rng: self.rngs[i].clone(),
                     elapsed: self.elapsed[i],
                     episode_return: self.episode_return[i],
+                    clock: self.clock[i],
+                    previous_action: if self.has_previous[i] {
+                        self.previous[i * ad..(i + 1) * ad].to_vec()
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect(),
             obs_rms: None,
@@ -309,6 +390,12 @@ impl<E: Env> VecEnv for Vectorized<E> {
             self.rngs[i] = slot.rng.clone();
             self.elapsed[i] = slot.elapsed;
             self.episode_return[i] = slot.episode_return;
+            self.clock[i] = slot.clock;
+            let ad = self.spec.action_dim();
+            self.has_previous[i] = slot.previous_action.len() == ad;
+            if self.has_previous[i] {
+                self.previous[i * ad..(i + 1) * ad].copy_from_slice(&slot.previous_action);
+            }
         }
         Ok(())
     }
@@ -438,5 +525,67 @@ mod tests {
             b.step(&act, &mut batch_b).unwrap();
             assert_eq!(batch.obs, batch_b.obs);
         }
+    }
+
+    #[test]
+    fn without_latency_the_summary_is_the_observation_and_the_clock_ticks_once() {
+        let mut envs = Vectorized::new(CartPole::default(), 2);
+        let mut batch = StepBatch::new(envs.spec(), 2).with_exec(envs.spec());
+        envs.reset(1, &mut batch.obs);
+        for step in 1..=3u64 {
+            envs.step(&[0.0, 1.0], &mut batch).unwrap();
+            let exec = batch.exec.as_ref().unwrap();
+            assert_eq!(exec.ticks, vec![1, 1]);
+            assert_eq!(exec.min, batch.obs);
+            assert_eq!(exec.max, batch.obs);
+            assert_eq!(exec.mean, batch.obs);
+            assert_eq!(batch.clock, vec![step, step]);
+        }
+    }
+
+    #[test]
+    fn under_latency_the_previous_action_acts_while_the_new_one_arrives() {
+        let k = 2;
+        let mut latent = Vectorized::new(Pendulum::default(), 1).with_action_latency(k);
+        let mut plain = Vectorized::new(Pendulum::default(), 1);
+        let spec = latent.spec().clone();
+        let mut a = StepBatch::new(&spec, 1).with_exec(&spec);
+        let mut b = StepBatch::new(&spec, 1);
+        latent.reset(9, &mut a.obs);
+        plain.reset(9, &mut b.obs);
+        // First step of an episode: nothing is in flight, the action applies at once.
+        latent.step(&[1.5], &mut a).unwrap();
+        plain.step(&[1.5], &mut b).unwrap();
+        assert_eq!(a.obs, b.obs);
+        assert_eq!(a.clock, vec![1]);
+        // Then each step: k ticks of the previous action, one of the new.
+        latent.step(&[-2.0], &mut a).unwrap();
+        let mut seen = Vec::new();
+        let mut reward = 0.0;
+        for action in [1.5, 1.5, -2.0] {
+            plain.step(&[action], &mut b).unwrap();
+            seen.push(b.obs.clone());
+            reward += b.rewards[0];
+        }
+        assert_eq!(a.obs, b.obs);
+        assert!((a.rewards[0] - reward).abs() < 1e-5);
+        assert_eq!(a.clock, vec![1 + u64::from(k) + 1]);
+        let exec = a.exec.as_ref().unwrap();
+        assert_eq!(exec.ticks, vec![k + 1]);
+        for d in 0..3 {
+            let column: Vec<f32> = seen.iter().map(|o| o[d]).collect();
+            let min = column.iter().copied().fold(f32::INFINITY, f32::min);
+            let max = column.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!((exec.min[d], exec.max[d]), (min, max));
+            assert!((exec.mean[d] - column.iter().sum::<f32>() / 3.0).abs() < 1e-6);
+        }
+        // The clock and the action in flight survive a snapshot.
+        let snap = latent.snapshot();
+        let mut copy = Vectorized::new(Pendulum::default(), 1).with_action_latency(k);
+        copy.restore(&snap).unwrap();
+        let mut c = a.clone();
+        latent.step(&[0.3], &mut a).unwrap();
+        copy.step(&[0.3], &mut c).unwrap();
+        assert_eq!((a.obs, a.clock), (c.obs, c.clock));
     }
 }

@@ -72,6 +72,11 @@ impl Acrobot {
 }
 
 impl Env for Acrobot {
+    /// Success: the tip swung above the line.
+    fn success(&self, terminated: bool) -> Option<bool> {
+        Some(terminated)
+    }
+
     fn spec(&self) -> EnvSpec {
         EnvSpec {
             name: "acrobot".into(),

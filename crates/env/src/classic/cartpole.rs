@@ -23,6 +23,11 @@ pub struct CartPole {
 }
 
 impl Env for CartPole {
+    /// Success: the pole stayed up until the time limit.
+    fn success(&self, terminated: bool) -> Option<bool> {
+        Some(!terminated)
+    }
+
     fn spec(&self) -> EnvSpec {
         let high = [
             (X_THRESHOLD * 2.0) as f32,

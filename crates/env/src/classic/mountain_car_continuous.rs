@@ -26,6 +26,11 @@ pub struct MountainCarContinuous {
 }
 
 impl Env for MountainCarContinuous {
+    /// Success: the car reached the flag.
+    fn success(&self, terminated: bool) -> Option<bool> {
+        Some(terminated)
+    }
+
     fn spec(&self) -> EnvSpec {
         EnvSpec {
             name: "mountaincar-continuous".into(),
