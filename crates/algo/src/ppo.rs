@@ -46,6 +46,9 @@ pub struct RolloutBuffer {
     /// Off-policy weights `pi_prox / pi_behaviour`, truncated (1 on-policy); see
     /// [`RolloutBuffer::make_proximal`].
     pub weights: Vec<f32>,
+    /// Admission weights from the staleness rules: 1 trained, below 1 down-weighted,
+    /// 0 dropped (never enters a minibatch). Multiplies `weights`.
+    pub admission: Vec<f32>,
     /// GAE advantages.
     pub advantages: Vec<f32>,
     /// Value targets.
@@ -71,6 +74,7 @@ impl RolloutBuffer {
             final_values: vec![0.0; n],
             last_values: vec![0.0; num_envs],
             weights: vec![1.0; n],
+            admission: vec![1.0; n],
             advantages: vec![0.0; n],
             returns: vec![0.0; n],
         }
@@ -275,7 +279,8 @@ impl Ppo {
             self.mb_advantages.push(rollout.advantages[k]);
             self.mb_values.push(rollout.values[k]);
             self.mb_returns.push(rollout.returns[k]);
-            self.mb_weights.push(rollout.weights[k]);
+            self.mb_weights
+                .push(rollout.weights[k] * rollout.admission[k]);
         }
         if self.config.norm_adv && idx.len() > 1 {
             normalize(&mut self.mb_advantages);
@@ -320,7 +325,9 @@ impl Ppo {
         let (mut forward, mut backward, mut optimizer) =
             (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         self.indices.clear();
-        self.indices.extend(0..total);
+        // Dropped samples never enter a minibatch.
+        self.indices
+            .extend((0..total).filter(|&i| rollout.admission[i] > 0.0));
         model.zero_grad();
         'epochs: for _ in 0..n_epochs {
             self.indices.shuffle(&mut self.rng);

@@ -39,6 +39,9 @@ enum Command {
     /// Inspect and replay environments.
     #[command(subcommand)]
     Env(EnvCommand),
+    /// Query a run's sample ledger: summary, metrics, recompute, manifest, invalidate.
+    #[command(subcommand)]
+    Ledger(crate::ledger_cmd::LedgerCommand),
     /// Measure env stepping, network passes and training throughput.
     Bench(crate::bench::BenchArgs),
 }
@@ -174,6 +177,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Env(EnvCommand::Rollout(args)) => rollout(args),
+        Command::Ledger(command) => crate::ledger_cmd::run(command),
         Command::Bench(args) => crate::bench::run(args),
     }
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod commands;
+mod ledger_cmd;
 mod logging;
 
 use std::process::ExitCode;

@@ -231,9 +231,9 @@ fn bad_configs_are_rejected_naming_the_key() {
             "--mode",
             "async",
             "--set",
-            "runtime.max_policy_lag=0",
+            "admission.max_policy_lag=0",
         ],
-        "runtime.max_policy_lag",
+        "admission.max_policy_lag",
     );
     fails_with(
         &["train", "--env", "cartpole", "--mode", "turbo"],

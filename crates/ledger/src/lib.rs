@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! samples/bucket=train/generation=7/part-<session>-000012.parquet
-//! decisions/bucket=train/generation=7/part-….parquet
+//! decisions/bucket=train/part-….parquet
 //! invalidations/part-….parquet    duplicates/part-….parquet    generations/part-….parquet
 //! rules/v000001.json
 //! ```
@@ -42,8 +42,8 @@ pub use analysis::{
 pub use manifest::{write_manifest, ManifestFormat};
 pub use reader::LedgerData;
 pub use record::{
-    now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,
-    ReasonCode, SampleBatch, SampleRecord, Target,
+    bucket_char, now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord,
+    Invalidation, ReasonCode, SampleBatch, SampleRecord, Target,
 };
 pub use rules::{Admission, AdmissionRules, RuleKind, SampleFacts, VersionedRules};
 pub use storage::Storage;

@@ -22,8 +22,8 @@ pub struct LedgerData {
     pub files: usize,
 }
 
-/// `bucket=…/generation=…` of a partitioned file's path.
-fn partition(path: &str) -> Option<(String, u64)> {
+/// The `bucket=…` and `generation=…` directories of a file's path.
+fn partition(path: &str) -> (Option<String>, Option<u64>) {
     let mut bucket = None;
     let mut generation = None;
     for part in path.split('/') {
@@ -33,7 +33,7 @@ fn partition(path: &str) -> Option<(String, u64)> {
             generation = g.parse().ok();
         }
     }
-    Some((bucket?, generation?))
+    (bucket, generation)
 }
 
 /// The ledger's data files of `table` (staging files of interrupted writes are not listed).
@@ -61,20 +61,22 @@ impl LedgerData {
                     path: format!("{}/{path}", storage.location()),
                     reason,
                 };
-                let place =
-                    if table.partitioned() {
-                        Some(partition(&path).ok_or_else(|| {
-                            bad("not under bucket=…/generation=… directories".into())
-                        })?)
-                    } else {
-                        None
-                    };
+                let (bucket, generation) = partition(&path);
+                if table.by_bucket() && bucket.is_none() {
+                    return Err(bad("not under a bucket=… directory".into()));
+                }
+                if table.by_generation() && generation.is_none() {
+                    return Err(bad("not under a generation=… directory".into()));
+                }
                 let batches = schema::decode(storage.get(&path)?, table).map_err(bad)?;
                 data.files += 1;
                 for batch in &batches {
                     match table {
                         Table::Samples => {
-                            let (bucket, generation) = place.clone().expect("partitioned");
+                            let (bucket, generation) = (
+                                bucket.clone().expect("checked"),
+                                generation.expect("checked"),
+                            );
                             let start = data.samples.len();
                             schema::samples_from_arrow(batch, &mut data.samples).map_err(bad)?;
                             for b in &mut data.samples[start..] {
@@ -88,8 +90,8 @@ impl LedgerData {
                             }
                         }
                         Table::Decisions => {
-                            let (bucket, _) = place.clone().expect("partitioned");
-                            schema::decisions_from_arrow(batch, &bucket, &mut data.decisions)
+                            let bucket = bucket.as_deref().expect("checked");
+                            schema::decisions_from_arrow(batch, bucket, &mut data.decisions)
                                 .map_err(bad)?;
                         }
                         Table::Invalidations => {

@@ -117,15 +117,6 @@ impl AdmissionRules {
                 format!("{} must be within [0, 1]", self.min_weight),
             );
         }
-        if self.rule == RuleKind::Strict && self.max_policy_lag > 0 {
-            return bad(
-                "max_policy_lag",
-                format!(
-                    "{} with rule \"strict\" would collect samples only to drop them; use 0",
-                    self.max_policy_lag
-                ),
-            );
-        }
         Ok(())
     }
 
@@ -309,7 +300,7 @@ mod tests {
             ("kl_scale = -1.0", "kl_scale"),
             ("min_weight = 2.0", "min_weight"),
             ("max_age_seconds = 0.0", "max_age_seconds"),
-            ("rule = \"strict\"\nmax_policy_lag = 2", "max_policy_lag"),
+            ("max_policy_lag = 100", "max_policy_lag"),
             ("colour = 1", "colour"),
         ] {
             let err = AdmissionRules::parse(text).unwrap_err().to_string();

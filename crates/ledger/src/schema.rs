@@ -33,7 +33,7 @@ pub const FORMAT: &str = "1";
 pub enum Table {
     /// Sample provenance, partitioned `bucket=…/generation=…`.
     Samples,
-    /// Admission decisions, partitioned like the samples they cover.
+    /// Admission decisions, partitioned by bucket.
     Decisions,
     /// Append-only invalidations.
     Invalidations,
@@ -55,9 +55,14 @@ impl Table {
         }
     }
 
-    /// Whether files live under `bucket=…/generation=…/`.
-    pub fn partitioned(self) -> bool {
+    /// Whether files live under `bucket=…/` directories.
+    pub fn by_bucket(self) -> bool {
         matches!(self, Table::Samples | Table::Decisions)
+    }
+
+    /// Whether files live under `generation=…/` within their bucket.
+    pub fn by_generation(self) -> bool {
+        self == Table::Samples
     }
 
     /// Every table.

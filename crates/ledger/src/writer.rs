@@ -83,7 +83,7 @@ pub(crate) struct Writer {
     session: String,
     seq: u64,
     samples: HashMap<(String, u64), SampleBatch>,
-    decisions: HashMap<(String, u64), Vec<DecisionRecord>>,
+    decisions: HashMap<String, Vec<DecisionRecord>>,
     invalidations: Vec<Invalidation>,
     duplicates: Vec<DuplicateRecord>,
     generations: Vec<GenerationRecord>,
@@ -135,10 +135,7 @@ impl Writer {
                 Ok(Message::Decisions(rows)) => {
                     for r in rows {
                         self.note_buffered(1);
-                        self.decisions
-                            .entry((r.bucket.clone(), r.policy_version))
-                            .or_default()
-                            .push(r);
+                        self.decisions.entry(r.bucket.clone()).or_default().push(r);
                     }
                 }
                 Ok(Message::Invalidate(inv)) => self.record_invalidation(inv),
@@ -433,12 +430,7 @@ impl Writer {
         let mut decisions: Vec<_> = std::mem::take(&mut self.decisions).into_iter().collect();
         decisions.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, rows) in decisions {
-            let dir = format!(
-                "{}/bucket={}/generation={}",
-                Table::Decisions.name(),
-                key.0,
-                key.1
-            );
+            let dir = format!("{}/bucket={key}", Table::Decisions.name());
             let r = self.put(&dir, &schema::decisions_to_arrow(&rows));
             if !keep(r) {
                 self.decisions.insert(key, rows);

@@ -60,6 +60,51 @@ pub struct Fragment {
     pub env_seconds: f64,
     /// Seconds in inference.
     pub inference_seconds: f64,
+    /// Per-step provenance for the ledger (filled when the run keeps one).
+    pub provenance: StepProvenance,
+}
+
+/// Provenance of each step of a fragment, time-major like the fragment's columns.
+#[derive(Clone, Debug, Default)]
+pub struct StepProvenance {
+    /// Whether the worker filled the env clock and observation summaries (times and
+    /// sampler versions are always filled).
+    pub recorded: bool,
+    /// When the action was issued (ns since the epoch).
+    pub issued_ns: Vec<i64>,
+    /// When its execution completed (ns since the epoch).
+    pub completed_ns: Vec<i64>,
+    /// The env's clock at completion.
+    pub clock: Vec<u64>,
+    /// Observations seen during execution.
+    pub obs_count: Vec<u32>,
+    /// Their hash.
+    pub obs_hash: Vec<u64>,
+    /// Per-dimension minimum, `rows * obs_dim`.
+    pub obs_min: Vec<f32>,
+    /// Per-dimension maximum.
+    pub obs_max: Vec<f32>,
+    /// Per-dimension mean.
+    pub obs_mean: Vec<f32>,
+    /// The newest version any worker sampled with at completion.
+    pub sampler_version: Vec<u64>,
+}
+
+impl StepProvenance {
+    fn new(rows: usize, obs_dim: usize) -> Self {
+        StepProvenance {
+            recorded: false,
+            issued_ns: vec![0; rows],
+            completed_ns: vec![0; rows],
+            clock: vec![0; rows],
+            obs_count: vec![0; rows],
+            obs_hash: vec![0; rows],
+            obs_min: vec![0.0; rows * obs_dim],
+            obs_max: vec![0.0; rows * obs_dim],
+            obs_mean: vec![0.0; rows * obs_dim],
+            sampler_version: vec![0; rows],
+        }
+    }
 }
 
 impl Fragment {
@@ -84,6 +129,7 @@ impl Fragment {
             end_state: None,
             env_seconds: 0.0,
             inference_seconds: 0.0,
+            provenance: StepProvenance::new(rows, obs_dim),
         }
     }
 }

@@ -229,7 +229,7 @@ impl Trainer {
                 || c.train.seed != run_config.train.seed
                 || c.runtime.workers != run_config.runtime.workers
                 || c.runtime.mode != run_config.runtime.mode
-                || c.runtime.effective_lag() != run_config.runtime.effective_lag()
+                || c.effective_lag() != run_config.effective_lag()
             {
                 return Err(RuntimeError::Config("--resume keeps the checkpoint's env, ppo, network, seed, workers, mode and lag; only train.* run-control keys and runtime timeouts may change".into()));
             }

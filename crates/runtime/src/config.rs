@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use strata_algo::{InvalidConfig, PpoConfig};
+use strata_ledger::{AdmissionRules, RuleKind};
 use strata_nn::NetworkConfig;
 
 use crate::RuntimeError;
@@ -26,6 +27,9 @@ pub struct EnvConfig {
     pub fault: Option<strata_env::FaultPlan>,
     /// Which worker's envs get `fault`.
     pub fault_worker: usize,
+    /// Env ticks an action takes to take effect (the env keeps evolving under the previous
+    /// action meanwhile); 0: actions apply at once.
+    pub action_latency_ticks: u32,
 }
 
 impl Default for EnvConfig {
@@ -38,6 +42,7 @@ impl Default for EnvConfig {
             step_cost_us: 0,
             fault: None,
             fault_worker: 0,
+            action_latency_ticks: 0,
         }
     }
 }
@@ -88,7 +93,7 @@ pub enum Mode {
     /// workers wait while the learner trains (classic PPO).
     Sync,
     /// Collection never stops: workers collect with the newest version they have while the
-    /// learner trains, at most `runtime.max_policy_lag` versions behind (they wait beyond
+    /// learner trains, at most `admission.max_policy_lag` versions behind (they wait beyond
     /// that; nothing is dropped). Decoupled PPO corrects for the lag.
     Async,
 }
@@ -125,8 +130,6 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// `sync` or `async`.
     pub mode: Mode,
-    /// Async: the most policy versions a fragment may lag behind the learner when consumed.
-    pub max_policy_lag: u64,
     /// Where actions are computed: `worker` (in each worker) or `central`.
     pub inference: Inference,
     /// Off-policy correction for lagged samples: `decoupled` or `vtrace`.
@@ -158,7 +161,6 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             workers: 1,
             mode: Mode::Sync,
-            max_policy_lag: 1,
             inference: Inference::Worker,
             off_policy: OffPolicy::Decoupled,
             max_is_weight: 2.0,
@@ -174,12 +176,32 @@ impl Default for RuntimeConfig {
     }
 }
 
-impl RuntimeConfig {
-    /// The lag bound in force: 0 in sync mode.
-    pub fn effective_lag(&self) -> u64 {
-        match self.mode {
-            Mode::Sync => 0,
-            Mode::Async => self.max_policy_lag,
+/// Where the sample ledger goes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LedgerSettings {
+    /// Record every sample's provenance and every admission decision.
+    pub enabled: bool,
+    /// A directory or object-store URL; unset: `ledger/` in the run directory (runs without
+    /// a run directory then keep no ledger).
+    pub location: Option<String>,
+    /// Bucket the run's samples go to.
+    pub bucket: String,
+    /// Flush to a file when this many rows are buffered.
+    pub flush_rows: usize,
+    /// ... or when the oldest buffered row is this many seconds old (bounds what a crash
+    /// can lose).
+    pub flush_interval_secs: f64,
+}
+
+impl Default for LedgerSettings {
+    fn default() -> Self {
+        LedgerSettings {
+            enabled: true,
+            location: None,
+            bucket: "train".into(),
+            flush_rows: 64 * 1024,
+            flush_interval_secs: 1.0,
         }
     }
 }
@@ -198,6 +220,10 @@ pub struct RunConfig {
     pub train: TrainConfig,
     /// Workers and scheduling.
     pub runtime: RuntimeConfig,
+    /// Admission rules: which samples are trained on (versioned with each policy).
+    pub admission: AdmissionRules,
+    /// The sample ledger.
+    pub ledger: LedgerSettings,
 }
 
 impl Default for RunConfig {
@@ -310,11 +336,47 @@ impl RunConfig {
                 &format!("must divide env.num_envs = {} evenly", self.env.num_envs),
             );
         }
-        if r.mode == Mode::Async && r.max_policy_lag < 1 {
+        if r.mode == Mode::Async && self.admission.max_policy_lag < 1 {
             return bad(
-                "runtime.max_policy_lag",
-                &r.max_policy_lag,
+                "admission.max_policy_lag",
+                &self.admission.max_policy_lag,
                 "must be at least 1 in async mode",
+            );
+        }
+        self.admission
+            .validate()
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        if self.admission.rule == RuleKind::Strict && r.mode == Mode::Async {
+            return bad(
+                "admission.rule",
+                &"strict",
+                "trains only on the current generation, but in async mode every fragment \
+                 lags; use runtime.mode = \"sync\"",
+            );
+        }
+        let l = &self.ledger;
+        if l.bucket.is_empty() || !l.bucket.chars().all(strata_ledger::bucket_char) {
+            return bad(
+                "ledger.bucket",
+                &l.bucket,
+                "use letters, digits, '-' and '_'",
+            );
+        }
+        if l.flush_rows == 0 {
+            return bad("ledger.flush_rows", &l.flush_rows, "must be at least 1");
+        }
+        if !(l.flush_interval_secs.is_finite() && l.flush_interval_secs > 0.0) {
+            return bad(
+                "ledger.flush_interval_secs",
+                &l.flush_interval_secs,
+                "must be a positive number of seconds",
+            );
+        }
+        if self.env.action_latency_ticks > 1000 {
+            return bad(
+                "env.action_latency_ticks",
+                &self.env.action_latency_ticks,
+                "must be at most 1000",
             );
         }
         if !(r.max_is_weight.is_finite() && r.max_is_weight >= 1.0) {
@@ -421,9 +483,18 @@ impl RunConfig {
         (self.ppo.n_steps * self.env.num_envs) as u64
     }
 
+    /// The lag bound in force: 0 in sync mode, else `admission.max_policy_lag`.
+    pub fn effective_lag(&self) -> u64 {
+        match self.runtime.mode {
+            Mode::Sync => 0,
+            Mode::Async => self.admission.max_policy_lag,
+        }
+    }
+
     /// SHA-256 (hex, first 16 chars) of the canonical JSON of what defines the policy:
-    /// env, PPO, network, seed, budget and how samples are scheduled (workers, mode, lag). Run-control switches (checkpointing, stopping)
-    /// do not change it.
+    /// env, PPO, network, seed, budget, how samples are scheduled (workers, mode, lag) and
+    /// admitted (rules). Run-control switches (checkpointing, stopping, the ledger) do not
+    /// change it.
     pub fn config_hash(&self) -> String {
         #[derive(Serialize)]
         struct Identity<'a> {
@@ -436,6 +507,7 @@ impl RunConfig {
             mode: Mode,
             lag: u64,
             off_policy: OffPolicy,
+            admission: &'a AdmissionRules,
         }
         let identity = Identity {
             env: &self.env,
@@ -445,8 +517,9 @@ impl RunConfig {
             total_steps: self.train.total_steps,
             workers: self.runtime.workers,
             mode: self.runtime.mode,
-            lag: self.runtime.effective_lag(),
+            lag: self.effective_lag(),
             off_policy: self.runtime.off_policy,
+            admission: &self.admission,
         };
         let json = serde_json::to_vec(&identity).expect("the identity serialises");
         let digest = Sha256::digest(json);

@@ -26,6 +26,9 @@ pub enum RuntimeError {
     /// A rollout worker stopped on an error (env NaN, panic) or vanished.
     #[error("worker {worker}: {error}")]
     Worker { worker: usize, error: String },
+    /// The sample ledger could not record (storage failure, writer not keeping up).
+    #[error("ledger: {0}")]
+    Ledger(String),
     /// The run was asked to stop (Ctrl-C / SIGTERM).
     #[error("interrupted")]
     Interrupted,

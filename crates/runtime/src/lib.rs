@@ -4,7 +4,7 @@
 //! central inference thread), consumes one fragment per worker per update from the
 //! [`ExperienceBuffer`] in a fixed order, runs GAE (or V-trace) and the PPO update, and
 //! publishes policy version v+1 to the [`PolicyStore`]. Workers adopt versions at fragment
-//! boundaries; in async mode they keep collecting up to `runtime.max_policy_lag` versions
+//! boundaries; in async mode they keep collecting up to `admission.max_policy_lag` versions
 //! behind. A watchdog reports silent components; failed or stuck workers are restarted and
 //! their fragments recorded invalid. [`run::train`] drives a trainer inside a [`RunDir`]
 //! (config, `metrics.jsonl`, checkpoints); [`Trainer::resume`] continues from a checkpoint;
@@ -39,8 +39,10 @@ mod error;
 mod eval;
 mod inference;
 mod learner_pool;
+mod ledger_link;
 mod policy_store;
 mod presets;
+pub mod provenance;
 mod records;
 pub mod run;
 mod telemetry;
@@ -48,14 +50,18 @@ mod trainer;
 mod wiring;
 mod worker;
 
-pub use buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
+pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy};
-pub use config::{EnvConfig, Inference, Mode, OffPolicy, RunConfig, RuntimeConfig, TrainConfig};
+pub use config::{
+    EnvConfig, Inference, LedgerSettings, Mode, OffPolicy, RunConfig, RuntimeConfig, TrainConfig,
+};
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;
-pub use records::{InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord};
+pub use records::{
+    AdmissionCounts, InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord,
+};
 pub use run::RunDir;
 pub use trainer::{build_envs, build_model, Trainer};
 pub use worker::{WorkerCommand, WorkerEvent};

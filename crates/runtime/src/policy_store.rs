@@ -2,6 +2,7 @@
 //! statistics) published by the learner and adopted by workers at fragment boundaries.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -108,6 +109,8 @@ pub struct PolicyStore {
     state: Mutex<State>,
     published: Condvar,
     keep: usize,
+    /// The newest version any worker has switched to (read per step by workers).
+    newest_sampling: AtomicU64,
 }
 
 impl PolicyStore {
@@ -127,6 +130,7 @@ impl PolicyStore {
             }),
             published: Condvar::new(),
             keep: keep.max(1),
+            newest_sampling: AtomicU64::new(version),
         })
     }
 
@@ -222,6 +226,13 @@ impl PolicyStore {
         if let Some(v) = self.lock().acks.get_mut(worker) {
             *v = version;
         }
+        self.newest_sampling.fetch_max(version, Ordering::Relaxed);
+    }
+
+    /// The newest version any worker samples with: a sample completing while this is above
+    /// its own version completed after a newer policy was switched in.
+    pub fn newest_sampling(&self) -> u64 {
+        self.newest_sampling.load(Ordering::Relaxed)
     }
 
     /// The version each worker last acknowledged.

@@ -4,7 +4,9 @@
 use strata_algo::PpoConfig;
 use strata_nn::NetworkConfig;
 
-use crate::config::{EnvConfig, RunConfig, RuntimeConfig, TrainConfig};
+use strata_ledger::AdmissionRules;
+
+use crate::config::{EnvConfig, LedgerSettings, RunConfig, RuntimeConfig, TrainConfig};
 
 /// The preset for a built-in env, or `None` for an unknown name.
 pub fn preset(env: &str) -> Option<RunConfig> {
@@ -47,6 +49,8 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 network: NetworkConfig::default(),
                 train,
                 runtime: RuntimeConfig::default(),
+                admission: AdmissionRules::default(),
+                ledger: LedgerSettings::default(),
             }
         }
         // rl-zoo3 Pendulum-v1: 4 envs x 1024 steps, 10 epochs, gamma 0.9, lambda 0.95,
@@ -69,6 +73,8 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 network: NetworkConfig::default(),
                 train,
                 runtime: RuntimeConfig::default(),
+                admission: AdmissionRules::default(),
+                ledger: LedgerSettings::default(),
             }
         }
         // rl-zoo3 Acrobot-v1: normalised, 16 envs x 256 steps, 4 epochs, lambda 0.94.
@@ -88,6 +94,8 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 network: NetworkConfig::default(),
                 train,
                 runtime: RuntimeConfig::default(),
+                admission: AdmissionRules::default(),
+                ledger: LedgerSettings::default(),
             }
         }
         // rl-zoo3 MountainCarContinuous-v0: normalised, 1 env x 8 steps, 10 epochs, gamma
@@ -119,6 +127,8 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 },
                 train,
                 runtime: RuntimeConfig::default(),
+                admission: AdmissionRules::default(),
+                ledger: LedgerSettings::default(),
             }
         }
         _ => return None,

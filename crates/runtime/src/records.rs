@@ -48,6 +48,21 @@ impl TimeBreakdown {
     }
 }
 
+/// What the admission rules did with one training batch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionCounts {
+    /// Hash of the rules in force.
+    pub rules_hash: String,
+    /// Their version in the ledger (none without a ledger).
+    pub rules_version: Option<u64>,
+    /// Samples trained on with full weight.
+    pub trained: u64,
+    /// Samples trained on with a weight below one.
+    pub down_weighted: u64,
+    /// Samples dropped.
+    pub dropped: u64,
+}
+
 /// One line of the metrics file, written after every update.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UpdateRecord {
@@ -75,6 +90,8 @@ pub struct UpdateRecord {
     pub policy_lag_max: u64,
     /// Fragments recorded invalid so far (worker failures, restarts).
     pub invalid_fragments: usize,
+    /// What admission did with this batch.
+    pub admission: AdmissionCounts,
     /// Where the time went so far (cumulative seconds).
     pub time: TimeBreakdown,
     /// The PPO statistics.
@@ -132,6 +149,13 @@ pub struct Progress {
     pub time: TimeBreakdown,
     /// Fragments lost to worker failures or restarts, each with its reason.
     pub invalid_fragments: Vec<InvalidFragment>,
+    /// Episodes and trajectories in progress, for the ledger's ids.
+    #[serde(default)]
+    pub ledger_cursor: Option<crate::provenance::LedgerCursor>,
+    /// The ledger's next sample id after the last update (a resumed run marks later ones
+    /// abandoned).
+    #[serde(default)]
+    pub ledger_next_sample: Option<u64>,
 }
 
 /// A fragment that was not trained on, and why. Never silently dropped: it is recorded here

@@ -64,9 +64,11 @@ impl RunDir {
 }
 
 /// Trains until the budget is spent, the task is solved (if asked) or the trainer's stop
-/// flag is raised (Ctrl-C): appends a metrics line per update, calls `on_update` (progress
-/// display), checkpoints every `train.checkpoint_every` steps into `checkpoints/step-N/`,
-/// and at the end stops and joins every worker and writes `checkpoint/`.
+/// flag is raised (Ctrl-C): keeps the sample ledger (in `ledger/` unless configured
+/// elsewhere; `ledger.enabled = false` turns it off), appends a metrics line per update,
+/// calls `on_update` (progress display), checkpoints every `train.checkpoint_every` steps
+/// into `checkpoints/step-N/`, and at the end stops and joins every worker, writes
+/// `checkpoint/` and closes the ledger.
 ///
 /// # Errors
 /// Env errors stop the run; I/O errors name the file.
@@ -75,6 +77,20 @@ pub fn train(
     run_dir: &mut RunDir,
     on_update: &mut dyn FnMut(&UpdateRecord),
 ) -> Result<Summary, RuntimeError> {
+    let settings = &trainer.config().ledger;
+    if settings.enabled && trainer.ledger_location().is_none() {
+        let location = settings
+            .location
+            .clone()
+            .unwrap_or_else(|| run_dir.root.join("ledger").to_string_lossy().into_owned());
+        let ledger = strata_ledger::Ledger::open(&strata_ledger::LedgerConfig {
+            flush_rows: settings.flush_rows,
+            flush_interval: std::time::Duration::from_secs_f64(settings.flush_interval_secs),
+            ..strata_ledger::LedgerConfig::new(location)
+        })
+        .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
+        trainer.attach_ledger(ledger)?;
+    }
     let every = trainer.config().train.checkpoint_every;
     while !trainer.finished() {
         let before = trainer.progress().global_step;
@@ -94,6 +110,8 @@ pub fn train(
                 .root
                 .join("checkpoints")
                 .join(format!("step-{}", record.global_step));
+            // Everything up to the checkpoint is durable in the ledger before it is written.
+            trainer.flush_ledger()?;
             save_checkpoint(trainer, &dir)?;
         }
     }
@@ -101,6 +119,16 @@ pub fn train(
         .metrics
         .flush()
         .map_err(|e| RuntimeError::io(run_dir.root.join("metrics.jsonl"), e))?;
+    trainer.flush_ledger()?;
     save_checkpoint(trainer, &run_dir.checkpoint_dir())?;
+    if let Some(stats) = trainer.close_ledger()? {
+        tracing::info!(
+            component = "ledger",
+            rows = stats.rows_written,
+            files = stats.files_written,
+            bytes = stats.bytes_written,
+            "ledger closed"
+        );
+    }
     Ok(trainer.summary())
 }

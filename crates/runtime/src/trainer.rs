@@ -12,17 +12,20 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use strata_algo::{Ppo, RolloutBuffer};
 use strata_env::{
-    derive_seed, make_vec_env, InjectFault, NormalizeObservation, NormalizerStats, RunningMeanStd,
-    ScaleReward, StepCost, VecEnv,
+    derive_seed, make_vec_env_with_latency, InjectFault, NormalizeObservation, NormalizerStats,
+    RunningMeanStd, ScaleReward, StepCost, VecEnv,
 };
+use strata_ledger::{DecisionKind, DecisionRecord, SampleFacts};
 use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::config::{Inference, OffPolicy};
 use crate::inference::{spawn_server, InferenceSlots, ServerSetup};
 use crate::learner_pool::LearnerPool;
+use crate::ledger_link::LedgerLink;
 use crate::policy_store::{PolicyStore, PublishedPolicy};
-use crate::records::{InvalidFragment, Progress, Summary, UpdateRecord};
+use crate::provenance::{admit, kl_estimate, FragmentInfo};
+use crate::records::{AdmissionCounts, InvalidFragment, Progress, Summary, UpdateRecord};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::wiring::{Central, Wiring};
 use crate::worker::{WorkerCommand, WorkerEvent};
@@ -53,6 +56,12 @@ pub struct Trainer {
     final_rows: Vec<usize>,
     episode_lengths: Vec<u32>,
     lags: Vec<u64>,
+    /// The fragments of the batch being assembled, for admission.
+    fragments: Vec<FragmentInfo>,
+    /// Behaviour log-probs, kept when the off-policy correction replaces them.
+    behaviour_log_probs: Vec<f32>,
+    /// The sample ledger, when the run keeps one.
+    ledger: Option<LedgerLink>,
 }
 
 /// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included;
@@ -65,7 +74,8 @@ pub fn build_envs(
     num_envs: usize,
     with_fault: bool,
 ) -> Result<Box<dyn VecEnv>, RuntimeError> {
-    let mut envs = make_vec_env(&config.env.name, num_envs)?;
+    let mut envs =
+        make_vec_env_with_latency(&config.env.name, num_envs, config.env.action_latency_ticks)?;
     if config.env.step_cost_us > 0 {
         envs = Box::new(StepCost::new(envs, config.env.step_cost_us));
     }
@@ -140,7 +150,7 @@ impl Trainer {
         let spec = strata_env::spec_for(&config.env.name)?;
         let (workers, n) = (config.runtime.workers, config.env.num_envs);
         let per_worker_envs = n / workers;
-        let lag = config.runtime.effective_lag();
+        let lag = config.effective_lag();
         let mut progress = Progress::default();
         let mut normalizer = initial_normalizer(&config, spec.obs_dim());
         let mut ppo = Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3));
@@ -275,6 +285,9 @@ impl Trainer {
             final_rows: Vec::with_capacity(n),
             episode_lengths: Vec::new(),
             lags: Vec::with_capacity(workers),
+            fragments: Vec::with_capacity(workers),
+            behaviour_log_probs: Vec::new(),
+            ledger: None,
             config,
         })
     }
@@ -447,6 +460,10 @@ impl Trainer {
             .filter(|s| !pending.contains(s) && !quarantined.contains(s))
             .collect();
         let (generation, restarts) = (old.generation + 1, old.restarts + 1);
+        if let Some(link) = self.ledger.as_mut() {
+            let m = self.config.env.num_envs / self.config.runtime.workers;
+            link.abandon(w * m..(w + 1) * m);
+        }
         let mut replacement = self
             .wiring
             .spawn_worker(w, generation, None, fragment, &slots)?;
@@ -470,6 +487,7 @@ impl Trainer {
         self.lags.clear();
         self.final_rows.clear();
         self.scratch_obs.clear();
+        self.fragments.clear();
         self.rollout.weights.fill(1.0);
         let mut delta = NormalizerStats::default();
         let mut waited = Duration::ZERO;
@@ -507,6 +525,14 @@ impl Trainer {
                 self.episode_lengths.push(ep.length);
             }
             self.lags.push(version - f.version);
+            let first_sample = self.ledger.as_mut().map(|l| l.add_fragment(&f, w));
+            self.fragments.push(FragmentInfo {
+                worker: w,
+                version: f.version,
+                first_sample,
+                samples: (f.steps * m) as u64,
+                completed_ns: f.provenance.completed_ns.iter().copied().max().unwrap_or(0),
+            });
             if w == 0 {
                 delta = f.stats_delta.clone();
             } else {
@@ -523,6 +549,130 @@ impl Trainer {
         self.normalizer.merge(&delta);
         self.progress.global_step += (self.rollout.n_steps * n) as u64;
         Ok(())
+    }
+
+    /// Applies the admission rules to every fragment of the batch: sets the rollout's
+    /// admission weights and returns the counts and (with a ledger) the decision records.
+    fn admit(&mut self, lagged: bool) -> (AdmissionCounts, Vec<DecisionRecord>) {
+        let learner_version = self.progress.policy_version;
+        let (n, m, steps) = (
+            self.config.env.num_envs,
+            self.config.env.num_envs / self.config.runtime.workers,
+            self.rollout.n_steps,
+        );
+        let rules = &self.config.admission;
+        let versioned = self.ledger.as_ref().map(|l| l.rules().clone());
+        let mut counts = AdmissionCounts {
+            rules_hash: versioned
+                .as_ref()
+                .map_or_else(|| rules.hash(), |v| v.hash.clone()),
+            rules_version: versioned.as_ref().map(|v| v.version),
+            ..AdmissionCounts::default()
+        };
+        let mut decisions = Vec::new();
+        let now = strata_ledger::now_ns();
+        for info in &self.fragments {
+            let rows = |t: usize| t * n + info.worker * m..t * n + (info.worker + 1) * m;
+            let age_versions = learner_version - info.version;
+            let kl = if age_versions == 0 || !lagged {
+                0.0
+            } else {
+                let (b, c) = (&self.behaviour_log_probs, &self.rollout.log_probs);
+                kl_estimate((0..steps).flat_map(|t| rows(t).map(|i| (b[i], c[i]))))
+            };
+            let age_seconds = if info.completed_ns > 0 {
+                (now - info.completed_ns).max(0) as f64 * 1e-9
+            } else {
+                0.0
+            };
+            let facts = SampleFacts {
+                age_versions,
+                age_seconds,
+                kl: Some(kl),
+            };
+            let a = admit(rules, facts);
+            for t in 0..steps {
+                self.rollout.admission[rows(t)].fill(a.weight);
+            }
+            match a.decision {
+                DecisionKind::Trained => counts.trained += info.samples,
+                DecisionKind::DownWeighted => counts.down_weighted += info.samples,
+                DecisionKind::Dropped => counts.dropped += info.samples,
+            }
+            if let (Some(first), Some(v)) = (info.first_sample, &versioned) {
+                decisions.push(DecisionRecord {
+                    first_sample: first,
+                    last_sample: first + info.samples - 1,
+                    bucket: self.config.ledger.bucket.clone(),
+                    policy_version: info.version,
+                    learner_version,
+                    update: self.progress.updates + 1,
+                    rules_version: v.version,
+                    rules_hash: v.hash.clone(),
+                    decision: a.decision,
+                    weight: a.weight,
+                    kl: Some(kl),
+                    age_versions,
+                    age_seconds,
+                    decided_at_ns: now,
+                });
+            }
+        }
+        (counts, decisions)
+    }
+
+    /// Records every sample, decision and published version in `ledger` from now on.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Ledger`] when the rules cannot be registered or bound.
+    pub fn attach_ledger(&mut self, ledger: strata_ledger::Ledger) -> Result<(), RuntimeError> {
+        let obs_dim = self.rollout.obs_dim;
+        let link = LedgerLink::attach(
+            ledger,
+            &self.config,
+            &self.config_hash,
+            &self.progress,
+            obs_dim,
+        )
+        .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
+        link.save_to(&mut self.progress);
+        self.ledger = Some(link);
+        Ok(())
+    }
+
+    /// Whether a ledger is attached, and where.
+    pub fn ledger_location(&self) -> Option<&str> {
+        self.ledger.as_ref().map(LedgerLink::location)
+    }
+
+    /// What the ledger's writer did so far.
+    pub fn ledger_stats(&self) -> Option<strata_ledger::WriterStats> {
+        self.ledger.as_ref().map(LedgerLink::stats)
+    }
+
+    /// Makes everything sent to the ledger durable (before a checkpoint).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Ledger`] when the storage fails.
+    pub fn flush_ledger(&self) -> Result<(), RuntimeError> {
+        match &self.ledger {
+            Some(l) => l.flush().map_err(|e| RuntimeError::Ledger(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes and closes the ledger; returns what it wrote.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Ledger`] when the final flush fails.
+    pub fn close_ledger(&mut self) -> Result<Option<strata_ledger::WriterStats>, RuntimeError> {
+        match self.ledger.take() {
+            Some(l) => l
+                .close()
+                .map(Some)
+                .map_err(|e| RuntimeError::Ledger(e.to_string())),
+            None => Ok(None),
+        }
     }
 
     /// Bootstrap values: V(final observation) of truncated steps and V(next observation)
@@ -569,7 +719,12 @@ impl Trainer {
         let r = &self.config.runtime;
         // Inside the learner pool: evaluation runs the two networks side by side.
         let (rollout, model) = (&mut self.rollout, self.model.as_mut());
-        match (self.lags.iter().any(|l| *l > 0), r.off_policy) {
+        let lagged = self.lags.iter().any(|l| *l > 0);
+        if lagged {
+            // The correction replaces them with the current policy's; admission compares.
+            self.behaviour_log_probs.clone_from(&rollout.log_probs);
+        }
+        match (lagged, r.off_policy) {
             (false, _) => rollout.compute_advantages(gamma, lambda),
             (true, OffPolicy::Decoupled) => {
                 let max_weight = r.max_is_weight as f32;
@@ -583,6 +738,7 @@ impl Trainer {
                     .install(|| rollout.vtrace_targets(model, gamma, rho, c));
             }
         }
+        let (admission, decisions) = self.admit(lagged);
         let (ppo, model, rollout) = (&mut self.ppo, self.model.as_mut(), &self.rollout);
         let stats = self
             .learner_pool
@@ -597,6 +753,11 @@ impl Trainer {
                 self.normalizer.clone(),
             ))
             .map_err(|e| RuntimeError::Config(format!("publishing policy version {next}: {e}")))?;
+        if let Some(link) = self.ledger.as_mut() {
+            link.finish_update(decisions, next)
+                .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
+            link.save_to(&mut self.progress);
+        }
         let publish = t1.elapsed().as_secs_f64();
         let learn = (t1 - t0).as_secs_f64();
         let p = &mut self.progress;
@@ -633,6 +794,7 @@ impl Trainer {
             policy_lag_avg: lags.iter().sum::<u64>() as f64 / lags.len().max(1) as f64,
             policy_lag_max: lags.iter().copied().max().unwrap_or(0),
             invalid_fragments: p.invalid_fragments.len(),
+            admission,
             time: p.time,
             ppo: stats,
         })

@@ -206,7 +206,17 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
     };
     let spec = envs[0].spec().clone();
     let (od, ad) = (spec.obs_dim(), spec.action_dim());
-    let mut batches: Vec<StepBatch> = (0..groups).map(|_| StepBatch::new(&spec, gm)).collect();
+    let record_provenance = config.ledger.enabled;
+    let mut batches: Vec<StepBatch> = (0..groups)
+        .map(|_| {
+            let b = StepBatch::new(&spec, gm);
+            if record_provenance {
+                b.with_exec(&spec)
+            } else {
+                b
+            }
+        })
+        .collect();
     let (mut obs, mut rngs, mut fragments): (Vec<Vec<f32>>, Vec<SampleRng>, u64) = match start {
         Some(state) => {
             if state.envs.len() != groups || state.rngs.len() != groups {
@@ -253,6 +263,8 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         heartbeat: &heartbeat,
         commands: &commands,
         id,
+        store: &store,
+        wall: WallClock::now(),
     };
     loop {
         if exit_requested(&commands) {
@@ -299,6 +311,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         f.version = policy.version;
         f.index = fragments;
         f.episodes.clear();
+        f.provenance.recorded = record_provenance;
         let mut timing = (0.0, 0.0);
         let filled = match &mut actor {
             Actor::Local(model) => fill_local(
@@ -375,12 +388,54 @@ struct StepContext<'a> {
     heartbeat: &'a Heartbeat,
     commands: &'a Receiver<WorkerCommand>,
     id: usize,
+    store: &'a PolicyStore,
+    wall: WallClock,
+}
+
+/// Wall-clock nanoseconds from a monotonic clock: one reading of each at start.
+#[derive(Clone, Copy)]
+struct WallClock {
+    instant: Instant,
+    epoch_ns: i64,
+}
+
+impl WallClock {
+    fn now() -> Self {
+        WallClock {
+            instant: Instant::now(),
+            epoch_ns: strata_ledger::now_ns(),
+        }
+    }
+
+    fn ns(&self, at: Instant) -> i64 {
+        let since = at.saturating_duration_since(self.instant).as_nanos();
+        self.epoch_ns + i64::try_from(since).unwrap_or(i64::MAX)
+    }
 }
 
 /// Copies group `g`'s step-`t` outcome (rewards, flags, final observations, episodes) into
 /// the fragment's rows `t * m + g * gm ..`.
-fn record_step(ctx: &StepContext<'_>, f: &mut Fragment, t: usize, g: usize, batch: &StepBatch) {
+fn record_step(
+    ctx: &StepContext<'_>,
+    f: &mut Fragment,
+    (t, g): (usize, usize),
+    (issued, completed): (Instant, Instant),
+    batch: &StepBatch,
+) {
     let (rows, od) = (t * ctx.m + g * ctx.gm..t * ctx.m + (g + 1) * ctx.gm, ctx.od);
+    let p = &mut f.provenance;
+    p.issued_ns[rows.clone()].fill(ctx.wall.ns(issued));
+    p.completed_ns[rows.clone()].fill(ctx.wall.ns(completed));
+    p.sampler_version[rows.clone()].fill(ctx.store.newest_sampling());
+    if let Some(exec) = &batch.exec {
+        p.clock[rows.clone()].copy_from_slice(&batch.clock);
+        p.obs_count[rows.clone()].copy_from_slice(&exec.ticks);
+        p.obs_hash[rows.clone()].copy_from_slice(&exec.hash);
+        let dims = rows.start * od..rows.end * od;
+        p.obs_min[dims.clone()].copy_from_slice(&exec.min);
+        p.obs_max[dims.clone()].copy_from_slice(&exec.max);
+        p.obs_mean[dims].copy_from_slice(&exec.mean);
+    }
     f.rewards[rows.clone()].copy_from_slice(&batch.rewards);
     f.terminated[rows.clone()].copy_from_slice(&batch.terminated);
     f.truncated[rows.clone()].copy_from_slice(&batch.truncated);
@@ -439,7 +494,7 @@ fn fill_local(
         envs.step(&f.actions[arow], batch)
             .map_err(|e| format!("worker {}: {e}", ctx.id))?;
         let t2 = Instant::now();
-        record_step(ctx, f, t, 0, batch);
+        record_step(ctx, f, (t, 0), (t1, t2), batch);
         obs.copy_from_slice(&batch.obs);
         timing.0 += (t1 - t0).as_secs_f64();
         timing.1 += (t2 - t1).as_secs_f64();
@@ -496,7 +551,7 @@ fn fill_central(
                 .step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])
                 .map_err(|e| format!("worker {}: {e}", ctx.id))?;
             let t2 = Instant::now();
-            record_step(ctx, f, t, g, &batches[g]);
+            record_step(ctx, f, (t, g), (t1, t2), &batches[g]);
             obs[g].copy_from_slice(&batches[g].obs);
             if t + 1 < steps {
                 write_obs(f, t + 1, g, &obs[g]);

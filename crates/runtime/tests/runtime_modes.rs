@@ -7,7 +7,7 @@ fn cartpole(workers: usize, mode: Mode, lag: u64) -> RunConfig {
     let mut c = preset("cartpole").unwrap();
     c.runtime.workers = workers;
     c.runtime.mode = mode;
-    c.runtime.max_policy_lag = lag;
+    c.admission.max_policy_lag = lag;
     c.train.deterministic = true;
     c.train.stop_when_solved = true;
     c
@@ -23,7 +23,7 @@ fn run(config: RunConfig) -> (Trainer, Vec<UpdateRecord>) {
 }
 
 fn assert_solves(config: RunConfig) -> Vec<UpdateRecord> {
-    let lag = config.runtime.effective_lag();
+    let lag = config.effective_lag();
     let (t, records) = run(config);
     let s = t.summary();
     assert!(

@@ -1,0 +1,322 @@
+//! `strata ledger`: questions asked of a run's sample ledger, and operator invalidations.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use strata_ledger::{
+    metrics, now_ns, recompute, summary, write_manifest, AdmissionRules, Invalidation, Ledger,
+    LedgerConfig, LedgerData, ManifestFormat, ReasonCode, SideMetrics, Storage, Target,
+};
+
+#[derive(Subcommand, Debug)]
+pub enum LedgerCommand {
+    /// Per generation: samples, trained, down-weighted, dropped, invalidated by reason.
+    Summary(ReadArgs),
+    /// Mean return and success rate with and without invalidated samples.
+    Metrics(ReadArgs),
+    /// What the same samples would have trained under other admission rules.
+    Recompute(RecomputeArgs),
+    /// Every sample's provenance and what was decided about it, as Parquet, CSV or JSON.
+    Manifest(ManifestArgs),
+    /// Record an invalidation (append-only; nothing is deleted).
+    Invalidate(InvalidateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
+    ledger: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RecomputeArgs {
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Admission rules as TOML or JSON (bare, or a run config's `[admission]` section).
+    #[arg(long)]
+    rules: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ManifestArgs {
+    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
+    ledger: String,
+    /// `parquet`, `csv` or `json` (JSON lines).
+    #[arg(long, default_value = "parquet")]
+    format: String,
+    /// Output file.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct InvalidateArgs {
+    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
+    ledger: String,
+    /// Invalidate this trajectory (every sample of it).
+    #[arg(long, conflicts_with = "samples")]
+    trajectory: Option<u64>,
+    /// Invalidate sample ids `FIRST..=LAST` (or one id).
+    #[arg(long, value_name = "FIRST[..=LAST]")]
+    samples: Option<String>,
+    /// Reason code (human_interrupt, observation_stale, operator, ...).
+    #[arg(long, default_value = "operator")]
+    reason: String,
+    /// Why, in words.
+    #[arg(long)]
+    text: String,
+    /// Who (an operator name).
+    #[arg(long)]
+    author: String,
+}
+
+/// The ledger location for a path or URL: a run directory's `ledger/`, or the path itself.
+fn locate(ledger: &str) -> Result<String> {
+    if ledger.contains("://") {
+        return Ok(ledger.to_string());
+    }
+    let path = Path::new(ledger);
+    if !path.exists() {
+        bail!("{ledger}: no such directory");
+    }
+    let inner = path.join("ledger");
+    let dir = if inner.is_dir() {
+        inner
+    } else {
+        path.to_path_buf()
+    };
+    let known = [
+        "samples",
+        "decisions",
+        "invalidations",
+        "generations",
+        "rules",
+    ];
+    if !known.iter().any(|t| dir.join(t).exists()) {
+        bail!(
+            "{}: not a ledger (none of {} is there) and no ledger/ inside",
+            dir.display(),
+            known.join(", ")
+        );
+    }
+    Ok(dir.to_string_lossy().into_owned())
+}
+
+fn read(ledger: &str) -> Result<(String, LedgerData)> {
+    let location = locate(ledger)?;
+    let storage = Storage::open(&location)?;
+    let data = LedgerData::read(&storage)?;
+    Ok((location, data))
+}
+
+/// Runs a `strata ledger` command.
+///
+/// # Errors
+/// A missing or unreadable ledger (the file named), bad rules or arguments.
+pub fn run(command: LedgerCommand) -> Result<()> {
+    match command {
+        LedgerCommand::Summary(args) => {
+            let (_, data) = read(&args.ledger)?;
+            let rows = summary(&data);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            println!(
+                "{:<10} {:>10} {:>9} {:>9} {:>13} {:>9} {:>9} {:>9}  invalidated",
+                "bucket",
+                "generation",
+                "samples",
+                "trained",
+                "down_weighted",
+                "dropped",
+                "undecided",
+                "newer"
+            );
+            let mut totals = [0u64; 6];
+            for g in &rows {
+                let invalid: Vec<String> = g
+                    .invalidated
+                    .iter()
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect();
+                println!(
+                    "{:<10} {:>10} {:>9} {:>9} {:>13} {:>9} {:>9} {:>9}  {}",
+                    g.bucket,
+                    g.generation,
+                    g.samples,
+                    g.trained,
+                    g.down_weighted,
+                    g.dropped,
+                    g.undecided,
+                    g.newer_policy_sampling,
+                    if invalid.is_empty() {
+                        "-".into()
+                    } else {
+                        invalid.join(",")
+                    }
+                );
+                for (t, v) in totals.iter_mut().zip([
+                    g.samples,
+                    g.trained,
+                    g.down_weighted,
+                    g.dropped,
+                    g.undecided,
+                    g.newer_policy_sampling,
+                ]) {
+                    *t += v;
+                }
+            }
+            let invalid: u64 = rows.iter().flat_map(|g| g.invalidated.values()).sum();
+            println!(
+                "{:<10} {:>10} {:>9} {:>9} {:>13} {:>9} {:>9} {:>9}  {invalid}",
+                "total",
+                rows.len(),
+                totals[0],
+                totals[1],
+                totals[2],
+                totals[3],
+                totals[4],
+                totals[5]
+            );
+            println!(
+                "duplicates (repeated idempotency keys, not stored): {}",
+                data.duplicates.len()
+            );
+            Ok(())
+        }
+        LedgerCommand::Metrics(args) => {
+            let (_, data) = read(&args.ledger)?;
+            let m = metrics(&data);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&m)?);
+                return Ok(());
+            }
+            let line = |name: &str, s: &SideMetrics| {
+                println!(
+                    "{name:<26} {:>9} {:>12} {:>13}",
+                    s.episodes,
+                    s.mean_return.map_or("-".into(), |v| format!("{v:.3}")),
+                    s.success_rate.map_or("-".into(), |v| format!("{v:.4}"))
+                );
+            };
+            println!(
+                "{:<26} {:>9} {:>12} {:>13}",
+                "", "episodes", "mean return", "success rate"
+            );
+            line("all samples", &m.all);
+            line("without invalidated", &m.valid);
+            line("invalidated episodes", &m.invalidated);
+            println!(
+                "difference (all - without): mean return {}, success rate {}",
+                m.mean_return_difference
+                    .map_or("-".into(), |v| format!("{v:+.3}")),
+                m.success_rate_difference
+                    .map_or("-".into(), |v| format!("{v:+.4}"))
+            );
+            Ok(())
+        }
+        LedgerCommand::Recompute(args) => {
+            let text = std::fs::read_to_string(&args.rules)
+                .with_context(|| format!("reading {}", args.rules.display()))?;
+            let rules = AdmissionRules::parse(&text)
+                .with_context(|| format!("rules in {}", args.rules.display()))?;
+            let (_, data) = read(&args.read.ledger)?;
+            let rows = recompute(&data, &rules)?;
+            if args.read.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            println!("rules {} (hash {})", rules.rule.as_str(), rules.hash());
+            println!(
+                "{:<10} {:>10} {:>9}  {:>26}  {:>26} {:>9}",
+                "bucket",
+                "generation",
+                "samples",
+                "recorded t/d/x (weight)",
+                "recomputed t/d/x (weight)",
+                "changed"
+            );
+            let (mut rec, mut new, mut changed, mut samples) = (0.0, 0.0, 0, 0);
+            for r in &rows {
+                println!(
+                    "{:<10} {:>10} {:>9}  {:>26}  {:>26} {:>9}",
+                    r.bucket,
+                    r.generation,
+                    r.samples,
+                    format!(
+                        "{}/{}/{} ({:.1})",
+                        r.recorded[0], r.recorded[1], r.recorded[2], r.recorded_weight
+                    ),
+                    format!(
+                        "{}/{}/{} ({:.1})",
+                        r.recomputed[0], r.recomputed[1], r.recomputed[2], r.recomputed_weight
+                    ),
+                    r.changed
+                );
+                rec += r.recorded_weight;
+                new += r.recomputed_weight;
+                changed += r.changed;
+                samples += r.samples;
+            }
+            println!(
+                "total: {samples} samples, {changed} decisions change, trained weight {rec:.1} -> {new:.1}"
+            );
+            Ok(())
+        }
+        LedgerCommand::Manifest(args) => {
+            let format = ManifestFormat::parse(&args.format).map_err(anyhow::Error::msg)?;
+            let (_, data) = read(&args.ledger)?;
+            let rows = write_manifest(&data, format, &args.out)?;
+            println!("{rows} samples written to {}", args.out.display());
+            Ok(())
+        }
+        LedgerCommand::Invalidate(args) => invalidate(args),
+    }
+}
+
+fn invalidate(args: InvalidateArgs) -> Result<()> {
+    let target = match (args.trajectory, &args.samples) {
+        (Some(id), None) => Target::Trajectory { id },
+        (None, Some(range)) => {
+            let parse = |s: &str| {
+                s.trim()
+                    .parse::<u64>()
+                    .with_context(|| format!("--samples: {s:?} is not a sample id"))
+            };
+            let (first, last) = match range.split_once("..=") {
+                Some((a, b)) => (parse(a)?, parse(b)?),
+                None => (parse(range)?, parse(range)?),
+            };
+            Target::Samples { first, last }
+        }
+        _ => bail!("give --trajectory ID or --samples FIRST..=LAST"),
+    };
+    let reason = ReasonCode::parse(&args.reason).map_err(anyhow::Error::msg)?;
+    let location = locate(&args.ledger)?;
+    let ledger = Ledger::open(&LedgerConfig::new(location.clone()))?;
+    if let Target::Samples { last, .. } = target {
+        if last >= ledger.next_sample_id() {
+            bail!(
+                "sample {last} is not in the ledger (ids go up to {})",
+                ledger.next_sample_id().saturating_sub(1)
+            );
+        }
+    }
+    let rules_version = ledger.current().map_or(0, |(_, r)| r.version);
+    ledger.invalidate(Invalidation {
+        target,
+        reason,
+        text: args.text,
+        author: args.author,
+        rules_version,
+        at_ns: now_ns(),
+    })?;
+    ledger.close()?;
+    println!("recorded in {location}");
+    Ok(())
+}

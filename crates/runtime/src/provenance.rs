@@ -1,0 +1,159 @@
+//! The learner's side of provenance and admission: which episode and trajectory each
+//! consumed step belongs to, the ledger rows of a fragment, and the admission decision for
+//! a fragment (per DESIGN.md, all steps of a fragment share one policy version).
+
+use serde::{Deserialize, Serialize};
+use strata_ledger::{Admission, AdmissionRules, SampleBatch, SampleFacts};
+
+use crate::buffer::Fragment;
+
+const NONE: u64 = u64::MAX;
+
+/// Per env (global index), the episode and trajectory in progress: ids are the sample id of
+/// their first step. Saved in checkpoints so a resumed run continues them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerCursor {
+    /// Episode id per env (`u64::MAX`: the next step starts one).
+    pub episode: Vec<u64>,
+    /// Step index within the episode.
+    pub step: Vec<u32>,
+    /// Trajectory id per env: steps of one episode under one policy version.
+    pub trajectory: Vec<u64>,
+    /// The version of that trajectory.
+    pub trajectory_version: Vec<u64>,
+}
+
+impl LedgerCursor {
+    /// No episode in progress for `num_envs` envs.
+    pub fn new(num_envs: usize) -> Self {
+        LedgerCursor {
+            episode: vec![NONE; num_envs],
+            step: vec![0; num_envs],
+            trajectory: vec![NONE; num_envs],
+            trajectory_version: vec![NONE; num_envs],
+        }
+    }
+
+    /// Forgets the episodes of envs `range` (their worker restarted on fresh envs).
+    pub fn abandon(&mut self, range: std::ops::Range<usize>) {
+        for e in range {
+            self.episode[e] = NONE;
+            self.trajectory[e] = NONE;
+        }
+    }
+}
+
+/// What the learner knows of one consumed fragment, for its admission decision.
+#[derive(Clone, Copy, Debug)]
+pub struct FragmentInfo {
+    /// Producing worker.
+    pub worker: usize,
+    /// Producing version.
+    pub version: u64,
+    /// First sample id (ids are consecutive within the fragment), when a ledger is kept.
+    pub first_sample: Option<u64>,
+    /// Steps in the fragment (all envs).
+    pub samples: u64,
+    /// Latest completion time of its steps (ns since the epoch).
+    pub completed_ns: i64,
+}
+
+/// Appends fragment `f` of worker `w` (envs `w * m ..`) to `out`, env by env so each
+/// trajectory's rows are contiguous; sample ids start at `first_id` in that order.
+pub fn append_fragment(
+    out: &mut SampleBatch,
+    cursor: &mut LedgerCursor,
+    f: &Fragment,
+    w: usize,
+    first_id: u64,
+) {
+    let (m, steps, od) = (f.envs, f.steps, out.obs_dim);
+    let p = &f.provenance;
+    for i in 0..m {
+        let env = w * m + i;
+        let mut ends = f.episodes.iter().filter(|e| e.env == i);
+        for t in 0..steps {
+            let row = t * m + i;
+            let id = first_id + (i * steps + t) as u64;
+            if cursor.episode[env] == NONE {
+                cursor.episode[env] = id;
+                cursor.step[env] = 0;
+            }
+            if cursor.trajectory[env] == NONE || cursor.trajectory_version[env] != f.version {
+                cursor.trajectory[env] = id;
+                cursor.trajectory_version[env] = f.version;
+            }
+            let done = f.terminated[row] || f.truncated[row];
+            let end = if done { ends.next() } else { None };
+            out.sample_id.push(id);
+            out.episode_id.push(cursor.episode[env]);
+            out.trajectory_id.push(cursor.trajectory[env]);
+            out.step.push(cursor.step[env]);
+            out.policy_version.push(f.version);
+            out.issued_at_ns.push(p.issued_ns[row]);
+            out.completed_at_ns
+                .push(p.completed_ns[row].max(p.issued_ns[row]));
+            out.obs_count.push(p.obs_count[row]);
+            out.obs_hash.push(p.obs_hash[row]);
+            out.obs_min
+                .extend_from_slice(&p.obs_min[row * od..(row + 1) * od]);
+            out.obs_max
+                .extend_from_slice(&p.obs_max[row * od..(row + 1) * od]);
+            out.obs_mean
+                .extend_from_slice(&p.obs_mean[row * od..(row + 1) * od]);
+            out.env_clock.push(p.clock[row]);
+            out.sampler_version.push(p.sampler_version[row]);
+            out.idempotency_key.push(None);
+            out.reward.push(f.rewards[row]);
+            out.terminated.push(f.terminated[row]);
+            out.truncated.push(f.truncated[row]);
+            out.episode_return.push(end.map(|e| e.episode_return));
+            out.success.push(end.and_then(|e| e.success));
+            cursor.step[env] += 1;
+            if done {
+                cursor.episode[env] = NONE;
+                cursor.trajectory[env] = NONE;
+            }
+        }
+    }
+}
+
+/// KL(behaviour || current) estimated from log-prob pairs of the same actions
+/// (`(r - 1) - ln r`, r = current / behaviour: unbiased and never negative).
+pub fn kl_estimate(behaviour: impl Iterator<Item = (f32, f32)>) -> f64 {
+    let (mut sum, mut n) = (0.0f64, 0usize);
+    for (b, c) in behaviour {
+        let log_ratio = f64::from(c - b);
+        sum += log_ratio.exp_m1() - log_ratio;
+        n += 1;
+    }
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
+}
+
+/// The admission decision for a fragment; errors are reported, and the fragment trained
+/// on, only if the rules cannot decide (which `decide` rules out for measured facts).
+pub fn admit(rules: &AdmissionRules, facts: SampleFacts) -> Admission {
+    rules.decide(facts).unwrap_or_else(|e| {
+        tracing::error!(component = "learner", error = %e, "admission could not decide; training on the samples");
+        Admission {
+            decision: strata_ledger::DecisionKind::Trained,
+            weight: 1.0,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kl_estimate_is_zero_on_policy_and_positive_off_it() {
+        assert_eq!(kl_estimate([(-0.5f32, -0.5f32); 4].into_iter()), 0.0);
+        let kl = kl_estimate([(-0.7f32, -0.6f32), (-0.2, -0.4)].into_iter());
+        assert!(kl > 0.0 && kl < 0.05, "{kl}");
+    }
+}
