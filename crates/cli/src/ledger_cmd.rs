@@ -21,6 +21,17 @@ pub enum LedgerCommand {
     Manifest(ManifestArgs),
     /// Record an invalidation (append-only; nothing is deleted).
     Invalidate(InvalidateArgs),
+    /// Show admission rules: a registered version, or the ones in force.
+    Rules(RulesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RulesArgs {
+    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
+    ledger: String,
+    /// Rules version (default: the current policy's).
+    #[arg(long)]
+    version: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -276,6 +287,26 @@ pub fn run(command: LedgerCommand) -> Result<()> {
             Ok(())
         }
         LedgerCommand::Invalidate(args) => invalidate(args),
+        LedgerCommand::Rules(args) => {
+            let location = locate(&args.ledger)?;
+            let ledger = Ledger::open(&LedgerConfig::new(location))?;
+            let (policy, rules) = match args.version {
+                Some(v) => (None, ledger.rules(v)?),
+                None => {
+                    let (p, r) = ledger
+                        .current()
+                        .context("no policy version is bound to admission rules yet")?;
+                    (Some(p), r)
+                }
+            };
+            ledger.close()?;
+            if let Some(p) = policy {
+                println!("# in force with policy version {p}");
+            }
+            println!("# rules version {} (hash {})", rules.version, rules.hash);
+            print!("{}", rules.rules.to_toml());
+            Ok(())
+        }
     }
 }
 

@@ -17,7 +17,14 @@ pub struct Storage {
     prefix: Path,
     runtime: tokio::runtime::Runtime,
     location: String,
+    /// A local directory: writes are staged under `_staging/` (which readers such as
+    /// pyarrow and DuckDB's globs skip), fsynced and renamed into place.
+    local: bool,
+    staged: std::sync::atomic::AtomicU64,
 }
+
+/// Where local writes are staged before their rename into place.
+const STAGING: &str = "_staging";
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -40,7 +47,8 @@ impl Storage {
             .enable_all()
             .build()
             .map_err(|e| err(e.to_string()))?;
-        let (store, prefix): (Arc<dyn ObjectStore>, Path) = if location.contains("://") {
+        let local = !location.contains("://");
+        let (store, prefix): (Arc<dyn ObjectStore>, Path) = if !local {
             let url = url::Url::parse(location).map_err(|e| err(e.to_string()))?;
             let (store, prefix) = object_store::parse_url_opts(
                 &url,
@@ -50,6 +58,11 @@ impl Storage {
             (Arc::from(store), prefix)
         } else {
             std::fs::create_dir_all(location).map_err(|e| err(e.to_string()))?;
+            // What an interrupted write left behind is never part of the ledger.
+            let staging = std::path::Path::new(location).join(STAGING);
+            if staging.exists() {
+                std::fs::remove_dir_all(&staging).map_err(|e| err(e.to_string()))?;
+            }
             let local = LocalFileSystem::new_with_prefix(location)
                 .map_err(|e| err(e.to_string()))?
                 .with_fsync(true);
@@ -60,6 +73,8 @@ impl Storage {
             prefix,
             runtime,
             location: location.to_string(),
+            local,
+            staged: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -99,10 +114,28 @@ impl Storage {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
+        let failed =
+            |e: object_store::Error| LedgerError::Storage(format!("writing {relative}: {e}"));
+        if !self.local {
+            // An object store's put is atomic: the object appears whole or not at all.
+            return self
+                .runtime
+                .block_on(self.store.put_opts(&path, PutPayload::from(bytes), opts))
+                .map(|_| ())
+                .map_err(failed);
+        }
+        let n = self
+            .staged
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let staged = self.path(&format!("{STAGING}/{}-{n}", std::process::id()));
         self.runtime
-            .block_on(self.store.put_opts(&path, PutPayload::from(bytes), opts))
-            .map(|_| ())
-            .map_err(|e| LedgerError::Storage(format!("writing {relative}: {e}")))
+            .block_on(async {
+                self.store
+                    .put_opts(&staged, PutPayload::from(bytes), opts)
+                    .await?;
+                self.store.rename_if_not_exists(&staged, &path).await
+            })
+            .map_err(failed)
     }
 
     /// Reads an object.
