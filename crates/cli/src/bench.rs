@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Skip the runtime comparison (sync vs async, in-worker vs central inference).
     #[arg(long)]
     skip_runtime: bool,
+    /// Only the ledger figures (ingest rows/s, training with the ledger on vs off).
+    #[arg(long)]
+    ledger_only: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -52,6 +55,7 @@ struct Report {
     pendulum_median_seconds_to_solve: Option<f64>,
     time_breakdown_cartpole_4_epochs: Option<Summary>,
     runtime: Vec<RuntimeRow>,
+    ledger: Option<crate::bench_ledger::LedgerReport>,
 }
 
 /// One runtime configuration's figures.
@@ -232,6 +236,10 @@ fn seconds_to_solve(env: &str, seeds: &[u64], budget: u64) -> Result<Vec<Option<
 pub fn run(args: BenchArgs) -> Result<()> {
     let scale = if args.quick { 1 } else { 4 };
     let mut r = Report::default();
+    if args.ledger_only {
+        r.ledger = Some(crate::bench_ledger::run(args.quick)?);
+        return write_report(&r, args.json.as_deref());
+    }
     r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
     r.env_step_vs_envpool = r.env_step_cartpole64_steps_per_sec / ENVPOOL_CARTPOLE_64;
     println!(
@@ -307,11 +315,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "pendulum seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_PENDULUM_SECONDS_TO_SOLVE}s)",
         r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
     );
+    r.ledger = Some(crate::bench_ledger::run(args.quick)?);
     if !args.skip_runtime {
         r.runtime = runtime_section(args.quick)?;
     }
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")?;
+    write_report(&r, args.json.as_deref())
+}
+
+fn write_report(r: &Report, json: Option<&std::path::Path>) -> Result<()> {
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(r)? + "\n")?;
     }
     Ok(())
 }

@@ -23,6 +23,9 @@ pub enum LedgerCommand {
     Invalidate(InvalidateArgs),
     /// Show admission rules: a registered version, or the ones in force.
     Rules(RulesArgs),
+    /// Sort sample log files into generation partitions (after a crash; never while a run
+    /// writes to the same ledger).
+    Compact(ReadArgs),
 }
 
 #[derive(Args, Debug)]
@@ -287,9 +290,18 @@ pub fn run(command: LedgerCommand) -> Result<()> {
             Ok(())
         }
         LedgerCommand::Invalidate(args) => invalidate(args),
+        LedgerCommand::Compact(args) => {
+            let location = locate(&args.ledger)?;
+            let rows = strata_ledger::compact(&Storage::open(&location)?)?;
+            println!("{rows} samples moved from the log into generation partitions");
+            Ok(())
+        }
         LedgerCommand::Rules(args) => {
             let location = locate(&args.ledger)?;
-            let ledger = Ledger::open(&LedgerConfig::new(location))?;
+            let ledger = Ledger::open(&LedgerConfig {
+                compact_on_open: false,
+                ..LedgerConfig::new(location)
+            })?;
             let (policy, rules) = match args.version {
                 Some(v) => (None, ledger.rules(v)?),
                 None => {
@@ -329,7 +341,11 @@ fn invalidate(args: InvalidateArgs) -> Result<()> {
     };
     let reason = ReasonCode::parse(&args.reason).map_err(anyhow::Error::msg)?;
     let location = locate(&args.ledger)?;
-    let ledger = Ledger::open(&LedgerConfig::new(location.clone()))?;
+    // A run may be writing to this ledger: this handle appends and never compacts.
+    let ledger = Ledger::open(&LedgerConfig {
+        compact_on_open: false,
+        ..LedgerConfig::new(location.clone())
+    })?;
     if let Target::Samples { last, .. } = target {
         if last >= ledger.next_sample_id() {
             bail!(

@@ -10,17 +10,22 @@
 //! Storage is Apache Parquet through `object_store` (a local directory by default):
 //!
 //! ```text
-//! samples/bucket=train/generation=7/part-<session>-000012.parquet
+//! samples/bucket=train/generation=7/part-<session>-000012.parquet   (compacted)
+//! wal/samples/bucket=train/part-<session>-000013.parquet            (not yet compacted)
 //! decisions/bucket=train/part-….parquet
 //! invalidations/part-….parquet    duplicates/part-….parquet    generations/part-….parquet
 //! rules/v000001.json
 //! ```
 //!
-//! Writes go through a writer thread with a bounded queue ([`Ledger`]); each file is staged,
-//! fsynced and renamed into place, so a crash leaves only complete files. What a crash can
-//! lose is the unflushed tail: at most `flush_rows` rows or `flush_interval` of data.
+//! Writes go through a writer thread with a bounded queue ([`Ledger`]). Each flush writes
+//! its samples as one log file per bucket (`wal/samples/…`), compacted into the generation
+//! partitions when the ledger is closed or reopened ([`compact()`]); readers merge both.
+//! Every file is staged, synced and renamed into place, so a crash leaves only complete
+//! files. What a crash can lose is the unflushed tail: at most `flush_rows` rows or
+//! `flush_interval` of data.
 
 mod analysis;
+mod compact;
 mod manifest;
 mod reader;
 mod record;
@@ -39,6 +44,7 @@ use std::time::{Duration, Instant};
 pub use analysis::{
     metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
 };
+pub use compact::compact;
 pub use manifest::{write_manifest, ManifestFormat};
 pub use reader::LedgerData;
 pub use record::{
@@ -95,6 +101,10 @@ pub struct LedgerConfig {
     pub queue: usize,
     /// How long an append waits for room in the queue.
     pub send_timeout: Duration,
+    /// Compact sample log files left by an interrupted run when opening. Only one process
+    /// may compact a ledger at a time: leave this off for a second handle (an operator's
+    /// invalidation) while a run is writing.
+    pub compact_on_open: bool,
 }
 
 impl LedgerConfig {
@@ -106,6 +116,7 @@ impl LedgerConfig {
             flush_interval: Duration::from_secs(1),
             queue: 256,
             send_timeout: Duration::from_secs(10),
+            compact_on_open: true,
         }
     }
 }
@@ -155,6 +166,16 @@ impl Ledger {
             ));
         }
         let storage = Arc::new(Storage::open(&config.location)?);
+        if config.compact_on_open {
+            let rows = compact::compact(&storage)?;
+            if rows > 0 {
+                tracing::info!(
+                    component = "ledger",
+                    rows,
+                    "compacted the sample log of an interrupted run"
+                );
+            }
+        }
         let data = LedgerData::read(&storage)?;
         let mut keys = HashMap::new();
         let mut max_id = None;

@@ -23,7 +23,7 @@ pub struct LedgerData {
 }
 
 /// The `bucket=…` and `generation=…` directories of a file's path.
-fn partition(path: &str) -> (Option<String>, Option<u64>) {
+pub(crate) fn partition(path: &str) -> (Option<String>, Option<u64>) {
     let mut bucket = None;
     let mut generation = None;
     for part in path.split('/') {
@@ -55,8 +55,23 @@ impl LedgerData {
     /// [`LedgerError::BadFile`] naming the first unreadable, foreign or misplaced file.
     pub fn read(storage: &Storage) -> Result<LedgerData, LedgerError> {
         let mut data = LedgerData::default();
+        let logs = crate::compact::log_files(storage)?;
+        let log_names: std::collections::HashSet<&str> =
+            logs.iter().map(|p| crate::compact::file_name(p)).collect();
         for table in Table::ALL {
-            for path in table_files(storage, table)? {
+            let mut paths: Vec<(String, bool)> = table_files(storage, table)?
+                .into_iter()
+                // A partition file named like a log file still present is a leftover of
+                // an interrupted compaction: the log file is the authority.
+                .filter(|p| {
+                    table != Table::Samples || !log_names.contains(crate::compact::file_name(p))
+                })
+                .map(|p| (p, false))
+                .collect();
+            if table == Table::Samples {
+                paths.extend(logs.iter().map(|p| (p.clone(), true)));
+            }
+            for (path, is_log) in paths {
                 let bad = |reason: String| LedgerError::BadFile {
                     path: format!("{}/{path}", storage.location()),
                     reason,
@@ -65,7 +80,7 @@ impl LedgerData {
                 if table.by_bucket() && bucket.is_none() {
                     return Err(bad("not under a bucket=… directory".into()));
                 }
-                if table.by_generation() && generation.is_none() {
+                if table.by_generation() && !is_log && generation.is_none() {
                     return Err(bad("not under a generation=… directory".into()));
                 }
                 let batches = schema::decode(storage.get(&path)?, table).map_err(bad)?;
@@ -73,16 +88,15 @@ impl LedgerData {
                 for batch in &batches {
                     match table {
                         Table::Samples => {
-                            let (bucket, generation) = (
-                                bucket.clone().expect("checked"),
-                                generation.expect("checked"),
-                            );
+                            let bucket = bucket.clone().expect("checked");
                             let start = data.samples.len();
                             schema::samples_from_arrow(batch, &mut data.samples).map_err(bad)?;
                             for b in &mut data.samples[start..] {
                                 b.bucket.clone_from(&bucket);
-                                if let Some(v) = b.policy_version.iter().find(|v| **v != generation)
-                                {
+                                let misplaced = generation.and_then(|g| {
+                                    b.policy_version.iter().find(|v| **v != g).map(|v| (*v, g))
+                                });
+                                if let Some((v, generation)) = misplaced {
                                     return Err(bad(format!(
                                         "holds policy version {v} under generation={generation}"
                                     )));

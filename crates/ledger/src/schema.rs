@@ -389,6 +389,9 @@ pub fn encode(batch: &RecordBatch) -> Result<Bytes, parquet::errors::ParquetErro
     let mut props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
+        // Chunk-level min/max is what readers prune on; page indexes cost per file.
+        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Chunk)
+        .set_offset_index_disabled(true)
         .set_max_row_group_row_count(Some(1 << 20));
     for name in [
         "config_hash",

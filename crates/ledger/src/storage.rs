@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures_util::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
 use crate::LedgerError;
 
@@ -37,13 +37,15 @@ impl std::fmt::Debug for Storage {
 impl Storage {
     /// Opens `location`: a directory path (created if missing) or a URL such as
     /// `s3://bucket/prefix` (needs the `s3` feature; credentials from `AWS_*` variables).
-    /// Local writes are durable on return: staged file, fsync, rename, directory fsync.
+    /// Writes are durable on return (see [`Storage::put_all`]).
     ///
     /// # Errors
     /// [`LedgerError::Storage`] when the location cannot be opened.
     pub fn open(location: &str) -> Result<Storage, LedgerError> {
         let err = |e: String| LedgerError::Storage(format!("{location}: {e}"));
+        // File I/O runs on tokio's blocking threads: at the writer's low priority too.
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .on_thread_start(crate::writer::lower_priority)
             .enable_all()
             .build()
             .map_err(|e| err(e.to_string()))?;
@@ -63,9 +65,9 @@ impl Storage {
             if staging.exists() {
                 std::fs::remove_dir_all(&staging).map_err(|e| err(e.to_string()))?;
             }
-            let local = LocalFileSystem::new_with_prefix(location)
-                .map_err(|e| err(e.to_string()))?
-                .with_fsync(true);
+            // Durability comes from put_all's group commit (one sync per batch of files).
+            let local =
+                LocalFileSystem::new_with_prefix(location).map_err(|e| err(e.to_string()))?;
             (Arc::new(local), Path::default())
         };
         Ok(Storage {
@@ -109,33 +111,99 @@ impl Storage {
     /// # Errors
     /// [`LedgerError::Storage`] naming the object.
     pub fn put_new(&self, relative: &str, bytes: Bytes) -> Result<(), LedgerError> {
-        let path = self.path(relative);
-        let opts = PutOptions {
+        self.put_all(vec![(relative.to_string(), bytes)])
+            .pop()
+            .expect("one result per file")
+    }
+
+    /// Writes new objects (never replacing one), durable on return; one result per file.
+    /// Locally this is a group commit: every file is staged, one filesystem sync makes the
+    /// data durable, the renames put the files in place, a second sync makes the names
+    /// durable. A crash at any point leaves each file either absent or complete.
+    pub fn put_all(&self, files: Vec<(String, Bytes)>) -> Vec<Result<(), LedgerError>> {
+        let opts = || PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        let failed =
-            |e: object_store::Error| LedgerError::Storage(format!("writing {relative}: {e}"));
+        let failed = |name: &str, e: &dyn std::fmt::Display| {
+            LedgerError::Storage(format!("writing {name}: {e}"))
+        };
         if !self.local {
             // An object store's put is atomic: the object appears whole or not at all.
-            return self
-                .runtime
-                .block_on(self.store.put_opts(&path, PutPayload::from(bytes), opts))
-                .map(|_| ())
-                .map_err(failed);
+            return files
+                .into_iter()
+                .map(|(name, bytes)| {
+                    self.runtime
+                        .block_on(self.store.put_opts(&self.path(&name), bytes.into(), opts()))
+                        .map(|_| ())
+                        .map_err(|e| failed(&name, &e))
+                })
+                .collect();
         }
-        let n = self
-            .staged
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let staged = self.path(&format!("{STAGING}/{}-{n}", std::process::id()));
-        self.runtime
-            .block_on(async {
-                self.store
-                    .put_opts(&staged, PutPayload::from(bytes), opts)
-                    .await?;
-                self.store.rename_if_not_exists(&staged, &path).await
-            })
-            .map_err(failed)
+        self.put_all_local(files)
+    }
+
+    /// The local group commit, on the filesystem directly: object_store's local put
+    /// (its own staging file, rename and per-call dispatch) measured about 1.2 ms per small
+    /// file here against about 0.25 ms for this, and a fast run writes hundreds of
+    /// generation files a second. Reading and listing still go through object_store.
+    fn put_all_local(&self, files: Vec<(String, Bytes)>) -> Vec<Result<(), LedgerError>> {
+        let root = std::path::Path::new(&self.location);
+        let failed = |name: &str, e: &dyn std::fmt::Display| {
+            LedgerError::Storage(format!("writing {name}: {e}"))
+        };
+        let staging_dir = root.join(STAGING);
+        if let Err(e) = std::fs::create_dir_all(&staging_dir) {
+            return files.iter().map(|(n, _)| Err(failed(n, &e))).collect();
+        }
+        let mut results = Vec::with_capacity(files.len());
+        let mut staged = Vec::with_capacity(files.len());
+        for (name, bytes) in files {
+            let n = self
+                .staged
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = staging_dir.join(format!("{}-{n}", std::process::id()));
+            match std::fs::write(&tmp, &bytes) {
+                Ok(()) => {
+                    staged.push((results.len(), tmp, name));
+                    results.push(Ok(()));
+                }
+                Err(e) => results.push(Err(failed(&name, &e))),
+            }
+        }
+        if staged.is_empty() {
+            return results;
+        }
+        if let Err(e) = sync_filesystem(root) {
+            for (i, _, name) in &staged {
+                results[*i] = Err(failed(name, &format!("syncing staged data: {e}")));
+            }
+            return results;
+        }
+        let mut placed = false;
+        for (i, tmp, name) in &staged {
+            let target = root.join(name);
+            // A hard link never replaces an existing name: the no-overwrite rename.
+            let linked = target
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::hard_link(tmp, &target))
+                .and_then(|()| std::fs::remove_file(tmp));
+            match linked {
+                Ok(()) => placed = true,
+                Err(e) => results[*i] = Err(failed(name, &e)),
+            }
+        }
+        if placed {
+            if let Err(e) = sync_filesystem(root) {
+                for (i, _, name) in &staged {
+                    if results[*i].is_ok() {
+                        results[*i] = Err(failed(name, &format!("syncing names: {e}")));
+                    }
+                }
+            }
+        }
+        results
     }
 
     /// Reads an object.
@@ -147,6 +215,38 @@ impl Storage {
         self.runtime
             .block_on(async { self.store.get(&path).await?.bytes().await })
             .map_err(|e| LedgerError::Storage(format!("reading {relative}: {e}")))
+    }
+
+    /// Removes objects (compacted log files, strays of an interrupted compaction), durable
+    /// on return. A missing object is not an error.
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`] naming the first object that could not be removed.
+    pub fn delete_all(&self, names: &[String]) -> Result<(), LedgerError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let failed = |name: &str, e: &dyn std::fmt::Display| {
+            LedgerError::Storage(format!("removing {name}: {e}"))
+        };
+        if !self.local {
+            for name in names {
+                match self.runtime.block_on(self.store.delete(&self.path(name))) {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(failed(name, &e)),
+                }
+            }
+            return Ok(());
+        }
+        let root = std::path::Path::new(&self.location);
+        for name in names {
+            match std::fs::remove_file(root.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(failed(name, &e)),
+            }
+        }
+        sync_filesystem(root).map_err(|e| failed(&names[0], &e))
     }
 
     /// Every object under `relative_prefix`, relative to the root, sorted.
@@ -162,5 +262,27 @@ impl Storage {
         let mut names: Vec<String> = metas.iter().map(|m| self.relative(&m.location)).collect();
         names.sort();
         Ok(names)
+    }
+}
+
+/// Makes everything written to the filesystem holding `root` durable: `syncfs` on Linux (one
+/// call for all files and directory entries), `sync` elsewhere on Unix.
+fn sync_filesystem(root: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let dir = std::fs::File::open(root)?;
+        // SAFETY: `dir` is an open descriptor for the duration of the call.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = root;
+        // SAFETY: sync(2) takes no arguments and cannot fail.
+        unsafe { libc::sync() };
+        Ok(())
     }
 }

@@ -66,6 +66,17 @@ pub(crate) struct FlushPolicy {
     pub interval: Duration,
 }
 
+type LogKey = (String, String, usize);
+
+/// A buffer taken for writing, restored if its file could not be written.
+enum Taken {
+    Samples(LogKey, Box<SampleBatch>),
+    Decisions(String, Vec<DecisionRecord>),
+    Invalidations(Vec<Invalidation>),
+    Duplicates(Vec<DuplicateRecord>),
+    Generations(Vec<GenerationRecord>),
+}
+
 #[derive(Clone, Copy)]
 struct TrajectoryState {
     version: u64,
@@ -82,7 +93,9 @@ pub(crate) struct Writer {
     policy: FlushPolicy,
     session: String,
     seq: u64,
-    samples: HashMap<(String, u64), SampleBatch>,
+    /// Sample buffers by (bucket, config hash, observation width): each flush writes one
+    /// log file per buffer; compaction sorts the rows into generation partitions.
+    samples: HashMap<LogKey, SampleBatch>,
     decisions: HashMap<String, Vec<DecisionRecord>>,
     invalidations: Vec<Invalidation>,
     duplicates: Vec<DuplicateRecord>,
@@ -125,6 +138,7 @@ impl Writer {
 
     /// The thread's loop: until `Close` or every sender is gone.
     pub(crate) fn run(mut self, messages: Receiver<Message>) {
+        lower_priority();
         loop {
             let wait = match self.oldest {
                 Some(t) => self.policy.interval.saturating_sub(t.elapsed()),
@@ -148,7 +162,12 @@ impl Writer {
                     continue;
                 }
                 Ok(Message::Close(reply)) => {
-                    let _ = reply.send(self.flush());
+                    let result = self.flush().and_then(|()| {
+                        crate::compact::compact(&self.storage)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    });
+                    let _ = reply.send(result);
                     return;
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -310,24 +329,11 @@ impl Writer {
         if start >= end {
             return;
         }
-        let key = (b.bucket.clone(), b.policy_version[start]);
+        let key = (b.bucket.clone(), b.config_hash.clone(), b.obs_dim);
         let target = self
             .samples
             .entry(key)
             .or_insert_with(|| SampleBatch::new(&b.bucket, &b.config_hash, b.obs_dim));
-        if target.config_hash != b.config_hash || target.obs_dim != b.obs_dim {
-            // Another config in the same partition: flushed as its own file.
-            let full = std::mem::replace(
-                target,
-                SampleBatch::new(&b.bucket, &b.config_hash, b.obs_dim),
-            );
-            let key = (b.bucket.clone(), b.policy_version[start]);
-            if let Err(e) = self.write_samples(&key, &full) {
-                tracing::error!(component = "ledger", error = %e, "write failed");
-                *self.shared.failure.lock().expect("failure") = Some(e);
-            }
-            return self.append_run(b, start, end);
-        }
         let od = b.obs_dim;
         let r = start..end;
         let d = start * od..end * od;
@@ -371,100 +377,108 @@ impl Writer {
         target.success.extend_from_slice(&b.success[r]);
     }
 
-    fn file_name(&mut self) -> String {
+    fn file_name(&mut self, dir: &str) -> String {
         self.seq += 1;
-        format!("part-{}-{:06}.parquet", self.session, self.seq)
+        format!("{dir}/part-{}-{:06}.parquet", self.session, self.seq)
     }
 
-    fn put(&mut self, dir: &str, batch: &arrow_array::RecordBatch) -> Result<(), String> {
-        let t0 = Instant::now();
-        let bytes = schema::encode(batch).map_err(|e| format!("encoding {dir}: {e}"))?;
-        let t1 = Instant::now();
-        let len = bytes.len() as u64;
-        let name = format!("{dir}/{}", self.file_name());
-        self.storage
-            .put_new(&name, bytes)
-            .map_err(|e| e.to_string())?;
-        let mut stats = self.shared.stats.lock().expect("stats");
-        stats.encode_seconds += (t1 - t0).as_secs_f64();
-        stats.write_seconds += t1.elapsed().as_secs_f64();
-        stats.files_written += 1;
-        stats.bytes_written += len;
-        Ok(())
-    }
-
-    fn write_samples(&mut self, key: &(String, u64), b: &SampleBatch) -> Result<(), String> {
-        let dir = format!(
-            "{}/bucket={}/generation={}",
-            Table::Samples.name(),
-            key.0,
-            key.1
-        );
-        self.put(&dir, &schema::samples_to_arrow(b))?;
-        self.shared.stats.lock().expect("stats").rows_written += b.len() as u64;
-        Ok(())
-    }
-
-    /// Writes every buffer; what fails stays buffered for the next attempt.
-    fn flush(&mut self) -> Result<(), String> {
-        let mut first_error = None;
-        let mut keep = |r: Result<(), String>| {
-            if let Err(e) = r {
-                first_error.get_or_insert(e);
-                false
-            } else {
-                true
+    /// Puts a buffer back after its file could not be written.
+    fn restore(&mut self, what: Taken) {
+        match what {
+            Taken::Samples(key, b) => {
+                self.samples.insert(key, *b);
             }
-        };
+            Taken::Decisions(bucket, rows) => {
+                self.decisions.insert(bucket, rows);
+            }
+            Taken::Invalidations(rows) => self.invalidations.extend(rows),
+            Taken::Duplicates(rows) => self.duplicates.extend(rows),
+            Taken::Generations(rows) => self.generations.extend(rows),
+        }
+    }
+
+    /// Writes every buffer as one group of files; what fails stays buffered for the next
+    /// attempt.
+    fn flush(&mut self) -> Result<(), String> {
+        let mut taken: Vec<(Taken, String, arrow_array::RecordBatch)> = Vec::new();
         let mut samples: Vec<_> = std::mem::take(&mut self.samples).into_iter().collect();
         samples.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, batch) in samples {
-            if batch.is_empty() {
-                continue;
-            }
-            let r = self.write_samples(&key, &batch);
-            if !keep(r) {
-                self.samples.insert(key, batch);
-            }
+        for (key, batch) in samples.into_iter().filter(|(_, b)| !b.is_empty()) {
+            let dir = format!("{}/bucket={}", crate::compact::SAMPLES_LOG, key.0);
+            let arrow = schema::samples_to_arrow(&batch);
+            taken.push((
+                Taken::Samples(key, Box::new(batch)),
+                self.file_name(&dir),
+                arrow,
+            ));
         }
         let mut decisions: Vec<_> = std::mem::take(&mut self.decisions).into_iter().collect();
         decisions.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, rows) in decisions {
-            let dir = format!("{}/bucket={key}", Table::Decisions.name());
-            let r = self.put(&dir, &schema::decisions_to_arrow(&rows));
-            if !keep(r) {
-                self.decisions.insert(key, rows);
-            }
+        for (bucket, rows) in decisions {
+            let dir = format!("{}/bucket={bucket}", Table::Decisions.name());
+            let arrow = schema::decisions_to_arrow(&rows);
+            taken.push((Taken::Decisions(bucket, rows), self.file_name(&dir), arrow));
         }
         if !self.invalidations.is_empty() {
             let rows = std::mem::take(&mut self.invalidations);
-            let r = self.put(
-                Table::Invalidations.name(),
-                &schema::invalidations_to_arrow(&rows),
-            );
-            if !keep(r) {
-                self.invalidations = rows;
-            }
+            let arrow = schema::invalidations_to_arrow(&rows);
+            let name = self.file_name(Table::Invalidations.name());
+            taken.push((Taken::Invalidations(rows), name, arrow));
         }
         if !self.duplicates.is_empty() {
             let rows = std::mem::take(&mut self.duplicates);
-            let r = self.put(
-                Table::Duplicates.name(),
-                &schema::duplicates_to_arrow(&rows),
-            );
-            if !keep(r) {
-                self.duplicates = rows;
-            }
+            let arrow = schema::duplicates_to_arrow(&rows);
+            let name = self.file_name(Table::Duplicates.name());
+            taken.push((Taken::Duplicates(rows), name, arrow));
         }
         if !self.generations.is_empty() {
             let rows = std::mem::take(&mut self.generations);
-            let r = self.put(
-                Table::Generations.name(),
-                &schema::generations_to_arrow(&rows),
-            );
-            if !keep(r) {
-                self.generations = rows;
+            let arrow = schema::generations_to_arrow(&rows);
+            let name = self.file_name(Table::Generations.name());
+            taken.push((Taken::Generations(rows), name, arrow));
+        }
+        let mut first_error: Option<String> = None;
+        let t0 = Instant::now();
+        let mut files = Vec::with_capacity(taken.len());
+        let mut encoded = Vec::with_capacity(taken.len());
+        for (what, name, arrow) in taken {
+            match schema::encode(&arrow) {
+                Ok(bytes) => {
+                    files.push((name, bytes));
+                    encoded.push(what);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(format!("encoding {name}: {e}"));
+                    self.restore(what);
+                }
             }
+        }
+        let t1 = Instant::now();
+        let sizes: Vec<u64> = files.iter().map(|(_, b)| b.len() as u64).collect();
+        let results = self.storage.put_all(files);
+        let mut stats = WriterStats::default();
+        for ((what, result), size) in encoded.into_iter().zip(results).zip(sizes) {
+            match result {
+                Ok(()) => {
+                    stats.files_written += 1;
+                    stats.bytes_written += size;
+                    if let Taken::Samples(_, b) = &what {
+                        stats.rows_written += b.len() as u64;
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e.to_string());
+                    self.restore(what);
+                }
+            }
+        }
+        {
+            let mut s = self.shared.stats.lock().expect("stats");
+            s.files_written += stats.files_written;
+            s.bytes_written += stats.bytes_written;
+            s.rows_written += stats.rows_written;
+            s.encode_seconds += (t1 - t0).as_secs_f64();
+            s.write_seconds += t1.elapsed().as_secs_f64();
         }
         let left: usize = self.samples.values().map(SampleBatch::len).sum::<usize>()
             + self.decisions.values().map(Vec::len).sum::<usize>()
@@ -480,5 +494,25 @@ impl Writer {
         let mut failure = self.shared.failure.lock().expect("failure");
         *failure = first_error.clone();
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The writer has buffers to absorb delays; the learner and workers do not. On Linux the
+/// writer thread yields the CPU to them (nice 10); elsewhere it runs at normal priority.
+pub(crate) fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority on our own thread id only
+        // changes this thread's scheduling priority.
+        let changed = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10)
+        };
+        if changed != 0 {
+            tracing::debug!(
+                component = "ledger",
+                "could not lower the writer's priority"
+            );
+        }
     }
 }

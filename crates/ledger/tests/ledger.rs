@@ -491,3 +491,33 @@ fn a_corrupt_or_foreign_parquet_file_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn an_interrupted_compaction_is_ignored_then_redone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(episodes(0, 2, 4, 3)).unwrap();
+    ledger.flush().unwrap();
+    // The run dies here: its samples are in the log only.
+    std::mem::forget(ledger);
+    let log_dir = dir.path().join("wal/samples/bucket=train");
+    let log = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    // A compaction that died after placing a partial file under the log's name.
+    let partition = dir.path().join("samples/bucket=train/generation=3");
+    std::fs::create_dir_all(&partition).unwrap();
+    std::fs::write(partition.join(log.file_name().unwrap()), b"PAR1 half").unwrap();
+    // Readers take the log, not the stray.
+    assert_eq!(read(dir.path()).sample_count(), 8);
+    // Reopening compacts: the stray is replaced, the log removed, nothing lost.
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.close().unwrap();
+    assert!(!log.exists());
+    let data = read(dir.path());
+    assert_eq!(rows(&data).len(), 8);
+    assert_eq!(rows(&data)[7].sample_id, 7);
+}

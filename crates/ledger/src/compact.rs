@@ -1,0 +1,104 @@
+//! Sample log and compaction. While a run trains, each flush writes the samples it holds as
+//! one log file per bucket (`wal/samples/bucket=…/part-….parquet`): a fast run publishes
+//! hundreds of versions a second, and a file and directory per version per flush would
+//! cost the learner's cores more than the training they record. Compaction (when the
+//! ledger is closed or opened, or `strata ledger compact`) sorts log files into the
+//! hive-partitioned `samples/bucket=…/generation=…/` layout.
+//!
+//! Crash safety without markers: a compacted file keeps its log file's name. While the log
+//! file exists it is the authority and same-named partition files are ignored (they may be
+//! partial); once it is removed, the partition files are. Recompaction first removes such
+//! strays.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::reader::{partition, table_files};
+use crate::record::SampleBatch;
+use crate::schema::{self, Table};
+use crate::storage::Storage;
+use crate::LedgerError;
+
+/// Where sample log files live.
+pub const SAMPLES_LOG: &str = "wal/samples";
+
+/// The file name (`part-….parquet`) of a path.
+pub(crate) fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Log files present now.
+pub(crate) fn log_files(storage: &Storage) -> Result<Vec<String>, LedgerError> {
+    Ok(storage
+        .list(SAMPLES_LOG)?
+        .into_iter()
+        .filter(|p| p.ends_with(".parquet"))
+        .collect())
+}
+
+/// Sorts every log file's rows into generation partitions; returns the rows moved.
+///
+/// # Errors
+/// A log file that cannot be read (named), or storage failures; the log files stay.
+pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
+    let logs = log_files(storage)?;
+    if logs.is_empty() {
+        return Ok(0);
+    }
+    let names: HashSet<&str> = logs.iter().map(|p| file_name(p)).collect();
+    let strays: Vec<String> = table_files(storage, Table::Samples)?
+        .into_iter()
+        .filter(|p| names.contains(file_name(p)))
+        .collect();
+    storage.delete_all(&strays)?;
+    let mut files = Vec::new();
+    let mut rows = 0u64;
+    for log in &logs {
+        let bad = |reason: String| LedgerError::BadFile {
+            path: format!("{}/{log}", storage.location()),
+            reason,
+        };
+        let bucket = partition(log)
+            .0
+            .ok_or_else(|| bad("not under a bucket=… directory".into()))?;
+        let mut batches = Vec::new();
+        for batch in schema::decode(storage.get(log)?, Table::Samples).map_err(bad)? {
+            schema::samples_from_arrow(&batch, &mut batches).map_err(bad)?;
+        }
+        let mut by_generation: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
+        for b in &batches {
+            for i in 0..b.len() {
+                by_generation
+                    .entry((b.policy_version[i], b.config_hash.clone(), b.obs_dim))
+                    .or_insert_with(|| SampleBatch::new(&bucket, &b.config_hash, b.obs_dim))
+                    .push_row_of(b, i);
+                rows += 1;
+            }
+        }
+        let mut per_generation: BTreeMap<u64, usize> = BTreeMap::new();
+        for ((generation, _, _), b) in by_generation {
+            // One file per generation per log file; a second config in the same generation
+            // (rare) gets a numbered sibling.
+            let k = per_generation.entry(generation).or_default();
+            let name = if *k == 0 {
+                file_name(log).to_string()
+            } else {
+                file_name(log).replace(".parquet", &format!("-{k}.parquet"))
+            };
+            *k += 1;
+            let bytes = schema::encode(&schema::samples_to_arrow(&b))
+                .map_err(|e| LedgerError::Storage(format!("encoding {name}: {e}")))?;
+            files.push((
+                format!(
+                    "{}/bucket={bucket}/generation={generation}/{name}",
+                    Table::Samples.name()
+                ),
+                bytes,
+            ));
+        }
+    }
+    for result in storage.put_all(files) {
+        result?;
+    }
+    storage.delete_all(&logs)?;
+    Ok(rows)
+}
