@@ -220,28 +220,46 @@ impl SampleBatch {
 
     /// Appends row `i` of `other` (same bucket, config and width).
     pub fn push_row_of(&mut self, other: &SampleBatch, i: usize) {
+        self.extend_from(other, i..i + 1);
+    }
+
+    /// Appends rows `rows` of `other` (same bucket, config and width).
+    pub fn extend_from(&mut self, other: &SampleBatch, rows: std::ops::Range<usize>) {
         let od = other.obs_dim;
-        let dims = i * od..(i + 1) * od;
-        self.sample_id.push(other.sample_id[i]);
-        self.episode_id.push(other.episode_id[i]);
-        self.trajectory_id.push(other.trajectory_id[i]);
-        self.step.push(other.step[i]);
-        self.policy_version.push(other.policy_version[i]);
-        self.issued_at_ns.push(other.issued_at_ns[i]);
-        self.completed_at_ns.push(other.completed_at_ns[i]);
-        self.obs_count.push(other.obs_count[i]);
-        self.obs_hash.push(other.obs_hash[i]);
-        self.obs_min.extend_from_slice(&other.obs_min[dims.clone()]);
-        self.obs_max.extend_from_slice(&other.obs_max[dims.clone()]);
-        self.obs_mean.extend_from_slice(&other.obs_mean[dims]);
-        self.env_clock.push(other.env_clock[i]);
-        self.sampler_version.push(other.sampler_version[i]);
-        self.idempotency_key.push(other.idempotency_key[i].clone());
-        self.reward.push(other.reward[i]);
-        self.terminated.push(other.terminated[i]);
-        self.truncated.push(other.truncated[i]);
-        self.episode_return.push(other.episode_return[i]);
-        self.success.push(other.success[i]);
+        let (r, d) = (rows.clone(), rows.start * od..rows.end * od);
+        self.sample_id
+            .extend_from_slice(&other.sample_id[r.clone()]);
+        self.episode_id
+            .extend_from_slice(&other.episode_id[r.clone()]);
+        self.trajectory_id
+            .extend_from_slice(&other.trajectory_id[r.clone()]);
+        self.step.extend_from_slice(&other.step[r.clone()]);
+        self.policy_version
+            .extend_from_slice(&other.policy_version[r.clone()]);
+        self.issued_at_ns
+            .extend_from_slice(&other.issued_at_ns[r.clone()]);
+        self.completed_at_ns
+            .extend_from_slice(&other.completed_at_ns[r.clone()]);
+        self.obs_count
+            .extend_from_slice(&other.obs_count[r.clone()]);
+        self.obs_hash.extend_from_slice(&other.obs_hash[r.clone()]);
+        self.obs_min.extend_from_slice(&other.obs_min[d.clone()]);
+        self.obs_max.extend_from_slice(&other.obs_max[d.clone()]);
+        self.obs_mean.extend_from_slice(&other.obs_mean[d]);
+        self.env_clock
+            .extend_from_slice(&other.env_clock[r.clone()]);
+        self.sampler_version
+            .extend_from_slice(&other.sampler_version[r.clone()]);
+        self.idempotency_key
+            .extend_from_slice(&other.idempotency_key[r.clone()]);
+        self.reward.extend_from_slice(&other.reward[r.clone()]);
+        self.terminated
+            .extend_from_slice(&other.terminated[r.clone()]);
+        self.truncated
+            .extend_from_slice(&other.truncated[r.clone()]);
+        self.episode_return
+            .extend_from_slice(&other.episode_return[r.clone()]);
+        self.success.extend_from_slice(&other.success[r]);
     }
 
     /// Checks that every column has the batch's length and values are usable.

@@ -334,47 +334,7 @@ impl Writer {
             .samples
             .entry(key)
             .or_insert_with(|| SampleBatch::new(&b.bucket, &b.config_hash, b.obs_dim));
-        let od = b.obs_dim;
-        let r = start..end;
-        let d = start * od..end * od;
-        target.sample_id.extend_from_slice(&b.sample_id[r.clone()]);
-        target
-            .episode_id
-            .extend_from_slice(&b.episode_id[r.clone()]);
-        target
-            .trajectory_id
-            .extend_from_slice(&b.trajectory_id[r.clone()]);
-        target.step.extend_from_slice(&b.step[r.clone()]);
-        target
-            .policy_version
-            .extend_from_slice(&b.policy_version[r.clone()]);
-        target
-            .issued_at_ns
-            .extend_from_slice(&b.issued_at_ns[r.clone()]);
-        target
-            .completed_at_ns
-            .extend_from_slice(&b.completed_at_ns[r.clone()]);
-        target.obs_count.extend_from_slice(&b.obs_count[r.clone()]);
-        target.obs_hash.extend_from_slice(&b.obs_hash[r.clone()]);
-        target.obs_min.extend_from_slice(&b.obs_min[d.clone()]);
-        target.obs_max.extend_from_slice(&b.obs_max[d.clone()]);
-        target.obs_mean.extend_from_slice(&b.obs_mean[d]);
-        target.env_clock.extend_from_slice(&b.env_clock[r.clone()]);
-        target
-            .sampler_version
-            .extend_from_slice(&b.sampler_version[r.clone()]);
-        target
-            .idempotency_key
-            .extend_from_slice(&b.idempotency_key[r.clone()]);
-        target.reward.extend_from_slice(&b.reward[r.clone()]);
-        target
-            .terminated
-            .extend_from_slice(&b.terminated[r.clone()]);
-        target.truncated.extend_from_slice(&b.truncated[r.clone()]);
-        target
-            .episode_return
-            .extend_from_slice(&b.episode_return[r.clone()]);
-        target.success.extend_from_slice(&b.success[r]);
+        target.extend_from(b, start..end);
     }
 
     fn file_name(&mut self, dir: &str) -> String {

@@ -6,10 +6,12 @@
 //! publishes policy version v+1 to the [`PolicyStore`]. Workers adopt versions at fragment
 //! boundaries; in async mode they keep collecting up to `admission.max_policy_lag` versions
 //! behind. A watchdog reports silent components; failed or stuck workers are restarted and
-//! their fragments recorded invalid. [`run::train`] drives a trainer inside a [`RunDir`]
-//! (config, `metrics.jsonl`, checkpoints); [`Trainer::resume`] continues from a checkpoint;
-//! [`evaluate`] scores a checkpointed [`Policy`]. Presets per built-in env live in
-//! [`preset`].
+//! their fragments recorded invalid. Each consumed fragment goes through the admission
+//! rules (`[admission]`) and, with a ledger attached, into the sample ledger with its
+//! provenance ([`provenance`]). [`run::train`] drives a trainer inside a [`RunDir`] (config,
+//! `metrics.jsonl`, checkpoints, `ledger/`); [`Trainer::resume`] continues from a
+//! checkpoint; [`evaluate`] scores a checkpointed [`Policy`]. Presets per built-in env live
+//! in [`preset`].
 //!
 //! ```no_run
 //! use strata_runtime::{preset, run, RunDir, Trainer};
