@@ -105,6 +105,11 @@ impl LedgerLink {
         decisions: Vec<DecisionRecord>,
         published: u64,
     ) -> Result<(), LedgerError> {
+        // A writer that cannot store what it holds stops the run: nothing is lost silently,
+        // and its buffers do not grow without bound.
+        if let Some(failure) = self.ledger.failure() {
+            return Err(LedgerError::Storage(failure));
+        }
         let rows = std::mem::replace(
             &mut self.rows,
             SampleBatch::new(&self.bucket, &self.config_hash, self.obs_dim),

@@ -189,3 +189,28 @@ fn resuming_from_an_earlier_checkpoint_marks_later_samples_abandoned() {
         .sum();
     assert_eq!(invalid, half);
 }
+
+#[test]
+fn a_ledger_that_cannot_write_stops_the_run_with_the_storage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ledger");
+    let mut trainer = Trainer::new(cartpole(400)).unwrap();
+    let ledger = strata_ledger::Ledger::open(&strata_ledger::LedgerConfig {
+        flush_interval: std::time::Duration::from_millis(5),
+        ..strata_ledger::LedgerConfig::new(dir.to_str().unwrap())
+    })
+    .unwrap();
+    trainer.attach_ledger(ledger).unwrap();
+    // The disk "fills up": staging a file is no longer possible.
+    std::fs::remove_dir_all(dir.join("_staging")).unwrap();
+    std::fs::write(dir.join("_staging"), b"in the way").unwrap();
+    let err = loop {
+        match trainer.iterate() {
+            Ok(_) => assert!(!trainer.finished(), "the run ended without noticing"),
+            Err(e) => break e,
+        }
+    };
+    let message = err.to_string();
+    assert!(message.starts_with("ledger:"), "{message}");
+    assert!(message.contains("writing"), "{message}");
+}
