@@ -44,7 +44,8 @@ pub struct AdmissionRules {
     pub max_policy_lag: u64,
     /// `drop`/`decay`: drop samples more than this many versions old.
     pub max_age_versions: Option<u64>,
-    /// `drop`/`decay`: drop samples completed more than this many seconds ago.
+    /// `drop`/`decay`: drop samples completed more than this many seconds ago (wall-clock:
+    /// decisions then depend on timing, so deterministic runs should not set it).
     pub max_age_seconds: Option<f64>,
     /// `decay`: weight = `exp(-KL / kl_scale)`.
     pub kl_scale: f64,
