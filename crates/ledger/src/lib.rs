@@ -288,6 +288,17 @@ impl Ledger {
         self.send(Message::Samples(Box::new(batch)))
     }
 
+    /// Appends samples and returns once they are durable in the sample log (a deployed
+    /// agent's report is acknowledged only then). Concurrent callers share one group commit.
+    ///
+    /// # Errors
+    /// As [`Ledger::append_samples`], or the storage failure (then nothing is acknowledged;
+    /// the rows stay buffered and are retried).
+    pub fn append_samples_durable(&self, batch: SampleBatch) -> Result<(), LedgerError> {
+        self.append_samples(batch)?;
+        self.flush()
+    }
+
     /// Appends admission decisions.
     ///
     /// # Errors

@@ -144,39 +144,47 @@ impl Writer {
                 Some(t) => self.policy.interval.saturating_sub(t.elapsed()),
                 None => self.policy.interval,
             };
-            match messages.recv_timeout(wait.max(Duration::from_millis(1))) {
-                Ok(Message::Samples(batch)) => self.ingest(*batch),
-                Ok(Message::Decisions(rows)) => {
-                    for r in rows {
-                        self.note_buffered(1);
-                        self.decisions.entry(r.bucket.clone()).or_default().push(r);
-                    }
-                }
-                Ok(Message::Invalidate(inv)) => self.record_invalidation(inv),
-                Ok(Message::Generation(g)) => {
-                    self.note_buffered(1);
-                    self.generations.push(g);
-                }
-                Ok(Message::Flush(reply)) => {
-                    let _ = reply.send(self.flush());
-                    continue;
-                }
-                Ok(Message::Close(reply)) => {
-                    let result = self.flush().and_then(|()| {
-                        crate::compact::compact(&self.storage)
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    });
-                    let _ = reply.send(result);
-                    return;
-                }
-                Err(RecvTimeoutError::Timeout) => {}
+            let message = match messages.recv_timeout(wait.max(Duration::from_millis(1))) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => {
                     if let Err(e) = self.flush() {
                         tracing::error!(component = "ledger", error = %e, "final flush failed");
                     }
                     return;
                 }
+            };
+            match message.and_then(|m| self.absorb(m)) {
+                Some(Message::Flush(reply)) => {
+                    // Group commit: what is queued behind this request, other flush
+                    // requests included, goes into the same files and the same sync.
+                    let mut replies = vec![reply];
+                    let mut close = None;
+                    while let Ok(m) = messages.try_recv() {
+                        match self.absorb(m) {
+                            Some(Message::Flush(r)) => replies.push(r),
+                            Some(Message::Close(r)) => {
+                                close = Some(r);
+                                break;
+                            }
+                            _ => {}
+                        }
+                    }
+                    let result = self.flush();
+                    for r in replies {
+                        let _ = r.send(result.clone());
+                    }
+                    if let Some(r) = close {
+                        let _ = r.send(self.close());
+                        return;
+                    }
+                    continue;
+                }
+                Some(Message::Close(reply)) => {
+                    let _ = reply.send(self.close());
+                    return;
+                }
+                _ => {}
             }
             let due = self.buffered >= self.policy.rows
                 || self
@@ -188,6 +196,34 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Takes in a data message; hands back `Flush` and `Close`, which the loop handles.
+    fn absorb(&mut self, message: Message) -> Option<Message> {
+        match message {
+            Message::Samples(batch) => self.ingest(*batch),
+            Message::Decisions(rows) => {
+                for r in rows {
+                    self.note_buffered(1);
+                    self.decisions.entry(r.bucket.clone()).or_default().push(r);
+                }
+            }
+            Message::Invalidate(inv) => self.record_invalidation(inv),
+            Message::Generation(g) => {
+                self.note_buffered(1);
+                self.generations.push(g);
+            }
+            control => return Some(control),
+        }
+        None
+    }
+
+    /// Final flush, then compaction of the sample log into generation partitions.
+    fn close(&mut self) -> Result<(), String> {
+        self.flush()?;
+        crate::compact::compact(&self.storage)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     fn note_buffered(&mut self, rows: usize) {
