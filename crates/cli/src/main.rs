@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = commands::Cli::parse();
     logging::init(cli.log_level());
     match commands::run(cli) {
@@ -23,5 +24,16 @@ fn main() -> ExitCode {
             }
             ExitCode::from(2)
         }
+    }
+}
+
+/// Rust ignores SIGPIPE, so printing to a closed pipe (`strata ledger summary | head`)
+/// panics; a command-line tool should end quietly instead, as Unix tools do.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -756,3 +756,25 @@ fn kill_9_while_writing_leaves_only_readable_files() {
     assert_eq!(json(&strata(&["ledger", "summary", r, "--json"])), before);
     independent_check(&run.join("ledger"), None);
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["config", "show", "--env", "pendulum"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read nothing and close our end, as `| head -0` would.
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+}
