@@ -50,7 +50,7 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
         .filter(|p| names.contains(file_name(p)))
         .collect();
     storage.delete_all(&strays)?;
-    let mut files = Vec::new();
+    let mut pending: Vec<(String, SampleBatch)> = Vec::new();
     let mut rows = 0u64;
     for log in &logs {
         let bad = |reason: String| LedgerError::BadFile {
@@ -66,12 +66,19 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
         }
         let mut by_generation: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
         for b in &batches {
-            for i in 0..b.len() {
+            // Rows arrive in runs of one version (a fragment at a time): copy run by run.
+            let mut start = 0;
+            while start < b.len() {
+                let version = b.policy_version[start];
+                let end = (start..b.len())
+                    .find(|&i| b.policy_version[i] != version)
+                    .unwrap_or(b.len());
                 by_generation
-                    .entry((b.policy_version[i], b.config_hash.clone(), b.obs_dim))
+                    .entry((version, b.config_hash.clone(), b.obs_dim))
                     .or_insert_with(|| SampleBatch::new(&bucket, &b.config_hash, b.obs_dim))
-                    .push_row_of(b, i);
-                rows += 1;
+                    .extend_from(b, start..end);
+                rows += (end - start) as u64;
+                start = end;
             }
         }
         let mut per_generation: BTreeMap<u64, usize> = BTreeMap::new();
@@ -85,16 +92,42 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
                 file_name(log).replace(".parquet", &format!("-{k}.parquet"))
             };
             *k += 1;
-            let bytes = schema::encode(&schema::samples_to_arrow(&b))
-                .map_err(|e| LedgerError::Storage(format!("encoding {name}: {e}")))?;
-            files.push((
-                format!(
-                    "{}/bucket={bucket}/generation={generation}/{name}",
-                    Table::Samples.name()
-                ),
-                bytes,
-            ));
+            let path = format!(
+                "{}/bucket={bucket}/generation={generation}/{name}",
+                Table::Samples.name()
+            );
+            pending.push((path, b));
         }
+    }
+    // After a run the cores are free: encode the (many, small) partition files on scoped
+    // threads (joined before returning).
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(4);
+    let chunk = pending.len().div_ceil(threads).max(1);
+    let encoded: Vec<Result<Vec<(String, bytes::Bytes)>, LedgerError>> = std::thread::scope(|s| {
+        let workers: Vec<_> = pending
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|(path, b)| {
+                            schema::encode(&schema::samples_to_arrow(b))
+                                .map(|bytes| (path.clone(), bytes))
+                                .map_err(|e| LedgerError::Storage(format!("encoding {path}: {e}")))
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("an encoding thread panicked"))
+            .collect()
+    });
+    let mut files = Vec::with_capacity(pending.len());
+    for part in encoded {
+        files.extend(part?);
     }
     for result in storage.put_all(files) {
         result?;

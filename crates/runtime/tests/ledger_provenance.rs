@@ -201,9 +201,8 @@ fn a_ledger_that_cannot_write_stops_the_run_with_the_storage_error() {
     })
     .unwrap();
     trainer.attach_ledger(ledger).unwrap();
-    // The disk "fills up": staging a file is no longer possible.
-    std::fs::remove_dir_all(dir.join("_staging")).unwrap();
-    std::fs::write(dir.join("_staging"), b"in the way").unwrap();
+    // The storage breaks: the sample log's directory cannot be created.
+    std::fs::write(dir.join("wal"), b"in the way").unwrap();
     let err = loop {
         match trainer.iterate() {
             Ok(_) => assert!(!trainer.finished(), "the run ended without noticing"),
