@@ -218,11 +218,6 @@ impl SampleBatch {
         }
     }
 
-    /// Appends row `i` of `other` (same bucket, config and width).
-    pub fn push_row_of(&mut self, other: &SampleBatch, i: usize) {
-        self.extend_from(other, i..i + 1);
-    }
-
     /// Appends rows `rows` of `other` (same bucket, config and width).
     pub fn extend_from(&mut self, other: &SampleBatch, rows: std::ops::Range<usize>) {
         let od = other.obs_dim;

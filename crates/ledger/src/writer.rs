@@ -300,7 +300,7 @@ impl Writer {
             let mut stats = self.shared.stats.lock().expect("stats");
             stats.rows_received += n as u64;
         }
-        // Rows are appended in runs sharing a version; repeats of a known key are cut out.
+        // Rows are appended in runs; repeats of a known key are cut out between them.
         let mut run_start = 0;
         let mut kept = 0;
         let mut pending: Option<usize> = None;
@@ -324,10 +324,9 @@ impl Writer {
                 },
                 None => false,
             };
-            let same_run = i > 0 && batch.policy_version[i] == batch.policy_version[run_start];
-            if duplicate || !same_run {
+            if duplicate {
                 self.append_run(&batch, run_start, i);
-                run_start = if duplicate { i + 1 } else { i };
+                run_start = i + 1;
             }
             if !duplicate {
                 kept += 1;
