@@ -292,7 +292,7 @@ pub fn run(command: LedgerCommand) -> Result<()> {
         LedgerCommand::Invalidate(args) => invalidate(args),
         LedgerCommand::Compact(args) => {
             let location = locate(&args.ledger)?;
-            let rows = strata_ledger::compact(&Storage::open(&location)?)?;
+            let rows = strata_ledger::recover(&Storage::open(&location)?)?;
             println!("{rows} samples moved from the log into generation partitions");
             Ok(())
         }

@@ -35,6 +35,16 @@ pub(crate) fn log_files(storage: &Storage) -> Result<Vec<String>, LedgerError> {
         .collect())
 }
 
+/// Recovery after an interrupted run: removes staged leftovers, then compacts. Only for the
+/// ledger's one owner (see [`Storage::remove_staged_leftovers`]).
+///
+/// # Errors
+/// As [`compact`].
+pub fn recover(storage: &Storage) -> Result<u64, LedgerError> {
+    storage.remove_staged_leftovers()?;
+    compact(storage)
+}
+
 /// Sorts every log file's rows into generation partitions; returns the rows moved.
 ///
 /// # Errors

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 pub use analysis::{
     metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
 };
-pub use compact::compact;
+pub use compact::{compact, recover};
 pub use manifest::{write_manifest, ManifestFormat};
 pub use reader::LedgerData;
 pub use record::{
@@ -101,7 +101,8 @@ pub struct LedgerConfig {
     pub queue: usize,
     /// How long an append waits for room in the queue.
     pub send_timeout: Duration,
-    /// Compact sample log files left by an interrupted run when opening. Only one process
+    /// Recover when opening: remove staged leftovers and compact sample log files left by
+    /// an interrupted run. Only one process
     /// may compact a ledger at a time: leave this off for a second handle (an operator's
     /// invalidation) while a run is writing.
     pub compact_on_open: bool,
@@ -167,7 +168,7 @@ impl Ledger {
         }
         let storage = Arc::new(Storage::open(&config.location)?);
         if config.compact_on_open {
-            let rows = compact::compact(&storage)?;
+            let rows = compact::recover(&storage)?;
             if rows > 0 {
                 tracing::info!(
                     component = "ledger",

@@ -60,8 +60,6 @@ impl Storage {
             (Arc::from(store), prefix)
         } else {
             std::fs::create_dir_all(location).map_err(|e| err(e.to_string()))?;
-            // What an interrupted write left behind is never part of the ledger.
-            remove_staged(std::path::Path::new(location)).map_err(|e| err(e.to_string()))?;
             // Durability comes from put_all's group commit (one sync per batch of files).
             let local =
                 LocalFileSystem::new_with_prefix(location).map_err(|e| err(e.to_string()))?;
@@ -289,7 +287,23 @@ fn sync_filesystem(root: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
-/// Removes staged files an interrupted write left anywhere under `root`.
+impl Storage {
+    /// Removes staged files an interrupted write left behind (local directories; an object
+    /// store has none). Only for the ledger's one owner: another process's writes in flight
+    /// are staged files too.
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`] when one cannot be removed.
+    pub fn remove_staged_leftovers(&self) -> Result<(), LedgerError> {
+        if !self.local {
+            return Ok(());
+        }
+        remove_staged(std::path::Path::new(&self.location))
+            .map_err(|e| LedgerError::Storage(format!("{}: {e}", self.location)))
+    }
+}
+
+/// Removes staged files under `root`.
 fn remove_staged(root: &std::path::Path) -> std::io::Result<()> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return Ok(());

@@ -511,12 +511,19 @@ fn an_interrupted_compaction_is_ignored_then_redone() {
     let partition = dir.path().join("samples/bucket=train/generation=3");
     std::fs::create_dir_all(&partition).unwrap();
     std::fs::write(partition.join(log.file_name().unwrap()), b"PAR1 half").unwrap();
-    // Readers take the log, not the stray.
+    // ... and a staged file the interrupted write left.
+    let staged = partition.join(".4242-7.staged");
+    std::fs::write(&staged, b"half").unwrap();
+    // Readers take the log, not the stray, and leave everything as it is (a run may be
+    // writing).
     assert_eq!(read(dir.path()).sample_count(), 8);
-    // Reopening compacts: the stray is replaced, the log removed, nothing lost.
+    assert!(staged.exists());
+    // Reopening recovers: the staged file goes, the stray is replaced, the log removed,
+    // nothing lost.
     let ledger = Ledger::open(&config(dir.path())).unwrap();
     ledger.close().unwrap();
     assert!(!log.exists());
+    assert!(!staged.exists());
     let data = read(dir.path());
     assert_eq!(rows(&data).len(), 8);
     assert_eq!(rows(&data)[7].sample_id, 7);
