@@ -345,6 +345,20 @@ impl Ledger {
         self.send(Message::Invalidate(inv))
     }
 
+    /// Records a repeated idempotency key that the caller recognised itself (a retried
+    /// report the gateway already stored); the sample is not stored again.
+    ///
+    /// # Errors
+    /// [`LedgerError::Rejected`] for an empty key, or a writer failure.
+    pub fn record_duplicate(&self, row: DuplicateRecord) -> Result<(), LedgerError> {
+        if row.idempotency_key.is_empty() {
+            return Err(LedgerError::Rejected(
+                "a duplicate needs its idempotency key".into(),
+            ));
+        }
+        self.send(Message::Duplicate(row))
+    }
+
     /// Registers a rule set (validated); an identical one keeps its version.
     ///
     /// # Errors

@@ -89,9 +89,10 @@ impl LedgerData {
                     match table {
                         Table::Samples => {
                             let bucket = bucket.clone().expect("checked");
-                            let start = data.samples.len();
-                            schema::samples_from_arrow(batch, &mut data.samples).map_err(bad)?;
-                            for b in &mut data.samples[start..] {
+                            // Decoded apart: rows of different buckets never share a batch.
+                            let mut decoded = Vec::new();
+                            schema::samples_from_arrow(batch, &mut decoded).map_err(bad)?;
+                            for b in &mut decoded {
                                 b.bucket.clone_from(&bucket);
                                 let misplaced = generation.and_then(|g| {
                                     b.policy_version.iter().find(|v| **v != g).map(|v| (*v, g))
@@ -100,6 +101,18 @@ impl LedgerData {
                                     return Err(bad(format!(
                                         "holds policy version {v} under generation={generation}"
                                     )));
+                                }
+                            }
+                            for b in decoded {
+                                match data.samples.last_mut() {
+                                    Some(last)
+                                        if last.bucket == b.bucket
+                                            && last.config_hash == b.config_hash
+                                            && last.obs_dim == b.obs_dim =>
+                                    {
+                                        last.extend_from(&b, 0..b.len());
+                                    }
+                                    _ => data.samples.push(b),
                                 }
                             }
                         }

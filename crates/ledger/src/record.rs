@@ -398,11 +398,14 @@ pub enum ReasonCode {
     AbandonedByResume,
     /// An operator's decision, with the reason in the text.
     Operator,
+    /// An unsafe action timed out: whether it happened is unknown, so it is never replayed
+    /// and the trajectory cannot be trusted.
+    StatusUnknown,
 }
 
 impl ReasonCode {
     /// Every code.
-    pub const ALL: [ReasonCode; 7] = [
+    pub const ALL: [ReasonCode; 8] = [
         ReasonCode::VersionSwitch,
         ReasonCode::ObservationMisaligned,
         ReasonCode::ObservationStale,
@@ -410,6 +413,7 @@ impl ReasonCode {
         ReasonCode::WorkerFailure,
         ReasonCode::AbandonedByResume,
         ReasonCode::Operator,
+        ReasonCode::StatusUnknown,
     ];
 
     /// The stored name.
@@ -422,6 +426,7 @@ impl ReasonCode {
             ReasonCode::WorkerFailure => "worker_failure",
             ReasonCode::AbandonedByResume => "abandoned_by_resume",
             ReasonCode::Operator => "operator",
+            ReasonCode::StatusUnknown => "status_unknown",
         }
     }
 

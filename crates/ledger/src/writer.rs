@@ -20,6 +20,7 @@ pub(crate) enum Message {
     Samples(Box<SampleBatch>),
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
+    Duplicate(DuplicateRecord),
     Generation(GenerationRecord),
     /// Write everything buffered; answer when it is durable (or why not).
     Flush(SyncSender<Result<(), String>>),
@@ -209,6 +210,11 @@ impl Writer {
                 }
             }
             Message::Invalidate(inv) => self.record_invalidation(inv),
+            Message::Duplicate(d) => {
+                self.note_buffered(1);
+                self.shared.stats.lock().expect("stats").duplicates += 1;
+                self.duplicates.push(d);
+            }
             Message::Generation(g) => {
                 self.note_buffered(1);
                 self.generations.push(g);

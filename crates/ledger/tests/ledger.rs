@@ -561,3 +561,34 @@ fn durable_appends_survive_a_crash_and_share_group_commits() {
     // these 200 appends when measured), but how many do depends on timing.
     assert!(logs <= 200, "{logs} log files for 200 durable appends");
 }
+
+#[test]
+fn buckets_stay_apart_when_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    let mut canary = SampleBatch::new("canary", "cafe", OBS_DIM);
+    let mut r = record(100, 100, 0, 7, true);
+    r.bucket = "canary".into();
+    canary.push(&r).unwrap();
+    ledger.append_samples(episodes(0, 1, 3, 6)).unwrap();
+    ledger.append_samples(canary).unwrap();
+    ledger.flush().unwrap();
+    for data in [read(dir.path()), {
+        ledger.close().unwrap();
+        read(dir.path())
+    }] {
+        let by_bucket: Vec<(String, Vec<u64>)> = data
+            .samples
+            .iter()
+            .map(|b| (b.bucket.clone(), b.policy_version.clone()))
+            .collect();
+        assert_eq!(by_bucket.len(), 2, "{by_bucket:?}");
+        for (bucket, versions) in by_bucket {
+            let expected = if bucket == "canary" { 7 } else { 6 };
+            assert!(
+                versions.iter().all(|&v| v == expected),
+                "{bucket}: {versions:?}"
+            );
+        }
+    }
+}
