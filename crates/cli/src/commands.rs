@@ -44,14 +44,18 @@ enum Command {
     Ledger(crate::ledger_cmd::LedgerCommand),
     /// Measure env stepping, network passes and training throughput.
     Bench(crate::bench::BenchArgs),
+    /// Serve the gateway deployed agents call (act / report), training on their samples.
+    Serve(crate::gateway_cmd::ServeArgs),
+    /// Run simulated deployed agents against a gateway (by default one started here).
+    Fleet(crate::gateway_cmd::FleetArgs),
 }
 
 /// How a config is assembled: preset of the env, then the file, then `--set`, then flags.
 #[derive(Args, Debug, Clone)]
-struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     /// Built-in env; selects its tuned preset (default: the config file's env, else cartpole).
     #[arg(long)]
-    env: Option<String>,
+    pub(crate) env: Option<String>,
     /// TOML file with any subset of the config keys, laid over the env's preset.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -60,7 +64,7 @@ struct ConfigArgs {
     sets: Vec<String>,
     /// Run seed (train.seed).
     #[arg(long)]
-    seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Env-step budget (train.total_steps, also the annealing horizon).
     #[arg(long)]
     max_steps: Option<u64>,
@@ -179,6 +183,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Env(EnvCommand::Rollout(args)) => rollout(args),
         Command::Ledger(command) => crate::ledger_cmd::run(command),
         Command::Bench(args) => crate::bench::run(args),
+        Command::Serve(args) => crate::gateway_cmd::serve(args),
+        Command::Fleet(args) => crate::gateway_cmd::fleet(args),
     }
 }
 
@@ -196,7 +202,7 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 
 /// The config a command line asks for: the env's preset, then the config file, then
 /// `--set`, then flags.
-fn build_config(args: &ConfigArgs) -> Result<RunConfig> {
+pub(crate) fn build_config(args: &ConfigArgs) -> Result<RunConfig> {
     let file: Option<toml::Table> = match &args.config {
         Some(path) => {
             let text = fs::read_to_string(path)

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_ledger;
 mod commands;
+mod gateway_cmd;
 mod ledger_cmd;
 mod logging;
 

@@ -46,7 +46,11 @@ pub struct CheckpointMeta {
     pub weights_sha256: String,
 }
 
-fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, String> {
+/// Serialises tensors as safetensors.
+///
+/// # Errors
+/// A tensor whose shape does not match its data.
+pub fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, String> {
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|t| {
@@ -68,7 +72,11 @@ fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, String> {
     safetensors::serialize(views, &None).map_err(|e| e.to_string())
 }
 
-fn tensors_from_bytes(bytes: &[u8]) -> Result<Vec<NamedTensor>, String> {
+/// Reads safetensors written by [`tensors_to_bytes`].
+///
+/// # Errors
+/// Not a safetensors file, or not of f32 tensors.
+pub fn tensors_from_bytes(bytes: &[u8]) -> Result<Vec<NamedTensor>, String> {
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| format!("not a valid safetensors file: {e}"))?;
     st.tensors()

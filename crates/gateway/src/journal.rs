@@ -1,0 +1,135 @@
+//! The gateway's journal: episodes, actions and release changes as JSON lines, so that a
+//! restarted gateway continues open episodes. Each record is one `write(2)` before the
+//! request is answered, so it survives the process being killed; release changes are also
+//! synced (they must survive the machine). Samples are not here: they are in the ledger.
+//! On start the journal is replayed and rewritten as one snapshot line.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::GatewayError;
+
+/// An append-only file of JSON lines.
+pub struct Journal {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl Journal {
+    /// Replays `path` (absent: nothing), calling `apply` per record; a torn last line (the
+    /// process died mid-write) is ignored, a bad line elsewhere is an error.
+    ///
+    /// # Errors
+    /// An unreadable journal (naming the line).
+    pub fn replay<E: DeserializeOwned>(
+        path: &Path,
+        mut apply: impl FnMut(E),
+    ) -> Result<(), GatewayError> {
+        if path.exists() {
+            let f = File::open(path).map_err(|e| GatewayError::io(path, e))?;
+            let lines: Vec<String> = BufReader::new(f)
+                .lines()
+                .collect::<Result<_, _>>()
+                .map_err(|e| GatewayError::io(path, e))?;
+            let last = lines.len();
+            for (i, line) in lines.iter().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match serde_json::from_str::<E>(line) {
+                    Ok(event) => apply(event),
+                    Err(e) if i + 1 == last => {
+                        tracing::warn!(component = "gateway", path = %path.display(), error = %e, "ignoring a torn last journal line");
+                    }
+                    Err(e) => {
+                        return Err(GatewayError::Journal {
+                            path: path.display().to_string(),
+                            line: i + 1,
+                            reason: e.to_string(),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces `path` with the single record `snapshot` (synced, renamed into place) and
+    /// opens it for appending.
+    ///
+    /// # Errors
+    /// A write failure.
+    pub fn rewrite<E: Serialize>(path: &Path, snapshot: &E) -> Result<Journal, GatewayError> {
+        let tmp = path.with_extension("jsonl.tmp");
+        let mut line = serde_json::to_vec(snapshot).expect("journal records serialise");
+        line.push(b'\n');
+        let write = || -> std::io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&line)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            if let Some(dir) = path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| GatewayError::io(path, e))?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| GatewayError::io(path, e))?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Appends one record (one `write(2)`); `sync` also makes it durable on disk.
+    ///
+    /// # Errors
+    /// The write failure.
+    pub fn append<E: Serialize>(&self, event: &E, sync: bool) -> Result<(), GatewayError> {
+        let mut line = serde_json::to_vec(event).expect("journal records serialise");
+        line.push(b'\n');
+        let mut f = self.file.lock().expect("journal");
+        f.write_all(&line)
+            .map_err(|e| GatewayError::io(&self.path, e))?;
+        if sync {
+            f.sync_data().map_err(|e| GatewayError::io(&self.path, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replays_ignores_a_torn_tail_and_compacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        Journal::replay::<Vec<u32>>(&path, |_| panic!("empty")).unwrap();
+        let j = Journal::rewrite(&path, &Vec::<u32>::new()).unwrap();
+        j.append(&vec![1u32], false).unwrap();
+        j.append(&vec![2u32, 3], true).unwrap();
+        drop(j);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"[4, 5").unwrap();
+        let mut seen = Vec::new();
+        Journal::replay::<Vec<u32>>(&path, |e| seen.extend(e)).unwrap();
+        let _j = Journal::rewrite(&path, &vec![9u32]).unwrap();
+        assert_eq!(seen, [1, 2, 3]);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[9]\n");
+        std::fs::write(&path, "[1]\nnot json\n[2]\n").unwrap();
+        let err = Journal::replay::<Vec<u32>>(&path, |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+    }
+}

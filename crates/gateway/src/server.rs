@@ -1,0 +1,368 @@
+//! The HTTP/JSON server (axum on tokio): routes, authentication, body limits and JSON
+//! errors; the operations live in [`Gateway`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::auth::{Caller, Role};
+use crate::error::{ApiError, GatewayError};
+use crate::gateway::Gateway;
+use crate::settings::GatewaySettings;
+
+/// The OpenAPI description of the API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json_response(
+            status,
+            &serde_json::json!({ "error": self.message, "status": self.status }),
+        )
+    }
+}
+
+fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    let text = serde_json::to_string(body).expect("responses serialise");
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+type Reply = Result<Response, ApiError>;
+
+fn ok<T: Serialize>(body: &T) -> Reply {
+    Ok(json_response(StatusCode::OK, body))
+}
+
+fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    parse_required(body)
+}
+
+fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+fn id(text: &str, what: &str) -> Result<u64, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::bad_request(format!("{what} id {text:?} is not a number")))
+}
+
+type Gw = State<Arc<Gateway>>;
+
+fn caller(g: &Gateway, headers: &HeaderMap, role: Option<Role>) -> Result<Caller, ApiError> {
+    let h = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match role {
+        Some(role) => g.auth.check(h, role),
+        None => g.auth.check(h, Role::Agent).or_else(|e| {
+            if e.status == 403 {
+                g.auth.check(h, Role::Operator)
+            } else {
+                Err(e)
+            }
+        }),
+    }
+}
+
+/// Runs blocking work (durable appends, synced journal writes) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
+}
+
+async fn start_episode(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    ok(&g.start_episode(&c, parse(&body)?)?)
+}
+
+async fn get_episode(State(g): Gw, Path(e): Path<String>, headers: HeaderMap) -> Reply {
+    let c = caller(&g, &headers, None)?;
+    ok(&g.episode(&c, id(&e, "episode")?)?)
+}
+
+async fn act(State(g): Gw, Path(e): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    ok(&g.act(&c, id(&e, "episode")?, parse_required(&body)?)?)
+}
+
+async fn end_episode(State(g): Gw, Path(e): Path<String>, headers: HeaderMap) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    let e = id(&e, "episode")?;
+    ok(&blocking(move || g.end_episode(&c, e)).await?)
+}
+
+async fn recheck(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    let (a, req) = (id(&a, "action")?, parse(&body)?);
+    ok(&blocking(move || g.recheck(&c, a, req)).await?)
+}
+
+async fn report(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    let (a, req) = (id(&a, "action")?, parse_required(&body)?);
+    ok(&blocking(move || g.report(&c, a, req)).await?)
+}
+
+async fn replay(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    ok(&g.replay(&c, id(&a, "action")?, parse(&body)?)?)
+}
+
+async fn status(State(g): Gw, headers: HeaderMap) -> Reply {
+    caller(&g, &headers, None)?;
+    ok(&g.status())
+}
+
+async fn publish(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse_required(&body)?;
+    ok(&blocking(move || g.publish_checkpoint(&c, req)).await?)
+}
+
+async fn canary(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse_required(&body)?;
+    ok(&blocking(move || g.set_canary(req)).await?)
+}
+
+async fn cooldown(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse_required(&body)?;
+    ok(&blocking(move || g.set_cooldown(req)).await?)
+}
+
+async fn promote(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse(&body)?;
+    ok(&blocking(move || g.promote(&c, req)).await?)
+}
+
+async fn rollback(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse(&body)?;
+    ok(&blocking(move || g.rollback(&c, req)).await?)
+}
+
+async fn rules(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse_required(&body)?;
+    ok(&blocking(move || g.set_rules(req)).await?)
+}
+
+async fn invalidate(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Operator))?;
+    let req = parse_required(&body)?;
+    ok(&blocking(move || g.invalidate(&c, req)).await?)
+}
+
+async fn confirm(State(g): Gw, Path(e): Path<String>, headers: HeaderMap) -> Reply {
+    caller(&g, &headers, Some(Role::Operator))?;
+    let e = id(&e, "episode")?;
+    ok(&blocking(move || g.confirm(e)).await?)
+}
+
+async fn openapi() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
+        .into_response()
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint (see /openapi.json)")
+}
+
+/// The router over a gateway.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    let limit = gateway.settings.max_body_bytes;
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/healthz", get(health))
+        .route("/v1/status", get(status))
+        .route("/v1/episodes", post(start_episode))
+        .route("/v1/episodes/{id}", get(get_episode))
+        .route("/v1/episodes/{id}/act", post(act))
+        .route("/v1/episodes/{id}/end", post(end_episode))
+        .route("/v1/actions/{id}/recheck", post(recheck))
+        .route("/v1/actions/{id}/report", post(report))
+        .route("/v1/actions/{id}/replay", post(replay))
+        .route("/v1/operator/publish", post(publish))
+        .route("/v1/operator/canary", post(canary))
+        .route("/v1/operator/cooldown", post(cooldown))
+        .route("/v1/operator/promote", post(promote))
+        .route("/v1/operator/rollback", post(rollback))
+        .route("/v1/operator/rules", post(rules))
+        .route("/v1/operator/invalidate", post(invalidate))
+        .route("/v1/operator/episodes/{id}/confirm", post(confirm))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(gateway)
+}
+
+/// A running gateway: HTTP server, learner and idle-episode reaper.
+pub struct Server {
+    addr: SocketAddr,
+    gateway: Arc<Gateway>,
+    stop: Arc<AtomicBool>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    http: Option<JoinHandle<Result<(), String>>>,
+    learner: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Opens the gateway and starts serving; returns once the socket is bound (its address
+    /// is also written to `<dir>/address`).
+    ///
+    /// # Errors
+    /// Invalid settings, unreadable state, or the address cannot be bound.
+    pub fn start(settings: GatewaySettings) -> Result<Server, GatewayError> {
+        let threads = settings.http_threads;
+        let addr = settings.addr;
+        let dir = settings.dir.clone();
+        let gateway = Arc::new(Gateway::open(settings)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let learner = if gateway.learns() {
+            let (tx, rx) = std::sync::mpsc::sync_channel(gateway.settings.learner_queue);
+            gateway.attach_learner(tx);
+            Some(
+                crate::learner::spawn(gateway.clone(), rx, stop.clone())
+                    .map_err(|e| GatewayError::io("learner thread", e))?,
+            )
+        } else {
+            None
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .max_blocking_threads(64)
+            .thread_name("strata-gateway-http")
+            .enable_all()
+            .build()
+            .map_err(|e| GatewayError::io("tokio runtime", e))?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(|e| GatewayError::io(addr.to_string(), e))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| GatewayError::io(addr.to_string(), e))?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = router(gateway.clone());
+        let reaper_gateway = gateway.clone();
+        let reaper_stop = stop.clone();
+        let http = std::thread::Builder::new()
+            .name("strata-gateway".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(Duration::from_secs(1));
+                        while !reaper_stop.load(Ordering::Relaxed) {
+                            tick.tick().await;
+                            let g = reaper_gateway.clone();
+                            let _ = tokio::task::spawn_blocking(move || g.reap_idle()).await;
+                        }
+                    });
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(async {
+                            let _ = rx.await;
+                        })
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            })
+            .map_err(|e| GatewayError::io("gateway thread", e))?;
+        let address_file = dir.join("address");
+        std::fs::write(&address_file, format!("http://{bound}\n"))
+            .map_err(|e| GatewayError::io(&address_file, e))?;
+        tracing::info!(component = "gateway", address = %bound, "serving");
+        Ok(Server {
+            addr: bound,
+            gateway,
+            stop,
+            shutdown: Some(tx),
+            http: Some(http),
+            learner,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The gateway.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Whether the HTTP server is still running.
+    pub fn is_running(&self) -> bool {
+        self.http.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Stops serving, stops the learner and flushes the ledger.
+    ///
+    /// # Errors
+    /// The server's or the ledger's failure.
+    pub fn stop(mut self) -> Result<(), GatewayError> {
+        self.shutdown_inner()
+    }
+
+    fn shutdown_inner(&mut self) -> Result<(), GatewayError> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let mut result = Ok(());
+        if let Some(h) = self.http.take() {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(GatewayError::Config(format!("http server: {e}"))),
+                Err(_) => result = Err(GatewayError::Config("http server panicked".into())),
+            }
+        }
+        if let Some(h) = self.learner.take() {
+            let _ = h.join();
+        }
+        self.gateway.ledger.flush()?;
+        result
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.http.is_some() {
+            if let Err(e) = self.shutdown_inner() {
+                tracing::error!(component = "gateway", error = %e, "stopping the gateway");
+            }
+        }
+    }
+}

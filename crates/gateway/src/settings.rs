@@ -1,0 +1,163 @@
+//! Gateway settings, with defaults that work out of the box (loopback, a local directory).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use strata_runtime::RunConfig;
+
+use crate::api::SideEffect;
+use crate::error::GatewayError;
+
+/// What the learner does with the versions it trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// Each trained version becomes stable after the cooldown.
+    Auto,
+    /// Each trained version becomes the canary candidate after the cooldown; an operator
+    /// promotes.
+    Canary,
+    /// No learner: versions come only from operators' checkpoints.
+    Manual,
+}
+
+impl std::str::FromStr for ReleaseMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ReleaseMode::Auto),
+            "canary" => Ok(ReleaseMode::Canary),
+            "manual" => Ok(ReleaseMode::Manual),
+            other => Err(format!(
+                "unknown release mode {other:?} (auto, canary, manual)"
+            )),
+        }
+    }
+}
+
+/// How a gateway runs.
+#[derive(Clone, Debug)]
+pub struct GatewaySettings {
+    /// State directory: journal, policies, tokens, and the ledger unless
+    /// `run.ledger.location` names another.
+    pub dir: PathBuf,
+    /// The env, model, PPO and admission settings (a preset by default).
+    pub run: RunConfig,
+    /// Listen address (loopback by default; port 0 picks one).
+    pub addr: SocketAddr,
+    /// Seconds between publishing a version and new episodes sampling with it.
+    pub cooldown_secs: f64,
+    /// Fraction of new episodes that get the candidate.
+    pub canary_fraction: f64,
+    /// Where trained versions go.
+    pub release: ReleaseMode,
+    /// A re-check aborts when the target moved farther than this (Euclidean).
+    pub recheck_threshold: f32,
+    /// Side-effect class per action type (`default` for acts that name none).
+    pub side_effects: BTreeMap<String, SideEffect>,
+    /// An episode with no request for this long is ended (its agent is presumed gone).
+    pub episode_timeout: Duration,
+    /// Requests per second per token.
+    pub rate_limit: f64,
+    /// Requests a token may make at once.
+    pub rate_burst: f64,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Agent tokens created with a new tokens file.
+    pub agent_tokens: usize,
+    /// Issued actions remembered for idempotent retries.
+    pub remembered_actions: usize,
+    /// Segments waiting for the learner.
+    pub learner_queue: usize,
+    /// HTTP worker threads.
+    pub http_threads: usize,
+}
+
+impl GatewaySettings {
+    /// Defaults for `env`'s preset, state in `dir`.
+    ///
+    /// # Errors
+    /// An unknown env.
+    pub fn new(env: &str, dir: impl Into<PathBuf>) -> Result<Self, GatewayError> {
+        let run = strata_runtime::preset(env).ok_or_else(|| {
+            GatewayError::Config(format!(
+                "env: unknown env {env:?} (known: {})",
+                strata_env::env_names().join(", ")
+            ))
+        })?;
+        Ok(GatewaySettings {
+            dir: dir.into(),
+            run,
+            addr: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            cooldown_secs: 1.0,
+            canary_fraction: 0.0,
+            release: ReleaseMode::Auto,
+            recheck_threshold: 0.05,
+            side_effects: BTreeMap::from([
+                ("default".to_string(), SideEffect::Unsafe),
+                ("observe".to_string(), SideEffect::ReadOnly),
+                ("set".to_string(), SideEffect::Idempotent),
+                ("submit".to_string(), SideEffect::Queryable),
+                ("move".to_string(), SideEffect::Unsafe),
+            ]),
+            episode_timeout: Duration::from_secs(30),
+            rate_limit: 50_000.0,
+            rate_burst: 5_000.0,
+            max_body_bytes: 64 * 1024,
+            agent_tokens: 64,
+            remembered_actions: 100_000,
+            learner_queue: 4096,
+            http_threads: 2,
+        })
+    }
+
+    /// Checks every value, naming the bad one.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`].
+    pub fn validate(&self) -> Result<(), GatewayError> {
+        let bad = |key: &str, why: String| Err(GatewayError::Config(format!("{key}: {why}")));
+        if !(self.cooldown_secs.is_finite() && self.cooldown_secs >= 0.0) {
+            return bad(
+                "cooldown_secs",
+                format!("{} is not >= 0", self.cooldown_secs),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.canary_fraction) {
+            return bad(
+                "canary_fraction",
+                format!("{} is not in [0, 1]", self.canary_fraction),
+            );
+        }
+        if !(self.recheck_threshold.is_finite() && self.recheck_threshold > 0.0) {
+            return bad(
+                "recheck_threshold",
+                format!("{} is not > 0", self.recheck_threshold),
+            );
+        }
+        if !(self.rate_limit > 0.0 && self.rate_burst >= 1.0) {
+            return bad("rate_limit", "rate must be > 0 and burst >= 1".to_string());
+        }
+        if !self.side_effects.contains_key("default") {
+            return bad("side_effects", "no class for action type `default`".into());
+        }
+        if self.run.env.normalize_obs || self.run.env.normalize_reward {
+            return bad(
+                "env.normalize_obs/normalize_reward",
+                "the gateway serves policies on raw observations and rewards; turn normalisation off".into(),
+            );
+        }
+        if self.run.admission.rule == strata_ledger::RuleKind::Strict {
+            return bad(
+                "admission.rule",
+                "`strict` admits only on-policy samples; deployed agents are always asynchronous (use `drop` or `decay`)".into(),
+            );
+        }
+        if self.http_threads == 0 {
+            return bad("http_threads", "must be at least 1".into());
+        }
+        self.run.validate()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,321 @@
+//! What the gateway remembers between requests (and, through the journal, across
+//! restarts): episodes, actions, idempotency keys and the release state.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{ActResponse, Channel, Context, EpisodeStatus};
+
+/// An episode.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EpisodeRec {
+    /// Id.
+    pub id: u64,
+    /// The agent (token name) that owns it.
+    pub agent: String,
+    /// Pinned version.
+    pub version: u64,
+    /// Stable or canary.
+    pub channel: Channel,
+    /// Ledger bucket.
+    pub bucket: String,
+    /// Current trajectory.
+    pub trajectory: u64,
+    /// Status.
+    pub status: EpisodeStatus,
+    /// Steps reported.
+    pub steps: u32,
+    /// Sum of reported rewards.
+    pub reward_sum: f64,
+    /// Env sequence of the last act or report.
+    pub last_seq: Option<u64>,
+    /// The last reported observation (bootstraps a cut trajectory's value).
+    pub last_obs: Option<Vec<f32>>,
+    /// The action awaiting its report.
+    pub pending: Option<u64>,
+    /// The key it was started with.
+    pub start_key: Option<String>,
+    /// Wall-clock ns of the last request on it.
+    pub last_activity_ns: i64,
+}
+
+/// Where an action stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionStatus {
+    /// Issued, not reported.
+    Pending,
+    /// The agent timed out on it; replay may be allowed.
+    TimedOut,
+    /// Reported and stored as `sample`.
+    Reported {
+        /// The sample id.
+        sample: u64,
+    },
+    /// A re-check aborted it (never executed).
+    Aborted,
+    /// Not executed: the episode awaits a human, or a forced switch replaced its version.
+    Cancelled,
+    /// An unsafe action that timed out: whether it happened is unknown.
+    Unknown,
+}
+
+/// An issued action and what is needed to train on it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ActionRec {
+    /// The answer given (returned again for the same key).
+    pub answer: ActResponse,
+    /// Episode.
+    pub episode: u64,
+    /// Idempotency key.
+    pub key: String,
+    /// Action type.
+    pub action_type: String,
+    /// The observation acted on.
+    pub obs: Vec<f32>,
+    /// Log-prob of the action.
+    pub log_prob: f32,
+    /// V(obs).
+    pub value: f32,
+    /// Env sequence at the act.
+    pub env_seq: u64,
+    /// What a re-check compares against.
+    pub context: Option<Context>,
+    /// Status.
+    pub status: ActionStatus,
+}
+
+/// A version waiting out the cooldown.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PendingRelease {
+    /// The version.
+    pub version: u64,
+    /// Which channel it joins.
+    pub channel: Channel,
+    /// Wall-clock ns from which new episodes get it.
+    pub ready_at_ns: i64,
+}
+
+/// Which versions new episodes get.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Release {
+    /// Version for stable episodes.
+    pub stable: u64,
+    /// Candidate for canary episodes.
+    pub candidate: Option<u64>,
+    /// Fraction of new episodes that get the candidate.
+    pub canary_fraction: f64,
+    /// Seconds between publishing and sampling.
+    pub cooldown_secs: f64,
+    /// Published versions waiting out the cooldown, oldest first.
+    pub pending: VecDeque<PendingRelease>,
+    /// The newest version number handed out.
+    pub latest: u64,
+}
+
+impl Release {
+    /// Applies every pending version whose cooldown has passed.
+    pub fn refresh(&mut self, now_ns: i64) {
+        while let Some(p) = self.pending.front() {
+            if p.ready_at_ns > now_ns {
+                break;
+            }
+            let p = self.pending.pop_front().expect("front exists");
+            match p.channel {
+                Channel::Stable => self.stable = p.version,
+                Channel::Canary => self.candidate = Some(p.version),
+            }
+        }
+    }
+
+    /// Queues `version` for `channel` after the cooldown.
+    pub fn publish(&mut self, version: u64, channel: Channel, now_ns: i64) {
+        let ready_at_ns = now_ns + (self.cooldown_secs * 1e9) as i64;
+        self.pending.push_back(PendingRelease {
+            version,
+            channel,
+            ready_at_ns,
+        });
+        self.refresh(now_ns);
+    }
+}
+
+/// Everything the journal restores.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct State {
+    /// Next episode id.
+    pub next_episode: u64,
+    /// Next action id.
+    pub next_action: u64,
+    /// Next trajectory id.
+    pub next_trajectory: u64,
+    /// Open (and recently ended) episodes.
+    pub episodes: HashMap<u64, EpisodeRec>,
+    /// Recent actions, by id.
+    pub actions: HashMap<u64, ActionRec>,
+    /// Action ids in issue order, to forget the oldest closed ones.
+    pub action_order: VecDeque<u64>,
+    /// `(agent, key)` -> action id.
+    pub action_keys: HashMap<String, u64>,
+    /// `(agent, start key)` -> episode id.
+    pub episode_keys: HashMap<String, u64>,
+    /// Release state.
+    pub release: Release,
+}
+
+impl State {
+    /// A fresh gateway serving `initial` as stable.
+    pub fn new(initial: u64, cooldown_secs: f64, canary_fraction: f64) -> Self {
+        State {
+            next_episode: 1,
+            next_action: 1,
+            next_trajectory: 1,
+            episodes: HashMap::new(),
+            actions: HashMap::new(),
+            action_order: VecDeque::new(),
+            action_keys: HashMap::new(),
+            episode_keys: HashMap::new(),
+            release: Release {
+                stable: initial,
+                candidate: None,
+                canary_fraction,
+                cooldown_secs,
+                pending: VecDeque::new(),
+                latest: initial,
+            },
+        }
+    }
+
+    /// Remembers an action, forgetting the oldest closed ones beyond `keep`.
+    pub fn remember(&mut self, rec: ActionRec, keep: usize) {
+        let id = rec.answer.action_id;
+        self.action_keys
+            .insert(agent_key(&self.episodes[&rec.episode].agent, &rec.key), id);
+        self.actions.insert(id, rec);
+        self.action_order.push_back(id);
+        while self.action_order.len() > keep {
+            let oldest = self.action_order[0];
+            match self.actions.get(&oldest) {
+                Some(a) if matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut) => {
+                    break
+                }
+                Some(a) => {
+                    let key = agent_key(
+                        self.episodes
+                            .get(&a.episode)
+                            .map_or("", |e| e.agent.as_str()),
+                        &a.key,
+                    );
+                    self.action_keys.remove(&key);
+                    self.actions.remove(&oldest);
+                }
+                None => {}
+            }
+            self.action_order.pop_front();
+        }
+    }
+
+    /// Forgets ended episodes nothing refers to any more (their actions are forgotten).
+    pub fn forget_ended(&mut self, keep: usize) {
+        let ended = self
+            .episodes
+            .values()
+            .filter(|e| e.status == EpisodeStatus::Ended)
+            .count();
+        if ended <= keep {
+            return;
+        }
+        let referenced: std::collections::HashSet<u64> =
+            self.actions.values().map(|a| a.episode).collect();
+        let (agents, keys): (Vec<_>, Vec<_>) = self
+            .episodes
+            .values()
+            .filter(|e| e.status == EpisodeStatus::Ended && !referenced.contains(&e.id))
+            .map(|e| (e.id, e.start_key.as_ref().map(|k| agent_key(&e.agent, k))))
+            .unzip();
+        for id in agents {
+            self.episodes.remove(&id);
+        }
+        for key in keys.into_iter().flatten() {
+            self.episode_keys.remove(&key);
+        }
+    }
+}
+
+/// The map key of an agent's idempotency key.
+pub fn agent_key(agent: &str, key: &str) -> String {
+    format!("{agent}\u{1f}{key}")
+}
+
+/// A journal record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "e", rename_all = "snake_case")]
+pub enum Event {
+    /// Everything, as of the last start.
+    Snapshot {
+        /// The state.
+        state: Box<State>,
+    },
+    /// An episode's record after a change.
+    Episode {
+        /// Its record.
+        episode: EpisodeRec,
+        /// Counter after the change.
+        next_trajectory: u64,
+    },
+    /// An action was issued (or its status changed).
+    Action {
+        /// Its record.
+        action: Box<ActionRec>,
+    },
+    /// An action was reported: its record and its episode's.
+    Reported {
+        /// The action.
+        action: Box<ActionRec>,
+        /// The episode.
+        episode: EpisodeRec,
+    },
+    /// The release changed.
+    Release {
+        /// The new release state.
+        release: Release,
+    },
+}
+
+impl State {
+    /// Applies a journal record (replay).
+    pub fn apply(&mut self, event: Event, keep_actions: usize) {
+        match event {
+            Event::Snapshot { state } => *self = *state,
+            Event::Episode {
+                episode,
+                next_trajectory,
+            } => {
+                self.next_episode = self.next_episode.max(episode.id + 1);
+                self.next_trajectory = self.next_trajectory.max(next_trajectory);
+                if let Some(k) = &episode.start_key {
+                    self.episode_keys
+                        .insert(agent_key(&episode.agent, k), episode.id);
+                }
+                self.episodes.insert(episode.id, episode);
+            }
+            Event::Action { action } => self.apply_action(*action, keep_actions),
+            Event::Reported { action, episode } => {
+                self.episodes.insert(episode.id, episode);
+                self.apply_action(*action, keep_actions);
+            }
+            Event::Release { release } => self.release = release,
+        }
+    }
+
+    fn apply_action(&mut self, action: ActionRec, keep: usize) {
+        let id = action.answer.action_id;
+        self.next_action = self.next_action.max(id + 1);
+        if let Some(a) = self.actions.get_mut(&id) {
+            *a = action;
+        } else if self.episodes.contains_key(&action.episode) {
+            self.remember(action, keep);
+        }
+    }
+}

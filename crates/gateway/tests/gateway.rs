@@ -1,0 +1,662 @@
+//! The gateway against its real HTTP server on loopback.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use strata_gateway::*;
+use strata_ledger::{LedgerData, Storage};
+
+struct Harness {
+    server: Option<Server>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn start(configure: impl FnOnce(&mut GatewaySettings)) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = GatewaySettings::new("cartpole", dir.path()).unwrap();
+        s.addr = "127.0.0.1:0".parse().unwrap();
+        s.release = ReleaseMode::Manual;
+        s.cooldown_secs = 0.0;
+        s.agent_tokens = 4;
+        s.run.ledger.flush_interval_secs = 0.05;
+        configure(&mut s);
+        Harness {
+            server: Some(Server::start(s).unwrap()),
+            dir,
+        }
+    }
+
+    fn server(&self) -> &Server {
+        self.server.as_ref().unwrap()
+    }
+
+    fn agent(&self, i: usize) -> Client {
+        let tokens = self.server().gateway().tokens().agent_tokens();
+        Client::new(&self.server().url(), &tokens[i].1)
+    }
+
+    fn operator(&self) -> Client {
+        Client::new(
+            &self.server().url(),
+            self.server().gateway().tokens().operator(),
+        )
+    }
+
+    fn ledger(&self) -> LedgerData {
+        self.server().gateway().ledger().flush().unwrap();
+        let storage = Storage::open(&self.dir.path().join("ledger").display().to_string()).unwrap();
+        LedgerData::read(&storage).unwrap()
+    }
+
+    fn restart(&mut self, configure: impl FnOnce(&mut GatewaySettings)) {
+        self.server.take().unwrap().stop().unwrap();
+        let mut s = GatewaySettings::new("cartpole", self.dir.path()).unwrap();
+        s.addr = "127.0.0.1:0".parse().unwrap();
+        s.release = ReleaseMode::Manual;
+        s.cooldown_secs = 0.0;
+        configure(&mut s);
+        self.server = Some(Server::start(s).unwrap());
+    }
+}
+
+fn start(c: &Client) -> EpisodeInfo {
+    c.post("/v1/episodes", &json!({})).unwrap()
+}
+
+fn act(c: &Client, episode: u64, key: &str) -> Result<ActResponse, ClientError> {
+    act_with(c, episode, key, json!({}))
+}
+
+fn act_with(c: &Client, episode: u64, key: &str, extra: Value) -> Result<ActResponse, ClientError> {
+    let mut body = json!({
+        "observation": [0.01, -0.02, 0.03, 0.0],
+        "env_seq": 1,
+        "idempotency_key": key,
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    c.post(&format!("/v1/episodes/{episode}/act"), &body)
+}
+
+fn report(c: &Client, action: u64) -> Result<ReportResponse, ClientError> {
+    report_with(c, action, false)
+}
+
+fn report_with(c: &Client, action: u64, terminated: bool) -> Result<ReportResponse, ClientError> {
+    c.post(
+        &format!("/v1/actions/{action}/report"),
+        &json!({
+            "observation_after": [0.02, -0.01, 0.03, 0.01],
+            "reward": 1.0,
+            "env_seq": 2,
+            "terminated": terminated,
+        }),
+    )
+}
+
+fn status_of<T: std::fmt::Debug>(r: Result<T, ClientError>) -> (u16, String) {
+    match r.unwrap_err() {
+        ClientError::Status { status, message } => (status, message),
+        e => panic!("expected an HTTP error, got {e}"),
+    }
+}
+
+#[test]
+fn retried_acts_and_reports_are_answered_once() {
+    let h = Harness::start(|_| {});
+    let a = h.agent(0);
+    let e = start(&a);
+    assert_eq!(e.policy_version, 0);
+    let first = act(&a, e.episode_id, "k1").unwrap();
+    let again = act(&a, e.episode_id, "k1").unwrap();
+    assert_eq!(first, again, "same key, same answer");
+    let (code, msg) = status_of(act(&a, e.episode_id, "k2"));
+    assert_eq!(code, 409, "one outstanding action: {msg}");
+    let stored = report(&a, first.action_id).unwrap();
+    assert_eq!(stored.status, ReportStatus::Stored);
+    for _ in 0..3 {
+        let dup = report(&a, first.action_id).unwrap();
+        assert_eq!(dup.status, ReportStatus::Duplicate);
+        assert_eq!(dup.sample_id, stored.sample_id);
+    }
+    // Starting with the same key returns the same episode.
+    let k1: EpisodeInfo = a
+        .post("/v1/episodes", &json!({"idempotency_key": "ep"}))
+        .unwrap();
+    let k2: EpisodeInfo = a
+        .post("/v1/episodes", &json!({"idempotency_key": "ep"}))
+        .unwrap();
+    assert_eq!(k1.episode_id, k2.episode_id);
+    let data = h.ledger();
+    let rows: usize = data.samples.iter().map(|b| b.len()).sum();
+    assert_eq!(rows, 1, "a retried report is stored once");
+    assert_eq!(
+        data.duplicates.len(),
+        3,
+        "each repeat is recorded as a duplicate"
+    );
+    let b = &data.samples[0];
+    assert_eq!(b.idempotency_key[0].as_deref(), Some("agent-0/k1"));
+    assert_eq!(b.policy_version[0], 0);
+    assert!(b.completed_at_ns[0] >= b.issued_at_ns[0]);
+    assert_eq!(b.obs_count[0], 1);
+}
+
+#[test]
+fn recheck_aborts_a_moved_target_and_holds_for_a_popup() {
+    let h = Harness::start(|s| s.recheck_threshold = 0.1);
+    let a = h.agent(0);
+    let e = start(&a);
+    let ctx = json!({"context": {"target": [0.5, 0.5], "ui_top_level": ["form"]}});
+    let first = act_with(&a, e.episode_id, "s0", ctx.clone()).unwrap();
+    let ok: RecheckResponse = a
+        .post(
+            &format!("/v1/actions/{}/recheck", first.action_id),
+            &json!({"target": [0.52, 0.5]}),
+        )
+        .unwrap();
+    assert_eq!(ok.verdict, Verdict::Proceed);
+    report(&a, first.action_id).unwrap();
+
+    let second = act_with(&a, e.episode_id, "s1", ctx.clone()).unwrap();
+    let moved: RecheckResponse = a
+        .post(
+            &format!("/v1/actions/{}/recheck", second.action_id),
+            &json!({"target": [0.9, 0.5]}),
+        )
+        .unwrap();
+    assert_eq!(moved.verdict, Verdict::Abort, "{}", moved.reason);
+    let (code, msg) = status_of(report(&a, second.action_id));
+    assert_eq!(code, 409, "an aborted action is never reported: {msg}");
+    let third = act_with(&a, e.episode_id, "s2", ctx.clone()).unwrap();
+    assert_ne!(
+        third.trajectory_id, first.trajectory_id,
+        "a new trajectory after the abort"
+    );
+
+    let held: RecheckResponse = a
+        .post(
+            &format!("/v1/actions/{}/recheck", third.action_id),
+            &json!({"ui_top_level": ["form", "cookie-banner"]}),
+        )
+        .unwrap();
+    assert_eq!(held.verdict, Verdict::NeedsHuman);
+    assert!(held.reason.contains("cookie-banner"), "{}", held.reason);
+    let (code, msg) = status_of(act_with(&a, e.episode_id, "s3", ctx.clone()));
+    assert_eq!(code, 409);
+    assert!(msg.contains("confirmation"), "{msg}");
+    let path = format!("/v1/operator/episodes/{}/confirm", e.episode_id);
+    let (code, _) = status_of(a.post::<_, EpisodeInfo>(&path, &json!({})));
+    assert_eq!(code, 403, "agents cannot confirm");
+    let resumed: EpisodeInfo = h.operator().post(&path, &json!({})).unwrap();
+    assert_eq!(resumed.status, EpisodeStatus::Active);
+    let fourth = act_with(&a, e.episode_id, "s3", ctx).unwrap();
+    assert_ne!(fourth.trajectory_id, third.trajectory_id);
+    report(&a, fourth.action_id).unwrap();
+
+    let data = h.ledger();
+    let stale: Vec<_> = data
+        .invalidations
+        .iter()
+        .filter(|i| i.reason == strata_ledger::ReasonCode::ObservationStale)
+        .collect();
+    assert_eq!(stale.len(), 1);
+    assert_eq!(
+        stale[0].target,
+        strata_ledger::Target::Trajectory {
+            id: first.trajectory_id
+        }
+    );
+    assert!(stale[0].text.contains("moved"), "{}", stale[0].text);
+}
+
+#[test]
+fn side_effect_classes_decide_replay_after_a_timeout() {
+    let h = Harness::start(|_| {});
+    let a = h.agent(0);
+    let e = start(&a);
+    let timeout = json!({"outcome": "timeout"});
+    // Unsafe (the default type): status unknown, never replayed, trajectory invalidated.
+    let x = act(&a, e.episode_id, "u").unwrap();
+    assert_eq!(x.side_effect, SideEffect::Unsafe);
+    let r: ReportResponse = a
+        .post(&format!("/v1/actions/{}/report", x.action_id), &timeout)
+        .unwrap();
+    assert_eq!(r.status, ReportStatus::StatusUnknown);
+    assert_eq!(r.replay.as_deref(), Some("never"));
+    let (code, msg) = status_of(
+        a.post::<_, ActResponse>(&format!("/v1/actions/{}/replay", x.action_id), &json!({})),
+    );
+    assert_eq!(code, 409, "{msg}");
+    // Read-only: replay allowed, then reported normally.
+    let y = act_with(&a, e.episode_id, "r", json!({"action_type": "observe"})).unwrap();
+    let r: ReportResponse = a
+        .post(&format!("/v1/actions/{}/report", y.action_id), &timeout)
+        .unwrap();
+    assert_eq!(
+        (r.status, r.replay.as_deref()),
+        (ReportStatus::TimedOut, Some("allowed"))
+    );
+    let again: ActResponse = a
+        .post(&format!("/v1/actions/{}/replay", y.action_id), &json!({}))
+        .unwrap();
+    assert_eq!(again, y);
+    assert_eq!(
+        report(&a, y.action_id).unwrap().status,
+        ReportStatus::Stored
+    );
+    // Queryable: only after the query says it did not happen.
+    let z = act_with(&a, e.episode_id, "q", json!({"action_type": "submit"})).unwrap();
+    let r: ReportResponse = a
+        .post(&format!("/v1/actions/{}/report", z.action_id), &timeout)
+        .unwrap();
+    assert_eq!(r.replay.as_deref(), Some("query_first"));
+    let replay = format!("/v1/actions/{}/replay", z.action_id);
+    assert_eq!(
+        status_of(a.post::<_, ActResponse>(&replay, &json!({}))).0,
+        400
+    );
+    assert_eq!(
+        status_of(a.post::<_, ActResponse>(&replay, &json!({"query_result": "happened"}))).0,
+        409
+    );
+    let ok: ActResponse = a
+        .post(&replay, &json!({"query_result": "not_happened"}))
+        .unwrap();
+    assert_eq!(ok.action_id, z.action_id);
+    let data = h.ledger();
+    assert!(data.invalidations.iter().any(|i| i.reason
+        == strata_ledger::ReasonCode::StatusUnknown
+        && i.target
+            == strata_ledger::Target::Trajectory {
+                id: x.trajectory_id
+            }));
+}
+
+#[test]
+fn roles_are_enforced() {
+    let h = Harness::start(|_| {});
+    let (a, b, op) = (h.agent(0), h.agent(1), h.operator());
+    let e = start(&a);
+    let (code, msg) = status_of(act(&b, e.episode_id, "x"));
+    assert_eq!(code, 403, "another agent's episode: {msg}");
+    for (path, body) in [
+        ("/v1/operator/promote", json!({"version": 0})),
+        ("/v1/operator/rollback", json!({"version": 0})),
+        (
+            "/v1/operator/invalidate",
+            json!({"trajectory": 1, "text": "x"}),
+        ),
+        ("/v1/operator/canary", json!({"fraction": 0.5})),
+        ("/v1/operator/cooldown", json!({"seconds": 1})),
+    ] {
+        let (code, msg) = status_of(a.post::<_, Value>(path, &body));
+        assert_eq!(code, 403, "{path}: {msg}");
+        assert!(msg.contains("operator"), "{msg}");
+    }
+    let (code, _) = status_of(op.post::<_, EpisodeInfo>("/v1/episodes", &json!({})));
+    assert_eq!(code, 403, "operators do not act as agents");
+    let anon = Client::new(&h.server().url(), "nope");
+    assert_eq!(
+        status_of(anon.post::<_, EpisodeInfo>("/v1/episodes", &json!({}))).0,
+        401
+    );
+    let _: ReleaseStatus = op
+        .post("/v1/operator/canary", &json!({"fraction": 0.25}))
+        .unwrap();
+    let s: ReleaseStatus = a.get("/v1/status").unwrap();
+    assert_eq!(s.canary_fraction, 0.25);
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let h = Harness::start(|s| s.max_body_bytes = 4096);
+    let a = h.agent(0);
+    let e = start(&a);
+    let path = format!("/v1/episodes/{}/act", e.episode_id);
+    let cases: Vec<(String, String, u16, &str)> = vec![
+        (path.clone(), "{not json".into(), 400, "invalid JSON"),
+        (
+            path.clone(),
+            r#"{"observation":[1,2],"env_seq":0,"idempotency_key":"a"}"#.into(),
+            400,
+            "expects 4",
+        ),
+        (
+            path.clone(),
+            r#"{"observation":[1,2,3,1e999],"env_seq":0,"idempotency_key":"a"}"#.into(),
+            400,
+            "JSON",
+        ),
+        (
+            path.clone(),
+            r#"{"observation":[1,2,3,4],"env_seq":0,"idempotency_key":"a","bogus":1}"#.into(),
+            400,
+            "bogus",
+        ),
+        (
+            path.clone(),
+            r#"{"observation":[1,2,3,4],"env_seq":0,"idempotency_key":"a","action_type":"fly"}"#
+                .into(),
+            400,
+            "fly",
+        ),
+        (
+            "/v1/episodes/99/act".into(),
+            r#"{"observation":[1,2,3,4],"env_seq":0,"idempotency_key":"a"}"#.into(),
+            404,
+            "episode 99",
+        ),
+        (
+            "/v1/episodes/abc/act".into(),
+            "{}".into(),
+            400,
+            "not a number",
+        ),
+        (
+            "/v1/actions/77/report".into(),
+            r#"{"reward":1,"observation_after":[0,0,0,0]}"#.into(),
+            404,
+            "action 77",
+        ),
+        ("/v1/nowhere".into(), "{}".into(), 404, "no such endpoint"),
+    ];
+    for (path, body, code, needle) in cases {
+        let (got, msg) = status_of(a.post_raw::<Value>(&path, &body));
+        assert_eq!(got, code, "{path} {body}: {msg}");
+        assert!(
+            msg.contains(needle),
+            "{path} {body}: {msg:?} lacks {needle:?}"
+        );
+    }
+    let big = format!(
+        r#"{{"observation":[{}],"env_seq":0,"idempotency_key":"a"}}"#,
+        vec!["0.0"; 2000].join(",")
+    );
+    assert_eq!(status_of(a.post_raw::<Value>(&path, &big)).0, 413);
+    let x = act(&a, e.episode_id, "ok").unwrap();
+    let nan = a.post::<_, Value>(
+        &format!("/v1/actions/{}/report", x.action_id),
+        &json!({"reward": 1.0}),
+    );
+    let (code, msg) = status_of(nan);
+    assert_eq!(code, 400);
+    assert!(msg.contains("observation_after"), "{msg}");
+    let op = h.operator();
+    let (code, msg) =
+        status_of(op.post::<_, Value>("/v1/operator/rollback", &json!({"version": 42})));
+    assert_eq!(code, 404, "{msg}");
+    assert!(msg.contains("42"), "{msg}");
+    let (code, msg) = status_of(op.post::<_, Value>(
+        "/v1/operator/rules",
+        &json!({"rule": "drop", "kl_scale": -1.0}),
+    ));
+    assert_eq!(code, 400);
+    assert!(msg.contains("kl_scale"), "{msg}");
+    let (code, msg) =
+        status_of(op.post::<_, Value>("/v1/operator/canary", &json!({"fraction": 2.0})));
+    assert_eq!(code, 400, "{msg}");
+    let spec: Value = a.get("/openapi.json").unwrap();
+    assert_eq!(spec["openapi"], "3.0.3");
+    assert!(spec["paths"]["/v1/episodes/{id}/act"]["post"].is_object());
+    let rows: usize = h.ledger().samples.iter().map(|b| b.len()).sum();
+    assert_eq!(rows, 0, "nothing stored by bad requests");
+}
+
+#[test]
+fn rate_limit_answers_429() {
+    let h = Harness::start(|s| {
+        s.rate_limit = 5.0;
+        s.rate_burst = 5.0;
+    });
+    let a = h.agent(0);
+    let codes: Vec<Option<u16>> = (0..10)
+        .map(|_| a.get::<Value>("/v1/status").err().and_then(|e| e.status()))
+        .collect();
+    assert!(codes.iter().take(5).all(Option::is_none), "{codes:?}");
+    assert!(codes.contains(&Some(429)), "{codes:?}");
+}
+
+#[test]
+fn cooldown_pins_running_episodes_and_force_switch_invalidates() {
+    let h = Harness::start(|s| s.cooldown_secs = 0.5);
+    let (a, op) = (h.agent(0), h.operator());
+    let g = h.server().gateway();
+    let before = start(&a);
+    let x = act(&a, before.episode_id, "b0").unwrap();
+    report(&a, x.action_id).unwrap();
+    // A version published now is not sampled until the cooldown has passed.
+    let v1 = g
+        .publish_params(shifted_params(0.01), Channel::Stable, "test")
+        .unwrap();
+    assert_eq!(v1, 1);
+    let during = start(&a);
+    assert_eq!(during.policy_version, 0, "cooldown still running");
+    let s: ReleaseStatus = op.get("/v1/status").unwrap();
+    assert_eq!(s.pending.len(), 1);
+    std::thread::sleep(Duration::from_millis(600));
+    let after = start(&a);
+    assert_eq!(after.policy_version, 1, "cooldown over");
+    let still = act(&a, before.episode_id, "b1").unwrap();
+    assert_eq!(
+        still.policy_version, 0,
+        "running episodes keep their version"
+    );
+    report(&a, still.action_id).unwrap();
+    // A forced switch moves running episodes and invalidates their trajectories.
+    let v2 = g
+        .publish_params(shifted_params(0.02), Channel::Canary, "test")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let _: ReleaseStatus = op
+        .post(
+            "/v1/operator/promote",
+            &json!({"version": v2, "force": true}),
+        )
+        .unwrap();
+    let moved: EpisodeInfo = a
+        .get(&format!("/v1/episodes/{}", before.episode_id))
+        .unwrap();
+    assert_eq!(moved.policy_version, v2);
+    assert_ne!(moved.trajectory_id, before.trajectory_id);
+    let y = act(&a, before.episode_id, "b2").unwrap();
+    assert_eq!(y.policy_version, v2);
+    let data = h.ledger();
+    let switched: Vec<_> = data
+        .invalidations
+        .iter()
+        .filter(|i| i.reason == strata_ledger::ReasonCode::VersionSwitch)
+        .map(|i| i.target)
+        .collect();
+    assert!(
+        switched.contains(&strata_ledger::Target::Trajectory {
+            id: before.trajectory_id
+        }),
+        "{switched:?}"
+    );
+}
+
+/// Fresh CartPole parameters shifted by `delta` (a distinct policy).
+fn shifted_params(delta: f32) -> Vec<f32> {
+    let model = strata_runtime::build_model(&strata_runtime::preset("cartpole").unwrap()).unwrap();
+    model.flat_params().iter().map(|x| x + delta).collect()
+}
+
+#[test]
+fn canary_samples_go_to_their_own_bucket_and_rollback_restores_rules() {
+    let h = Harness::start(|_| {});
+    let (a, op) = (h.agent(0), h.operator());
+    let g = h.server().gateway();
+    // A checkpoint from a real (tiny) training run, published by the operator.
+    let mut config = strata_runtime::preset("cartpole").unwrap();
+    config.train.total_steps = 256;
+    config.ledger.enabled = false;
+    let mut trainer = strata_runtime::Trainer::new(config).unwrap();
+    trainer.iterate().unwrap();
+    let ckpt = h.dir.path().join("ckpt");
+    strata_runtime::save_checkpoint(&trainer, &ckpt).unwrap();
+    drop(trainer);
+    let rules_v0 = op.get::<ReleaseStatus>("/v1/status").unwrap().rules_version;
+    let r2: ReleaseStatus = op
+        .post(
+            "/v1/operator/rules",
+            &json!({"rule": "drop", "max_age_versions": 3}),
+        )
+        .unwrap();
+    assert_ne!(r2.rules_version, rules_v0);
+    let s: ReleaseStatus = op
+        .post(
+            "/v1/operator/publish",
+            &json!({"checkpoint": ckpt.display().to_string()}),
+        )
+        .unwrap();
+    assert_eq!(s.candidate, Some(1));
+    let _: ReleaseStatus = op
+        .post("/v1/operator/canary", &json!({"fraction": 0.5}))
+        .unwrap();
+    let episodes: Vec<EpisodeInfo> = (0..40).map(|_| start(&a)).collect();
+    let canary: Vec<&EpisodeInfo> = episodes
+        .iter()
+        .filter(|e| e.channel == Channel::Canary)
+        .collect();
+    let stable: Vec<&EpisodeInfo> = episodes
+        .iter()
+        .filter(|e| e.channel == Channel::Stable)
+        .collect();
+    assert!(
+        canary.len() >= 8 && stable.len() >= 8,
+        "{} canary of 40",
+        canary.len()
+    );
+    assert!(canary
+        .iter()
+        .all(|e| e.policy_version == 1 && e.bucket == CANARY_BUCKET));
+    for (i, e) in [canary[0], stable[0]].into_iter().enumerate() {
+        let x = act(&a, e.episode_id, &format!("c{i}")).unwrap();
+        report(&a, x.action_id).unwrap();
+    }
+    let data = h.ledger();
+    let dirs: Vec<String> = std::fs::read_dir(h.dir.path().join("ledger/wal/samples"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        dirs.contains(&"bucket=canary".to_string()) && dirs.contains(&"bucket=train".to_string()),
+        "{dirs:?}"
+    );
+    for b in &data.samples {
+        let expected = if b.bucket == "canary" { 1 } else { 0 };
+        assert!(
+            b.policy_version.iter().all(|&v| v == expected),
+            "bucket {} holds {:?}",
+            b.bucket,
+            b.policy_version
+        );
+    }
+    // Rolling back to version 0 restores the rules it was published with.
+    let back: ReleaseStatus = op
+        .post("/v1/operator/rollback", &json!({"version": 0}))
+        .unwrap();
+    assert_eq!((back.stable, back.candidate), (0, None));
+    assert_eq!(back.rules_version, rules_v0);
+    assert_eq!(g.ledger().current().unwrap().1.version, rules_v0);
+    assert_eq!(
+        g.ledger().rules_for_policy(1).unwrap().version,
+        r2.rules_version
+    );
+    let rolled: Vec<_> = h
+        .ledger()
+        .generations
+        .into_iter()
+        .filter(|r| r.operation == "rollback")
+        .collect();
+    assert_eq!(rolled.len(), 1);
+    assert_eq!(
+        (rolled[0].policy_version, rolled[0].rules_version),
+        (0, rules_v0)
+    );
+    assert_eq!(start(&a).policy_version, 0);
+}
+
+#[test]
+fn open_episodes_continue_after_a_restart() {
+    let mut h = Harness::start(|_| {});
+    let a = h.agent(0);
+    let e = start(&a);
+    let x = act(&a, e.episode_id, "r0").unwrap();
+    report(&a, x.action_id).unwrap();
+    let pending = act(&a, e.episode_id, "r1").unwrap();
+    h.restart(|_| {});
+    let a = h.agent(0);
+    let info: EpisodeInfo = a.get(&format!("/v1/episodes/{}", e.episode_id)).unwrap();
+    assert_eq!(
+        (info.steps, info.pending_action),
+        (1, Some(pending.action_id))
+    );
+    assert_eq!(
+        act(&a, e.episode_id, "r1").unwrap(),
+        pending,
+        "same key, same answer after restart"
+    );
+    assert_eq!(
+        report(&a, pending.action_id).unwrap().status,
+        ReportStatus::Stored
+    );
+    assert_eq!(
+        report(&a, x.action_id).unwrap().status,
+        ReportStatus::Duplicate
+    );
+    let next = act(&a, e.episode_id, "r2").unwrap();
+    assert!(next.action_id > pending.action_id);
+    report_with(&a, next.action_id, true).unwrap();
+    let ended: EpisodeInfo = a.get(&format!("/v1/episodes/{}", e.episode_id)).unwrap();
+    assert_eq!(ended.status, EpisodeStatus::Ended);
+    let data = h.ledger();
+    let rows: usize = data.samples.iter().map(|b| b.len()).sum();
+    assert_eq!(rows, 3);
+}
+
+#[test]
+fn the_fleet_trains_cartpole_with_latency_to_a_rising_return() {
+    let h = Harness::start(|s| {
+        s.release = ReleaseMode::Auto;
+        s.cooldown_secs = 0.0;
+        s.agent_tokens = 8;
+    });
+    let mut fleet = FleetSettings::new(
+        &h.server().url(),
+        h.server().gateway().tokens().clone(),
+        8,
+        "cartpole",
+    );
+    fleet.steps = 25_000;
+    fleet.max_duration = Duration::from_secs(240);
+    let report = run_fleet(&fleet).unwrap();
+    assert!(report.steps >= 25_000, "{report:?}");
+    assert!(report.stored > 20_000 && report.episodes > 50, "{report:?}");
+    assert!(
+        report.duplicates > 0 && report.aborts > 0 && report.holds > 0,
+        "the faults happened: {report:?}"
+    );
+    let data = h.ledger();
+    let m = strata_ledger::metrics(&data);
+    let gens: Vec<(u64, f64, u64)> = m
+        .per_generation
+        .iter()
+        .filter(|(_, _, v)| v.episodes > 0)
+        .map(|(g, _, v)| (*g, v.sum_return, v.episodes))
+        .collect();
+    let mean = |part: &[(u64, f64, u64)]| {
+        part.iter().map(|x| x.1).sum::<f64>() / part.iter().map(|x| x.2).sum::<u64>().max(1) as f64
+    };
+    let n = gens.len();
+    assert!(n >= 6, "{gens:?}");
+    let (early, late) = (mean(&gens[..n / 4]), mean(&gens[n * 3 / 4..]));
+    assert!(
+        late > 2.0 * early && late > 60.0,
+        "mean return per generation: early {early:.1}, late {late:.1}: {gens:?}"
+    );
+    assert!(h.server().gateway().status().updates >= 20);
+}
