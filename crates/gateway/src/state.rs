@@ -248,9 +248,10 @@ pub fn agent_key(agent: &str, key: &str) -> String {
     format!("{agent}\u{1f}{key}")
 }
 
-/// A journal record.
+/// A journal record. Externally tagged: an internally tagged enum buffers its content,
+/// and serde cannot then read the integer keys of the snapshot's maps back.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "e", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Event {
     /// Everything, as of the last start.
     Snapshot {
@@ -317,5 +318,44 @@ impl State {
         } else if self.episodes.contains_key(&action.episode) {
             self.remember(action, keep);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_with_episodes_and_actions_reads_back() {
+        let mut state = State::new(0, 1.0, 0.0);
+        state.episodes.insert(
+            4,
+            EpisodeRec {
+                id: 4,
+                agent: "agent-0".into(),
+                version: 0,
+                channel: Channel::Stable,
+                bucket: "train".into(),
+                trajectory: 9,
+                status: EpisodeStatus::Active,
+                steps: 2,
+                reward_sum: 2.0,
+                last_seq: Some(3),
+                last_obs: None,
+                pending: Some(7),
+                start_key: Some("k".into()),
+                last_activity_ns: 1,
+            },
+        );
+        state.episode_keys.insert(agent_key("agent-0", "k"), 4);
+        let line = serde_json::to_string(&Event::Snapshot {
+            state: Box::new(state),
+        })
+        .unwrap();
+        let mut back = State::new(0, 0.0, 0.0);
+        back.apply(serde_json::from_str(&line).unwrap(), 10);
+        assert_eq!(back.episodes[&4].pending, Some(7));
+        assert_eq!(back.episode_keys[&agent_key("agent-0", "k")], 4);
+        assert_eq!(back.release.cooldown_secs, 1.0);
     }
 }

@@ -1,0 +1,194 @@
+//! `strata serve` as a real process: kill -9 under load, restart, and account for every
+//! acknowledged report; `strata fleet` against it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use strata_gateway::{ActResponse, Client, EpisodeInfo, ReportResponse, ReportStatus, TokensFile};
+use strata_ledger::{LedgerData, Storage};
+
+/// Starts `strata serve` on a free port and waits for its address.
+fn serve(dir: &Path) -> (Child, String) {
+    let address = dir.join("address");
+    let _ = std::fs::remove_file(&address);
+    let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "serve",
+            "--env",
+            "cartpole",
+            "--addr",
+            "127.0.0.1:0",
+            "--cooldown-secs",
+            "0",
+            "--dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&address) {
+            if text.ends_with('\n') {
+                return (child, text.trim().to_string());
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "strata serve did not start: {}",
+            std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Retries a call through restarts, with the current address.
+fn retry<T>(
+    url: &RwLock<String>,
+    token: &str,
+    call: impl Fn(&Client) -> Result<T, strata_gateway::ClientError>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let client = Client::new(&url.read().unwrap(), token);
+        match call(&client) {
+            Ok(v) => return v,
+            Err(e) if e.retryable() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("gave up: {e}"),
+        }
+    }
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, first_url) = serve(dir.path());
+    let tokens: TokensFile =
+        serde_json::from_slice(&std::fs::read(dir.path().join("tokens.json")).unwrap()).unwrap();
+    let url = Arc::new(RwLock::new(first_url));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let clients: Vec<_> = tokens
+        .agent_tokens()
+        .into_iter()
+        .take(6)
+        .map(|(name, token)| {
+            let (url, stop, acked) = (url.clone(), stop.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let mut episode: Option<u64> = None;
+                let mut step = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let e = *episode.get_or_insert_with(|| {
+                        let info: EpisodeInfo = retry(&url, &token, |c| c.post("/v1/episodes", &json!({})));
+                        info.episode_id
+                    });
+                    let key = format!("{name}-{step}");
+                    let act = json!({"observation": [0.0, 0.1, 0.0, -0.1], "env_seq": step, "idempotency_key": key});
+                    let a: ActResponse = retry(&url, &token, |c| c.post(&format!("/v1/episodes/{e}/act"), &act));
+                    let done = step % 40 == 39;
+                    let report = json!({"observation_after": [0.0, 0.1, 0.0, -0.1], "reward": 1.0, "env_seq": step + 1, "terminated": done});
+                    let r: ReportResponse = retry(&url, &token, |c| c.post(&format!("/v1/actions/{}/report", a.action_id), &report));
+                    assert!(matches!(r.status, ReportStatus::Stored | ReportStatus::Duplicate), "{r:?}");
+                    acked.lock().unwrap().push((format!("{name}/{key}"), r.sample_id.unwrap()));
+                    step += 1;
+                    if done {
+                        episode = None;
+                    }
+                }
+            })
+        })
+        .collect();
+    let wait_for = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while acked.lock().unwrap().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "load stalled at {}",
+                acked.lock().unwrap().len()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    for round in 1..=2 {
+        wait_for(round * 400);
+        child.kill().unwrap(); // SIGKILL under load
+        child.wait().unwrap();
+        let (next, next_url) = serve(dir.path());
+        child = next;
+        *url.write().unwrap() = next_url;
+    }
+    wait_for(1200);
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "strata serve ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let data =
+        LedgerData::read(&Storage::open(&dir.path().join("ledger").display().to_string()).unwrap())
+            .unwrap();
+    let mut stored: HashMap<String, Vec<u64>> = HashMap::new();
+    for b in &data.samples {
+        for i in 0..b.len() {
+            stored
+                .entry(b.idempotency_key[i].clone().unwrap())
+                .or_default()
+                .push(b.sample_id[i]);
+        }
+    }
+    let acked = acked.lock().unwrap();
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|(k, id)| stored.get(k).is_none_or(|ids| !ids.contains(id)))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged reports missing: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    let twice: Vec<_> = stored.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(twice.is_empty(), "stored more than once: {twice:?}");
+    assert!(acked.len() >= 1200);
+}
+
+#[test]
+fn fleet_runs_against_a_served_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, url) = serve(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "fleet", "--agents", "4", "--steps", "2000", "--server", &url, "--tokens",
+        ])
+        .arg(dir.path().join("tokens.json"))
+        .output()
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("fleet: 2"), "{stdout}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["fleet", "--server", &url])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--tokens"));
+}
