@@ -12,11 +12,12 @@ use serde_json::json;
 use strata_gateway::{ActResponse, Client, EpisodeInfo, ReportResponse, ReportStatus, TokensFile};
 use strata_ledger::{LedgerData, Storage};
 
-/// Starts `strata serve` on a free port and waits for its address.
+/// Starts `strata serve` on a free port and waits for its address (the caller reaps it).
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits on it
 fn serve(dir: &Path) -> (Child, String) {
     let address = dir.join("address");
     let _ = std::fs::remove_file(&address);
-    let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args([
             "serve",
             "--env",
@@ -39,11 +40,14 @@ fn serve(dir: &Path) -> (Child, String) {
                 return (child, text.trim().to_string());
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "strata serve did not start: {}",
-            std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
-        );
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "strata serve did not start: {}",
+                std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+            );
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
