@@ -25,6 +25,7 @@
 //! `flush_interval` of data.
 
 mod analysis;
+mod append_log;
 mod compact;
 mod manifest;
 mod reader;
@@ -177,7 +178,20 @@ impl Ledger {
                 );
             }
         }
-        let data = LedgerData::read(&storage)?;
+        let data = LedgerData::read_stored(&storage)?;
+        // Rows acknowledged into the append log by a process that died before flushing
+        // them: moved into the sample log below (without `compact_on_open` the append log
+        // may be a running writer's, and is left alone).
+        let stranded = if config.compact_on_open {
+            append_log::stranded(&storage, &data)?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let stranded_max = stranded
+            .0
+            .iter()
+            .flat_map(|b| b.sample_id.iter().copied())
+            .max();
         let mut keys = HashMap::new();
         let mut max_id = None;
         for b in &data.samples {
@@ -223,15 +237,34 @@ impl Ledger {
             .name("strata-ledger".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| LedgerError::Writer(format!("cannot start the writer thread: {e}")))?;
-        Ok(Ledger {
+        let ledger = Ledger {
             storage,
             tx: Some(tx),
             handle: Some(handle),
             shared,
-            next_sample_id: AtomicU64::new(max_id.map_or(0, |m| m + 1)),
+            next_sample_id: AtomicU64::new(max_id.max(stranded_max).map_or(0, |m| m + 1)),
             registry: Mutex::new(registry),
             send_timeout: config.send_timeout,
-        })
+        };
+        let (batches, files) = stranded;
+        if !files.is_empty() {
+            let rows: usize = batches.iter().map(SampleBatch::len).sum();
+            for b in batches {
+                ledger.send(Message::Samples(Box::new(b)))?;
+            }
+            ledger.flush()?;
+            for f in &files {
+                std::fs::remove_file(f)
+                    .map_err(|e| LedgerError::Storage(format!("removing {}: {e}", f.display())))?;
+            }
+            tracing::info!(
+                component = "ledger",
+                rows,
+                files = files.len(),
+                "moved acknowledged rows from the append log into the sample log"
+            );
+        }
+        Ok(ledger)
     }
 
     /// The storage root.
@@ -289,15 +322,25 @@ impl Ledger {
         self.send(Message::Samples(Box::new(batch)))
     }
 
-    /// Appends samples and returns once they are durable in the sample log (a deployed
-    /// agent's report is acknowledged only then). Concurrent callers share one group commit.
+    /// Appends samples and returns once they are durable (a deployed agent's report is
+    /// acknowledged only then): for a local ledger in the append log (`wal/appends/`,
+    /// synced), for an object store by a flush into the sample log. Concurrent callers
+    /// share one group commit.
     ///
     /// # Errors
-    /// As [`Ledger::append_samples`], or the storage failure (then nothing is acknowledged;
-    /// the rows stay buffered and are retried).
+    /// As [`Ledger::append_samples`], or the storage failure (then nothing is
+    /// acknowledged).
     pub fn append_samples_durable(&self, batch: SampleBatch) -> Result<(), LedgerError> {
-        self.append_samples(batch)?;
-        self.flush()
+        batch.validate().map_err(LedgerError::Rejected)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (reply, answer) = sync_channel(1);
+        self.send(Message::DurableSamples(Box::new(batch), reply))?;
+        answer
+            .recv_timeout(self.send_timeout * 6)
+            .map_err(|_| LedgerError::Writer("no answer to a durable append".into()))?
+            .map_err(LedgerError::Storage)
     }
 
     /// Appends admission decisions.

@@ -49,11 +49,21 @@ pub fn table_files(storage: &Storage, table: Table) -> Result<Vec<String>, Ledge
 }
 
 impl LedgerData {
-    /// Reads every table under `storage`.
+    /// Reads every table under `storage`, and the rows of a local ledger that are durable
+    /// only in its append log (a writer died before flushing them).
     ///
     /// # Errors
     /// [`LedgerError::BadFile`] naming the first unreadable, foreign or misplaced file.
     pub fn read(storage: &Storage) -> Result<LedgerData, LedgerError> {
+        let mut data = Self::read_stored(storage)?;
+        let (stranded, files) = crate::append_log::stranded(storage, &data)?;
+        data.files += files.len();
+        data.samples.extend(stranded);
+        Ok(data)
+    }
+
+    /// As [`LedgerData::read`], without rows only in the append log.
+    pub(crate) fn read_stored(storage: &Storage) -> Result<LedgerData, LedgerError> {
         let mut data = LedgerData::default();
         let logs = crate::compact::log_files(storage)?;
         let log_names: std::collections::HashSet<&str> =

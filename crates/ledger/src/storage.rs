@@ -80,6 +80,11 @@ impl Storage {
         &self.location
     }
 
+    /// The directory, for a local ledger (which keeps a durable append log there).
+    pub(crate) fn local_root(&self) -> Option<&std::path::Path> {
+        self.local.then(|| std::path::Path::new(&self.location))
+    }
+
     fn path(&self, relative: &str) -> Path {
         if self.prefix.as_ref().is_empty() {
             Path::from(relative)

@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::append_log::AppendLog;
 use crate::record::{
     now_ns, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode,
     SampleBatch, Target,
@@ -18,6 +19,8 @@ use crate::storage::Storage;
 /// What the writer is sent.
 pub(crate) enum Message {
     Samples(Box<SampleBatch>),
+    /// Samples to make durable (in the append log, or by a flush) before replying.
+    DurableSamples(Box<SampleBatch>, SyncSender<Result<(), String>>),
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
     Duplicate(DuplicateRecord),
@@ -107,6 +110,8 @@ pub(crate) struct Writer {
     trajectories: HashMap<u64, TrajectoryState>,
     invalidated: HashSet<u64>,
     batches: u64,
+    /// Durable appends of a local ledger; `None` for an object store (a flush then).
+    append_log: Option<AppendLog>,
 }
 
 impl Writer {
@@ -117,7 +122,11 @@ impl Writer {
         keys: HashMap<String, u64>,
     ) -> Self {
         let session = format!("{:x}-{:x}", now_ns(), std::process::id());
+        let append_log = storage
+            .local_root()
+            .map(|root| AppendLog::new(root, &session));
         Writer {
+            append_log,
             storage,
             shared,
             policy,
@@ -156,6 +165,13 @@ impl Writer {
                 }
             };
             match message.and_then(|m| self.absorb(m)) {
+                Some(Message::DurableSamples(batch, reply)) => {
+                    if let Some(close) = self.durable_group(*batch, reply, &messages) {
+                        let _ = close.send(self.close());
+                        return;
+                    }
+                    continue;
+                }
                 Some(Message::Flush(reply)) => {
                     // Group commit: what is queued behind this request, other flush
                     // requests included, goes into the same files and the same sync.
@@ -366,6 +382,73 @@ impl Writer {
         }
     }
 
+    /// Group commit of durable appends: this one and every message queued behind it. The
+    /// rows are written to the append log and synced (or, without one, flushed) before
+    /// anyone is answered. Returns a `Close` request met on the way.
+    fn durable_group(
+        &mut self,
+        first: SampleBatch,
+        reply: SyncSender<Result<(), String>>,
+        messages: &Receiver<Message>,
+    ) -> Option<SyncSender<Result<(), String>>> {
+        // One append-log message per (bucket, config, width) for the whole group.
+        let mut logged: HashMap<LogKey, SampleBatch> = HashMap::new();
+        let mut replies = vec![reply];
+        let mut flushes = Vec::new();
+        let mut close = None;
+        let mut take = |w: &mut Self, batch: SampleBatch| {
+            if w.append_log.is_some() {
+                let key = (
+                    batch.bucket.clone(),
+                    batch.config_hash.clone(),
+                    batch.obs_dim,
+                );
+                logged
+                    .entry(key)
+                    .or_insert_with(|| {
+                        SampleBatch::new(&batch.bucket, &batch.config_hash, batch.obs_dim)
+                    })
+                    .extend_from(&batch, 0..batch.len());
+            }
+            w.ingest(batch);
+        };
+        take(self, first);
+        while let Ok(m) = messages.try_recv() {
+            match self.absorb(m) {
+                Some(Message::DurableSamples(b, r)) => {
+                    take(self, *b);
+                    replies.push(r);
+                }
+                Some(Message::Flush(r)) => flushes.push(r),
+                Some(Message::Close(r)) => {
+                    close = Some(r);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let logged: Vec<(String, arrow_array::RecordBatch)> = logged
+            .into_values()
+            .map(|b| (b.bucket.clone(), schema::samples_to_arrow(&b)))
+            .collect();
+        let result = match self.append_log.as_mut() {
+            Some(log) => log
+                .append(&logged)
+                .map_err(|e| format!("appending to the durable log: {e}")),
+            None => self.flush(),
+        };
+        for r in replies {
+            let _ = r.send(result.clone());
+        }
+        if !flushes.is_empty() {
+            let result = self.flush();
+            for r in flushes {
+                let _ = r.send(result.clone());
+            }
+        }
+        close
+    }
+
     fn append_run(&mut self, b: &SampleBatch, start: usize, end: usize) {
         if start >= end {
             return;
@@ -492,6 +575,14 @@ impl Writer {
         }
         self.shared.stats.lock().expect("stats").rows_buffered =
             self.samples.values().map(SampleBatch::len).sum::<usize>() as u64;
+        if first_error.is_none() && left == 0 {
+            // Every durably appended row is in the sample log now.
+            if let Some(log) = self.append_log.as_mut().filter(|l| !l.is_empty()) {
+                if let Err(e) = log.retire() {
+                    first_error = Some(format!("removing append-log files: {e}"));
+                }
+            }
+        }
         let mut failure = self.shared.failure.lock().expect("failure");
         *failure = first_error.clone();
         first_error.map_or(Ok(()), Err)

@@ -1,0 +1,237 @@
+//! The durable append log of a local ledger: rows appended with
+//! [`crate::Ledger::append_samples_durable`] are written here as Arrow IPC stream messages
+//! and synced (`fdatasync` of an open file: a fraction of a millisecond, where a new
+//! Parquet file costs several), then buffered as usual. Once a flush has put them into the
+//! sample log, the append-log files are removed. After a crash, readers merge the rows
+//! not yet in the sample log, and the ledger's owner moves them there when it reopens.
+//!
+//! ```text
+//! wal/appends/bucket=<bucket>/<session>-<n>.arrows
+//! ```
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::StreamWriter;
+
+use crate::record::SampleBatch;
+use crate::schema;
+
+/// Directory of the append log under the ledger root.
+pub(crate) const APPEND_LOG: &str = "wal/appends";
+
+/// The open append-log files of one writer, one per bucket.
+pub(crate) struct AppendLog {
+    root: PathBuf,
+    session: String,
+    seq: u64,
+    open: HashMap<String, (PathBuf, StreamWriter<std::io::BufWriter<File>>)>,
+}
+
+impl AppendLog {
+    /// An append log under `root` (files are created on first use).
+    pub(crate) fn new(root: &Path, session: &str) -> Self {
+        AppendLog {
+            root: root.to_path_buf(),
+            session: session.to_string(),
+            seq: 0,
+            open: HashMap::new(),
+        }
+    }
+
+    /// Appends `batches` (bucket, rows) and syncs the data of every file written.
+    pub(crate) fn append(&mut self, batches: &[(String, RecordBatch)]) -> std::io::Result<()> {
+        let mut touched: Vec<String> = Vec::new();
+        for (bucket, batch) in batches {
+            if !self.open.contains_key(bucket) {
+                let dir = self.root.join(APPEND_LOG).join(format!("bucket={bucket}"));
+                std::fs::create_dir_all(&dir)?;
+                self.seq += 1;
+                let path = dir.join(format!("{}-{:06}.arrows", self.session, self.seq));
+                let file = File::create(&path)?;
+                let writer = StreamWriter::try_new(
+                    std::io::BufWriter::with_capacity(64 * 1024, file),
+                    &schema::samples_schema(),
+                )
+                .map_err(std::io::Error::other)?;
+                // The new name must survive a crash too.
+                File::open(&dir)?.sync_all()?;
+                self.open.insert(bucket.clone(), (path, writer));
+            }
+            let (_, writer) = self.open.get_mut(bucket).expect("opened above");
+            writer.write(batch).map_err(std::io::Error::other)?;
+            writer.flush().map_err(std::io::Error::other)?;
+            if !touched.contains(bucket) {
+                touched.push(bucket.clone());
+            }
+        }
+        for bucket in touched {
+            self.open[&bucket].1.get_ref().get_ref().sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Whether any file is open.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Removes every file: their rows are durable in the sample log now.
+    pub(crate) fn retire(&mut self) -> std::io::Result<()> {
+        for (_, (path, writer)) in self.open.drain() {
+            drop(writer);
+            std::fs::remove_file(&path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The append-log files under a local ledger root.
+pub(crate) fn files(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let dir = root.join(APPEND_LOG);
+    let mut out = Vec::new();
+    let Ok(buckets) = std::fs::read_dir(&dir) else {
+        return Ok(out);
+    };
+    for b in buckets {
+        let b = b?;
+        let name = b.file_name().to_string_lossy().into_owned();
+        let Some(bucket) = name.strip_prefix("bucket=") else {
+            continue;
+        };
+        for f in std::fs::read_dir(b.path())? {
+            let path = f?.path();
+            if path.extension().is_some_and(|e| e == "arrows") {
+                out.push((bucket.to_string(), path));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+/// Reads one append-log file; a torn last message (the writer died mid-append, before the
+/// sync that would have acknowledged it) ends the file.
+pub(crate) fn read(bucket: &str, path: &Path) -> Result<Vec<SampleBatch>, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let reader = match StreamReader::try_new(std::io::BufReader::new(file), None) {
+        Ok(r) => r,
+        // Not even a schema: created, never acknowledged.
+        Err(_) => return Ok(out),
+    };
+    for batch in reader {
+        let Ok(batch) = batch else { break };
+        let mut decoded = Vec::new();
+        schema::samples_from_arrow(&batch, &mut decoded)?;
+        for mut b in decoded {
+            b.bucket = bucket.to_string();
+            out.push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// Rows in the append log that are not among `stored`'s samples (read without the append
+/// log: a writer died before flushing them), and the append-log files to remove once
+/// they are in the sample log.
+///
+/// # Errors
+/// An unreadable append-log file.
+pub(crate) fn stranded(
+    storage: &crate::Storage,
+    stored: &crate::LedgerData,
+) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
+    let Some(root) = storage.local_root() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let found = files(root).map_err(|e| crate::LedgerError::Storage(e.to_string()))?;
+    let mut batches = Vec::new();
+    let paths: Vec<PathBuf> = found.iter().map(|(_, p)| p.clone()).collect();
+    if found.is_empty() {
+        return Ok((batches, paths));
+    }
+    let in_log: std::collections::HashSet<u64> = stored
+        .samples
+        .iter()
+        .flat_map(|b| b.sample_id.iter().copied())
+        .collect();
+    for (bucket, path) in &found {
+        for b in read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
+            path: path.display().to_string(),
+            reason,
+        })? {
+            let keep: Vec<usize> = (0..b.len())
+                .filter(|&i| !in_log.contains(&b.sample_id[i]))
+                .collect();
+            let mut out = SampleBatch::new(&b.bucket, &b.config_hash, b.obs_dim);
+            for i in keep {
+                out.extend_from(&b, i..i + 1);
+            }
+            if !out.is_empty() {
+                batches.push(out);
+            }
+        }
+    }
+    Ok((batches, paths))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appended_rows_read_back_and_a_torn_tail_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = AppendLog::new(dir.path(), "s");
+        let mut b = SampleBatch::new("train", "cafe", 1);
+        let record = crate::SampleRecord {
+            sample_id: 5,
+            episode_id: 1,
+            trajectory_id: 1,
+            step: 0,
+            policy_version: 2,
+            config_hash: "cafe".into(),
+            issued_at_ns: 1,
+            completed_at_ns: 2,
+            obs_count: 1,
+            obs_hash: 3,
+            obs_min: vec![0.0],
+            obs_max: vec![1.0],
+            obs_mean: vec![0.5],
+            env_clock: 1,
+            sampler_version: 2,
+            newer_policy_sampling: false,
+            bucket: "train".into(),
+            idempotency_key: Some("k".into()),
+            reward: 1.0,
+            terminated: false,
+            truncated: false,
+            episode_return: None,
+            success: None,
+        };
+        b.push(&record).unwrap();
+        let arrow = schema::samples_to_arrow(&b);
+        log.append(&[("train".into(), arrow.clone())]).unwrap();
+        log.append(&[("train".into(), arrow)]).unwrap();
+        let found = files(dir.path()).unwrap();
+        assert_eq!(found.len(), 1);
+        let path = &found[0].1;
+        // A torn third message.
+        let len = std::fs::metadata(path).unwrap().len();
+        let bytes = std::fs::read(path).unwrap();
+        std::fs::write(
+            path,
+            [&bytes[..], &bytes[len as usize / 2..len as usize * 3 / 4]].concat(),
+        )
+        .unwrap();
+        let back = read("train", path).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0].row(0), record);
+        log.retire().unwrap();
+        assert!(files(dir.path()).unwrap().is_empty());
+    }
+}
