@@ -34,6 +34,12 @@ pub struct BenchArgs {
     /// Only the ledger figures (ingest rows/s, training with the ledger on vs off).
     #[arg(long)]
     ledger_only: bool,
+    /// Only the gateway figures (act round trip at a fixed rate, report ingest).
+    #[arg(long)]
+    gateway_only: bool,
+    /// Acts per second the gateway benchmark asks for.
+    #[arg(long, default_value_t = 10_000.0)]
+    gateway_rate: f64,
 }
 
 #[derive(Serialize, Default)]
@@ -56,6 +62,7 @@ struct Report {
     time_breakdown_cartpole_4_epochs: Option<Summary>,
     runtime: Vec<RuntimeRow>,
     ledger: Option<crate::bench_ledger::LedgerReport>,
+    gateway: Option<crate::bench_gateway::GatewayReport>,
 }
 
 /// One runtime configuration's figures.
@@ -240,6 +247,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         r.ledger = Some(crate::bench_ledger::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
+    let gateway_seconds = if args.quick { 3.0 } else { 10.0 };
+    if args.gateway_only {
+        r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
+        return write_report(&r, args.json.as_deref());
+    }
     r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
     r.env_step_vs_envpool = r.env_step_cartpole64_steps_per_sec / ENVPOOL_CARTPOLE_64;
     println!(
@@ -316,10 +328,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
         r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
     );
     r.ledger = Some(crate::bench_ledger::run(args.quick)?);
+    r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
     if !args.skip_runtime {
         r.runtime = runtime_section(args.quick)?;
     }
     write_report(&r, args.json.as_deref())
+}
+
+fn gateway(rate: f64, seconds: f64) -> Result<crate::bench_gateway::GatewayReport> {
+    let g = crate::bench_gateway::run(rate, seconds)?;
+    println!(
+        "gateway on loopback: {:.0} acts/s asked, {:.0} answered ({} not sent); act round trip p50 {:.3} ms, p99 {:.3} ms (target <= 1 ms), max {:.1} ms",
+        g.target_acts_per_sec, g.acts_per_sec, g.acts_skipped, g.act_p50_ms, g.act_p99_ms, g.act_max_ms
+    );
+    println!(
+        "gateway reports (durable before answered): {:.0}/s, round trip p50 {:.2} ms, p99 {:.2} ms",
+        g.reports_per_sec, g.report_p50_ms, g.report_p99_ms
+    );
+    Ok(g)
 }
 
 fn write_report(r: &Report, json: Option<&std::path::Path>) -> Result<()> {

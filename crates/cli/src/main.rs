@@ -2,6 +2,7 @@
 //! error chain and maps it to an exit code. All logic lives in the library crates.
 
 mod bench;
+mod bench_gateway;
 mod bench_ledger;
 mod commands;
 mod gateway_cmd;

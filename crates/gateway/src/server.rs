@@ -258,7 +258,7 @@ impl Server {
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
-            .max_blocking_threads(64)
+            .max_blocking_threads(512)
             .thread_name("strata-gateway-http")
             .enable_all()
             .build()
