@@ -338,7 +338,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 fn gateway(rate: f64, seconds: f64) -> Result<crate::bench_gateway::GatewayReport> {
     let g = crate::bench_gateway::run(rate, seconds)?;
     println!(
-        "gateway on loopback: {:.0} acts/s asked, {:.0} answered ({} not sent); act round trip p50 {:.3} ms, p99 {:.3} ms (target <= 1 ms), max {:.1} ms",
+        "gateway on loopback: {:.0} acts/s asked, {:.0} answered ({} not sent or failed); act round trip p50 {:.3} ms, p99 {:.3} ms (target <= 1 ms), max {:.1} ms",
         g.target_acts_per_sec, g.acts_per_sec, g.acts_skipped, g.act_p50_ms, g.act_p99_ms, g.act_max_ms
     );
     println!(

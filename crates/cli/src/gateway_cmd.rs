@@ -123,19 +123,19 @@ pub struct FleetArgs {
     #[arg(long, default_value_t = 1)]
     latency_ticks: u32,
     /// Chance per action that the target moves beyond the re-check threshold.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.002)]
     move_prob: f64,
     /// Chance per action of a popup (the episode is held for a person).
-    #[arg(long, default_value_t = 0.005)]
+    #[arg(long, default_value_t = 0.001)]
     popup_prob: f64,
     /// Chance per report that its answer is lost (the agent retries).
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.01)]
     lost_report_prob: f64,
     /// Chance per action that the agent times out on it.
-    #[arg(long, default_value_t = 0.002)]
+    #[arg(long, default_value_t = 0.0005)]
     timeout_prob: f64,
     /// Chance per action that the agent crashes.
-    #[arg(long, default_value_t = 0.0005)]
+    #[arg(long, default_value_t = 0.0001)]
     crash_prob: f64,
     /// Directory of the in-process gateway (default: runs/fleet-<env>-<unix time>).
     #[arg(long)]
@@ -249,6 +249,7 @@ fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
         dropped: u64,
         invalidated: BTreeMap<String, u64>,
         episodes: u64,
+        return_sum: f64,
         valid_episodes: u64,
         valid_return_sum: f64,
     }
@@ -266,6 +267,7 @@ fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
     for (v, all, valid) in &metrics.per_generation {
         let r = rows.entry(*v).or_default();
         r.episodes += all.episodes;
+        r.return_sum += all.sum_return;
         r.valid_episodes += valid.episodes;
         r.valid_return_sum += valid.sum_return;
     }
@@ -273,9 +275,16 @@ fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
     let groups = versions.len().clamp(1, 20);
     let per = versions.len().div_ceil(groups).max(1);
     println!(
-        "{:>13} {:>8} {:>8} {:>8} {:>8} {:>12}  invalidated",
-        "generations", "samples", "trained", "dropped", "episodes", "mean return"
+        "{:>13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  invalidated",
+        "generations", "samples", "trained", "dropped", "episodes", "return", "valid", "return"
     );
+    let mean = |sum: f64, n: u64| {
+        if n > 0 {
+            format!("{:.1}", sum / n as f64)
+        } else {
+            "-".into()
+        }
+    };
     for chunk in versions.chunks(per) {
         let mut sum = Row::default();
         for v in chunk {
@@ -283,30 +292,29 @@ fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
             sum.samples += r.samples;
             sum.trained += r.trained + r.down_weighted;
             sum.dropped += r.dropped;
-            sum.episodes += r.valid_episodes;
+            sum.episodes += r.episodes;
+            sum.return_sum += r.return_sum;
+            sum.valid_episodes += r.valid_episodes;
             sum.valid_return_sum += r.valid_return_sum;
             for (k, n) in &r.invalidated {
                 *sum.invalidated.entry(k.clone()).or_default() += n;
             }
         }
-        let mean = if sum.episodes > 0 {
-            format!("{:.1}", sum.valid_return_sum / sum.episodes as f64)
-        } else {
-            "-".into()
-        };
         let invalid: Vec<String> = sum
             .invalidated
             .iter()
             .map(|(k, v)| format!("{k}:{v}"))
             .collect();
         println!(
-            "{:>13} {:>8} {:>8} {:>8} {:>8} {:>12}  {}",
+            "{:>13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  {}",
             format!("{}-{}", chunk[0], chunk[chunk.len() - 1]),
             sum.samples,
             sum.trained,
             sum.dropped,
             sum.episodes,
-            mean,
+            mean(sum.return_sum, sum.episodes),
+            sum.valid_episodes,
+            mean(sum.valid_return_sum, sum.valid_episodes),
             if invalid.is_empty() {
                 "-".into()
             } else {
@@ -314,5 +322,8 @@ fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
             }
         );
     }
+    println!(
+        "(episodes by the generation of their last step; `valid`: with no invalidated sample)"
+    );
     Ok(serde_json::to_value(&rows)?)
 }

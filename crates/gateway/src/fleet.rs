@@ -62,11 +62,11 @@ impl FleetSettings {
             steps: 50_000,
             max_duration: Duration::from_secs(600),
             seed: 1,
-            move_prob: 0.01,
-            popup_prob: 0.005,
-            lost_report_prob: 0.02,
-            timeout_prob: 0.002,
-            crash_prob: 0.0005,
+            move_prob: 0.002,
+            popup_prob: 0.001,
+            lost_report_prob: 0.01,
+            timeout_prob: 0.0005,
+            crash_prob: 0.0001,
             confirm_delay: Duration::from_millis(20),
         }
     }

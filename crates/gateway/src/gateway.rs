@@ -324,7 +324,6 @@ impl Gateway {
         }
         state.episodes.insert(id, episode);
         self.journal_episode(&state, id)?;
-        state.forget_ended(10_000);
         Ok(self.info(&state.episodes[&id]))
     }
 
@@ -993,7 +992,8 @@ impl Gateway {
         self.journal_episode(state, id)
     }
 
-    /// Ends episodes idle longer than the episode timeout; returns how many.
+    /// Ends episodes idle longer than the episode timeout; once more than 10,000 have
+    /// ended, forgets those no remembered action refers to. Returns how many it ended.
     pub fn reap_idle(&self) -> usize {
         let limit = self.settings.episode_timeout.as_nanos() as i64;
         let now = now_ns();
@@ -1029,6 +1029,7 @@ impl Gateway {
                 tracing::warn!(component = "gateway", error = %e, "could not journal a timed-out episode");
             }
         }
+        state.forget_ended(10_000);
         idle.len()
     }
 

@@ -645,8 +645,8 @@ fn the_fleet_trains_cartpole_with_latency_to_a_rising_return() {
     let gens: Vec<(u64, f64, u64)> = m
         .per_generation
         .iter()
-        .filter(|(_, _, v)| v.episodes > 0)
-        .map(|(g, _, v)| (*g, v.sum_return, v.episodes))
+        .filter(|(_, all, _)| all.episodes > 0)
+        .map(|(g, all, _)| (*g, all.sum_return, all.episodes))
         .collect();
     let mean = |part: &[(u64, f64, u64)]| {
         part.iter().map(|x| x.1).sum::<f64>() / part.iter().map(|x| x.2).sum::<u64>().max(1) as f64
