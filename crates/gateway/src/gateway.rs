@@ -236,6 +236,18 @@ impl Gateway {
             .map_err(|e| ApiError::internal(e.to_string()))
     }
 
+    /// Journals an action's record with its episode's (both may have changed).
+    fn journal_action(&self, state: &State, action: ActionRec) -> Result<(), ApiError> {
+        let episode = state.episodes[&action.episode].clone();
+        self.journal(
+            &Event::ActionEpisode {
+                action: Box::new(action),
+                episode,
+            },
+            false,
+        )
+    }
+
     fn journal_episode(&self, state: &State, id: u64) -> Result<(), ApiError> {
         self.journal(
             &Event::Episode {
@@ -497,13 +509,7 @@ impl Gateway {
             status: ActionStatus::Pending,
         };
         state.remember(rec.clone(), self.settings.remembered_actions);
-        self.journal(
-            &Event::Reported {
-                action: Box::new(rec),
-                episode: state.episodes[&id].clone(),
-            },
-            false,
-        )?;
+        self.journal_action(&state, rec)?;
         Ok(answer)
     }
 
@@ -563,13 +569,7 @@ impl Gateway {
             e.pending = None;
             self.counters.holds.fetch_add(1, Ordering::Relaxed);
             self.cut(&state, episode, None);
-            self.journal(
-                &Event::Reported {
-                    action: Box::new(rec),
-                    episode: state.episodes[&episode].clone(),
-                },
-                false,
-            )?;
+            self.journal_action(&state, rec)?;
             return Ok(RecheckResponse {
                 verdict: Verdict::NeedsHuman,
                 reason: format!("unexpected top-level element {extra:?}: episode {episode} awaits an operator's confirmation"),
@@ -603,13 +603,7 @@ impl Gateway {
                     "gateway",
                 )?;
                 self.counters.aborts.fetch_add(1, Ordering::Relaxed);
-                self.journal(
-                    &Event::Reported {
-                        action: Box::new(rec),
-                        episode: state.episodes[&episode].clone(),
-                    },
-                    false,
-                )?;
+                self.journal_action(&state, rec)?;
                 return Ok(RecheckResponse {
                     verdict: Verdict::Abort,
                     reason: text,
@@ -833,13 +827,7 @@ impl Gateway {
             }
         }
         self.counters.reports.fetch_add(1, Ordering::Relaxed);
-        self.journal(
-            &Event::Reported {
-                action: Box::new(rec.clone()),
-                episode: state.episodes[&rec.episode].clone(),
-            },
-            false,
-        )?;
+        self.journal_action(&state, rec)?;
         Ok(ReportResponse {
             status: ReportStatus::Stored,
             sample_id: Some(sample_id),
@@ -877,13 +865,7 @@ impl Gateway {
                 &text,
                 "gateway",
             )?;
-            self.journal(
-                &Event::Reported {
-                    action: Box::new(rec),
-                    episode: state.episodes[&episode].clone(),
-                },
-                false,
-            )?;
+            self.journal_action(state, rec)?;
             return Ok(ReportResponse {
                 status: ReportStatus::StatusUnknown,
                 sample_id: None,

@@ -132,46 +132,59 @@ async fn status(State(g): Gw, headers: HeaderMap) -> Reply {
     ok(&g.status())
 }
 
+/// An operator's request: checks the token, then parses the body with `parse`, then runs
+/// `op` off the async workers (operator changes are synced to disk).
+async fn as_operator<B: Send + 'static, T: Serialize + Send + 'static>(
+    g: Arc<Gateway>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    parse: fn(&Bytes) -> Result<B, ApiError>,
+    op: impl FnOnce(&Gateway, &Caller, B) -> Result<T, ApiError> + Send + 'static,
+) -> Reply {
+    let c = caller(&g, headers, Some(Role::Operator))?;
+    let req = parse(body)?;
+    ok(&blocking(move || op(&g, &c, req)).await?)
+}
+
 async fn publish(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    let c = caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse_required(&body)?;
-    ok(&blocking(move || g.publish_checkpoint(&c, req)).await?)
+    as_operator(
+        g,
+        &headers,
+        &body,
+        parse_required,
+        Gateway::publish_checkpoint,
+    )
+    .await
 }
 
 async fn canary(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse_required(&body)?;
-    ok(&blocking(move || g.set_canary(req)).await?)
+    as_operator(g, &headers, &body, parse_required, |g, _, r| {
+        g.set_canary(r)
+    })
+    .await
 }
 
 async fn cooldown(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse_required(&body)?;
-    ok(&blocking(move || g.set_cooldown(req)).await?)
+    as_operator(g, &headers, &body, parse_required, |g, _, r| {
+        g.set_cooldown(r)
+    })
+    .await
 }
 
 async fn promote(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    let c = caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse(&body)?;
-    ok(&blocking(move || g.promote(&c, req)).await?)
+    as_operator(g, &headers, &body, parse, Gateway::promote).await
 }
 
 async fn rollback(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    let c = caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse(&body)?;
-    ok(&blocking(move || g.rollback(&c, req)).await?)
+    as_operator(g, &headers, &body, parse, Gateway::rollback).await
 }
 
 async fn rules(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse_required(&body)?;
-    ok(&blocking(move || g.set_rules(req)).await?)
+    as_operator(g, &headers, &body, parse_required, |g, _, r| g.set_rules(r)).await
 }
 
 async fn invalidate(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    let c = caller(&g, &headers, Some(Role::Operator))?;
-    let req = parse_required(&body)?;
-    ok(&blocking(move || g.invalidate(&c, req)).await?)
+    as_operator(g, &headers, &body, parse_required, Gateway::invalidate).await
 }
 
 async fn confirm(State(g): Gw, Path(e): Path<String>, headers: HeaderMap) -> Reply {

@@ -270,8 +270,8 @@ pub enum Event {
         /// Its record.
         action: Box<ActionRec>,
     },
-    /// An action was reported: its record and its episode's.
-    Reported {
+    /// An action's record and its episode's, after either changed.
+    ActionEpisode {
         /// The action.
         action: Box<ActionRec>,
         /// The episode.
@@ -302,7 +302,7 @@ impl State {
                 self.episodes.insert(episode.id, episode);
             }
             Event::Action { action } => self.apply_action(*action, keep_actions),
-            Event::Reported { action, episode } => {
+            Event::ActionEpisode { action, episode } => {
                 self.episodes.insert(episode.id, episode);
                 self.apply_action(*action, keep_actions);
             }
