@@ -27,12 +27,6 @@ use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, State}
 /// The bucket canary samples go to.
 pub const CANARY_BUCKET: &str = "canary";
 
-/// Training rows of one trajectory, gathered until it is cut.
-#[derive(Default)]
-struct Rows {
-    segment: Option<Segment>,
-}
-
 /// Counters for status and benchmarks.
 #[derive(Default)]
 pub struct Counters {
@@ -61,7 +55,8 @@ pub struct Gateway {
     pub(crate) ledger: Ledger,
     journal: Journal,
     state: Mutex<State>,
-    rows: Mutex<std::collections::HashMap<u64, Rows>>,
+    /// Training rows per trajectory, gathered until it is cut.
+    rows: Mutex<std::collections::HashMap<u64, Segment>>,
     pub(crate) policies: PolicyStore,
     pub(crate) auth: Auth,
     pub(crate) tokens: TokensFile,
@@ -568,7 +563,10 @@ impl Gateway {
             e.status = EpisodeStatus::AwaitingConfirmation;
             e.pending = None;
             self.counters.holds.fetch_add(1, Ordering::Relaxed);
-            self.cut(&state, episode, None);
+            // The steps so far are sound: train on them, bootstrapped from the last
+            // reported observation; the episode resumes on a new trajectory.
+            let last = state.episodes[&episode].last_obs.clone();
+            self.cut(&state, episode, Some(last.as_deref()));
             self.journal_action(&state, rec)?;
             return Ok(RecheckResponse {
                 verdict: Verdict::NeedsHuman,
@@ -809,14 +807,8 @@ impl Gateway {
         }
         let (trajectory, version) = (e.trajectory, e.version);
         if trajectory == rec.answer.trajectory_id {
-            self.add_row(&rec, &record, trajectory, version, &episode.bucket);
-            let full = self
-                .rows
-                .lock()
-                .expect("rows")
-                .get(&trajectory)
-                .and_then(|r| r.segment.as_ref())
-                .is_some_and(|s| s.len() >= self.settings.run.ppo.n_steps);
+            let held = self.add_row(&rec, &record, trajectory, version, &episode.bucket);
+            let full = held >= self.settings.run.ppo.n_steps;
             if ended || full {
                 let bootstrap = if req.terminated {
                     Some(None)
@@ -1015,6 +1007,7 @@ impl Gateway {
         idle.len()
     }
 
+    /// Adds a reported step to its trajectory's rows; returns how many it holds.
     fn add_row(
         &self,
         a: &ActionRec,
@@ -1022,15 +1015,11 @@ impl Gateway {
         trajectory: u64,
         version: u64,
         bucket: &str,
-    ) {
+    ) -> usize {
         let mut rows = self.rows.lock().expect("rows");
-        let seg = rows
-            .entry(trajectory)
-            .or_default()
-            .segment
-            .get_or_insert_with(|| {
-                Segment::new(trajectory, version, bucket, self.obs_dim, self.action_dim)
-            });
+        let seg = rows.entry(trajectory).or_insert_with(|| {
+            Segment::new(trajectory, version, bucket, self.obs_dim, self.action_dim)
+        });
         seg.push(
             r.sample_id,
             &a.obs,
@@ -1040,19 +1029,14 @@ impl Gateway {
             r.reward,
             r.completed_at_ns,
         );
+        seg.len()
     }
 
     /// Hands a trajectory's rows to the learner. `bootstrap`: `None` to discard them,
     /// `Some(None)` after a terminal state, `Some(Some(obs))` to bootstrap V(obs).
     fn cut(&self, state: &State, episode: u64, bootstrap: Option<Option<&[f32]>>) {
         let e = &state.episodes[&episode];
-        let Some(mut seg) = self
-            .rows
-            .lock()
-            .expect("rows")
-            .get_mut(&e.trajectory)
-            .and_then(|r| r.segment.take())
-        else {
+        let Some(mut seg) = self.rows.lock().expect("rows").remove(&e.trajectory) else {
             return;
         };
         let Some(bootstrap) = bootstrap else { return };
@@ -1063,9 +1047,6 @@ impl Gateway {
                 policy.model.lock().expect("model").values(obs, &mut v);
                 seg.bootstrap = v[0];
             }
-        }
-        if e.status == EpisodeStatus::Ended {
-            self.rows.lock().expect("rows").remove(&e.trajectory);
         }
         let tx = self.learner_tx.lock().expect("learner tx");
         if let Some(tx) = tx.as_ref() {
