@@ -368,14 +368,17 @@ fn eval(args: EvalArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         println!(
-            "{} policy v{} ({}): {} episodes, mean return {:.2} +- {:.2}, mean length {:.1}",
+            "{} policy v{} ({}): {} episodes, mean return {:.2} +- {:.2}, mean length {:.1}{}",
             result.env,
             result.policy_version,
             result.config_hash,
             result.episodes,
             result.mean_return,
             result.std_return,
-            result.mean_length
+            result.mean_length,
+            result
+                .success_rate
+                .map_or(String::new(), |s| format!(", success {:.1}%", s * 100.0))
         );
     }
     Ok(())

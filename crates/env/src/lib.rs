@@ -31,6 +31,7 @@ mod normalize;
 mod perturb;
 mod registry;
 mod space;
+pub mod tasks;
 mod vector;
 
 pub use classic::{Acrobot, CartPole, MountainCarContinuous, Pendulum};
@@ -40,6 +41,7 @@ pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, Scale
 pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
 pub use registry::{env_names, make_env, make_vec_env, make_vec_env_with_latency, spec_for};
 pub use space::{EnvSpec, Space};
+pub use tasks::ArmReach;
 pub use vector::{
     derive_seed, EnvRng, EpisodeEnd, SlotSnapshot, StepBatch, VecEnv, VecEnvSnapshot, Vectorized,
 };

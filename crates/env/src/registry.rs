@@ -1,12 +1,20 @@
 //! Built-in environments by name.
 
 use crate::{
-    Acrobot, CartPole, Env, EnvError, EnvSpec, MountainCarContinuous, Pendulum, VecEnv, Vectorized,
+    Acrobot, ArmReach, CartPole, Env, EnvError, EnvSpec, MountainCarContinuous, Pendulum, VecEnv,
+    Vectorized,
 };
 
 /// Names accepted by [`make_env`] and [`make_vec_env`].
 pub fn env_names() -> &'static [&'static str] {
-    &["cartpole", "pendulum", "acrobot", "mountaincar-continuous"]
+    &[
+        "cartpole",
+        "pendulum",
+        "acrobot",
+        "mountaincar-continuous",
+        "arm-reach",
+        "arm-reach-moving",
+    ]
 }
 
 fn unknown(name: &str) -> EnvError {
@@ -26,6 +34,8 @@ pub fn make_env(name: &str) -> Result<Box<dyn Env>, EnvError> {
         "pendulum" => Box::new(Pendulum::default()),
         "acrobot" => Box::new(Acrobot::default()),
         "mountaincar-continuous" => Box::new(MountainCarContinuous::default()),
+        "arm-reach" => Box::new(ArmReach::new(false)),
+        "arm-reach-moving" => Box::new(ArmReach::new(true)),
         _ => return Err(unknown(name)),
     })
 }
@@ -57,6 +67,8 @@ pub fn make_vec_env_with_latency(
         "mountaincar-continuous" => {
             vectorized(MountainCarContinuous::default(), num_envs, latency_ticks)
         }
+        "arm-reach" => vectorized(ArmReach::new(false), num_envs, latency_ticks),
+        "arm-reach-moving" => vectorized(ArmReach::new(true), num_envs, latency_ticks),
         _ => return Err(unknown(name)),
     })
 }

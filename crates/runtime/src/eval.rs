@@ -27,6 +27,8 @@ pub struct EvalResult {
     pub mean_length: f64,
     /// Every episode's return, in completion order per env.
     pub returns: Vec<f64>,
+    /// Fraction of episodes that succeeded, for tasks that define success.
+    pub success_rate: Option<f64>,
 }
 
 /// Runs `episodes` episodes (seeded by `seed`) with the policy's most likely action
@@ -61,6 +63,7 @@ pub fn evaluate(
         .collect();
     let mut done = vec![0usize; n];
     let (mut returns, mut lengths) = (Vec::with_capacity(episodes), Vec::with_capacity(episodes));
+    let mut successes: Vec<bool> = Vec::new();
     let mut rng = SampleRng::seed_from_u64(derive_seed(seed, 1));
     let ad = spec.action_dim();
     let (mut actions, mut log_probs, mut values) = (vec![0.0; n * ad], vec![0.0; n], vec![0.0; n]);
@@ -78,6 +81,7 @@ pub fn evaluate(
                 done[ep.env] += 1;
                 returns.push(ep.episode_return);
                 lengths.push(f64::from(ep.length));
+                successes.extend(ep.success);
             }
         }
         obs.copy_from_slice(&batch.obs);
@@ -94,5 +98,7 @@ pub fn evaluate(
         std_return: std,
         mean_length: lengths.iter().sum::<f64>() / k,
         returns,
+        success_rate: (!successes.is_empty())
+            .then(|| successes.iter().filter(|&&s| s).count() as f64 / successes.len() as f64),
     })
 }

@@ -131,6 +131,32 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 ledger: LedgerSettings::default(),
             }
         }
+        // The Franka reach tasks (no zoo entry): PPO's usual continuous-control settings
+        // (16 envs x 128 steps, minibatch 512, 10 epochs, gamma 0.98, lambda 0.95, lr 1e-3
+        // annealed); observations are already scaled, so no normalisation.
+        "arm-reach" | "arm-reach-moving" => {
+            let (env, train) = base(16, false, 2_000_000);
+            RunConfig {
+                env,
+                ppo: PpoConfig {
+                    n_steps: 128,
+                    batch_size: 512,
+                    n_epochs: 10,
+                    gamma: 0.98,
+                    gae_lambda: 0.95,
+                    learning_rate: 1e-3,
+                    anneal_lr: true,
+                    clip_range: 0.2,
+                    ent_coef: 0.0,
+                    ..PpoConfig::default()
+                },
+                network: NetworkConfig::default(),
+                train,
+                runtime: RuntimeConfig::default(),
+                admission: AdmissionRules::default(),
+                ledger: LedgerSettings::default(),
+            }
+        }
         _ => return None,
     };
     Some(config)

@@ -63,3 +63,34 @@ fn acrobot_solves_within_300k_steps() {
 fn mountaincar_continuous_solves_within_300k_steps() {
     solves("mountaincar-continuous", 1, 300_000);
 }
+
+/// Trains `env`'s preset for `budget` steps (deterministic) and returns the greedy success
+/// rate over 200 fresh episodes.
+fn success_rate_after(env: &str, seed: u64, budget: u64) -> f64 {
+    let mut config = preset(env).unwrap();
+    config.train.seed = seed;
+    config.train.total_steps = budget;
+    config.train.deterministic = true;
+    let mut trainer = Trainer::new(config).unwrap();
+    while !trainer.finished() {
+        trainer.iterate().unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    strata_runtime::save_checkpoint(&trainer, dir.path()).unwrap();
+    drop(trainer);
+    let mut policy = strata_runtime::load_policy(dir.path()).unwrap();
+    let result = strata_runtime::evaluate(&mut policy, 200, 99, true).unwrap();
+    result.success_rate.unwrap()
+}
+
+#[test]
+fn arm_reach_succeeds_90_percent_within_300k_steps() {
+    let rate = success_rate_after("arm-reach", 1, 300_000);
+    assert!(rate >= 0.9, "success rate {rate}");
+}
+
+#[test]
+fn arm_reach_with_a_moving_target_succeeds_90_percent_within_300k_steps() {
+    let rate = success_rate_after("arm-reach-moving", 1, 300_000);
+    assert!(rate >= 0.9, "success rate {rate}");
+}
