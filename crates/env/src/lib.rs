@@ -41,7 +41,7 @@ pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, Scale
 pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
 pub use registry::{env_names, make_env, make_vec_env, make_vec_env_with_latency, spec_for};
 pub use space::{EnvSpec, Space};
-pub use tasks::ArmReach;
+pub use tasks::{ArmReach, UiForm};
 pub use vector::{
     derive_seed, EnvRng, EpisodeEnd, SlotSnapshot, StepBatch, VecEnv, VecEnvSnapshot, Vectorized,
 };
@@ -89,6 +89,26 @@ pub trait Env: Send {
     fn success(&self, _terminated: bool) -> Option<bool> {
         None
     }
+    /// What a deployed agent's re-check compares: the world as the last observation showed
+    /// it (`current = false`) or as it is now (`current = true`; a target may have moved or
+    /// a popup appeared since). Empty for tasks without such a view.
+    fn context(&self, _current: bool) -> EnvContext {
+        EnvContext::default()
+    }
+    /// Observes again, outside a step (an agent whose action was aborted looks anew): the
+    /// current view becomes the observed one.
+    fn reobserve(&mut self, obs: &mut [f32]) {
+        self.observe(obs);
+    }
+}
+
+/// The part of the world a re-check compares (see [`Env::context`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EnvContext {
+    /// Where the target is.
+    pub target: Option<Vec<f32>>,
+    /// The UI's top-level elements, by name.
+    pub ui_top_level: Option<Vec<String>>,
 }
 
 /// Checks a state vector's length and finiteness for [`Env::set_state`].

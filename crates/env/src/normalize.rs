@@ -207,6 +207,13 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
             ..self.inner.normalizer()
         }
     }
+    fn context(&self, env: usize, current: bool) -> crate::EnvContext {
+        self.inner.context(env, current)
+    }
+    fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
+        self.inner.reobserve(env, obs);
+        self.rms.normalize(obs);
+    }
     fn set_normalizer(&mut self, stats: &NormalizerStats) -> Result<(), EnvError> {
         if let Some(rms) = &stats.obs {
             self.set_rms(rms)?;
@@ -323,6 +330,12 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
         }
         self.inner.set_normalizer(stats)
     }
+    fn context(&self, env: usize, current: bool) -> crate::EnvContext {
+        self.inner.context(env, current)
+    }
+    fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
+        self.inner.reobserve(env, obs)
+    }
     fn take_normalizer_delta(&mut self) -> NormalizerStats {
         NormalizerStats {
             returns: Some(std::mem::replace(
@@ -386,6 +399,12 @@ impl VecEnv for Box<dyn VecEnv> {
     }
     fn take_normalizer_delta(&mut self) -> NormalizerStats {
         (**self).take_normalizer_delta()
+    }
+    fn context(&self, env: usize, current: bool) -> crate::EnvContext {
+        (**self).context(env, current)
+    }
+    fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
+        (**self).reobserve(env, obs)
     }
 }
 

@@ -101,6 +101,12 @@ macro_rules! forward_vec_env {
         fn take_normalizer_delta(&mut self) -> NormalizerStats {
             self.inner.take_normalizer_delta()
         }
+        fn context(&self, env: usize, current: bool) -> crate::EnvContext {
+            self.inner.context(env, current)
+        }
+        fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
+            self.inner.reobserve(env, obs)
+        }
     };
 }
 

@@ -1,8 +1,8 @@
 //! Built-in environments by name.
 
 use crate::{
-    Acrobot, ArmReach, CartPole, Env, EnvError, EnvSpec, MountainCarContinuous, Pendulum, VecEnv,
-    Vectorized,
+    Acrobot, ArmReach, CartPole, Env, EnvError, EnvSpec, MountainCarContinuous, Pendulum, UiForm,
+    VecEnv, Vectorized,
 };
 
 /// Names accepted by [`make_env`] and [`make_vec_env`].
@@ -14,6 +14,7 @@ pub fn env_names() -> &'static [&'static str] {
         "mountaincar-continuous",
         "arm-reach",
         "arm-reach-moving",
+        "ui-form",
     ]
 }
 
@@ -36,6 +37,7 @@ pub fn make_env(name: &str) -> Result<Box<dyn Env>, EnvError> {
         "mountaincar-continuous" => Box::new(MountainCarContinuous::default()),
         "arm-reach" => Box::new(ArmReach::new(false)),
         "arm-reach-moving" => Box::new(ArmReach::new(true)),
+        "ui-form" => Box::new(UiForm::default()),
         _ => return Err(unknown(name)),
     })
 }
@@ -69,6 +71,7 @@ pub fn make_vec_env_with_latency(
         }
         "arm-reach" => vectorized(ArmReach::new(false), num_envs, latency_ticks),
         "arm-reach-moving" => vectorized(ArmReach::new(true), num_envs, latency_ticks),
+        "ui-form" => vectorized(UiForm::default(), num_envs, latency_ticks),
         _ => return Err(unknown(name)),
     })
 }

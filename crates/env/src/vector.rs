@@ -143,6 +143,13 @@ pub trait VecEnv: Send {
     fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError>;
     /// Wrappers collect statistics moments only while training (default: on).
     fn set_training(&mut self, _training: bool) {}
+    /// Env `env`'s view for re-checks ([`crate::Env::context`]).
+    fn context(&self, _env: usize, _current: bool) -> crate::EnvContext {
+        crate::EnvContext::default()
+    }
+    /// Writes env `env`'s observation anew into `obs` (one row), outside a step
+    /// ([`crate::Env::reobserve`]).
+    fn reobserve(&mut self, env: usize, obs: &mut [f32]);
     /// The normalisation statistics in use (none without normalisation wrappers).
     fn normalizer(&self) -> NormalizerStats {
         NormalizerStats::default()
@@ -251,6 +258,14 @@ impl<E: Env> Vectorized<E> {
 impl<E: Env> VecEnv for Vectorized<E> {
     fn spec(&self) -> &EnvSpec {
         &self.spec
+    }
+
+    fn context(&self, env: usize, current: bool) -> crate::EnvContext {
+        self.envs[env].context(current)
+    }
+
+    fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
+        self.envs[env].reobserve(obs);
     }
 
     fn num_envs(&self) -> usize {

@@ -1,11 +1,15 @@
 //! `arm-reach`: move a 7-joint Franka Panda's flange to a target with joint-velocity
 //! commands. `arm-reach-moving`: the target sometimes moves while an action executes, as a
-//! person moving the workpiece would.
+//! person moving the workpiece would: after the observation is taken, so the next action
+//! is chosen on a stale target unless a re-check compares [`Env::context`] now with the
+//! observed one.
 
 use rand::Rng;
 
 use super::panda::{flange_position, HOME, JOINTS, QD_MAX, Q_MAX, Q_MIN};
-use crate::{check_state, derive_seed, Env, EnvError, EnvRng, EnvSpec, Space, Transition};
+use crate::{
+    check_state, derive_seed, Env, EnvContext, EnvError, EnvRng, EnvSpec, Space, Transition,
+};
 
 /// Control period (s).
 const DT: f64 = 0.05;
@@ -18,10 +22,10 @@ const START_SPREAD: f64 = 0.1;
 /// Weight of the squared action in the reward.
 const ACTION_COST: f64 = 0.005;
 /// `arm-reach-moving`: the chance per step that the target moves, and how far (m).
-const MOVE_CHANCE: f64 = 0.05;
+const MOVE_CHANCE: f64 = 0.02;
 const MOVE_DISTANCE: f64 = 0.08;
 const OBS_DIM: usize = JOINTS + 9;
-const STATE_LEN: usize = JOINTS + 3 + 3;
+const STATE_LEN: usize = JOINTS + 3 + 3 + 3;
 
 /// The arm-reach task. State: joint angles, target, and (moving variant) the episode's
 /// seed for target moves and the step count.
@@ -29,6 +33,8 @@ const STATE_LEN: usize = JOINTS + 3 + 3;
 pub struct ArmReach {
     q: [f64; JOINTS],
     target: [f64; 3],
+    /// The target as the last observation showed it.
+    observed_target: [f64; 3],
     moving: bool,
     move_seed: u64,
     steps: u64,
@@ -40,6 +46,7 @@ impl ArmReach {
         ArmReach {
             q: HOME,
             target: flange_position(&HOME),
+            observed_target: flange_position(&HOME),
             moving,
             move_seed: 0,
             steps: 0,
@@ -115,15 +122,13 @@ impl Env for ArmReach {
                 .clamp(Q_MIN[j], Q_MAX[j]);
         }
         self.target = flange_position(&target_q);
+        self.observed_target = self.target;
         self.move_seed = rng.random();
         self.steps = 0;
         self.observe(obs);
     }
 
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Transition {
-        if self.moving {
-            self.maybe_move_target();
-        }
         let mut effort = 0.0;
         for j in 0..JOINTS {
             let a = f64::from(action[j]).clamp(-1.0, 1.0);
@@ -133,6 +138,10 @@ impl Env for ArmReach {
         self.steps += 1;
         let d = self.distance();
         self.observe(obs);
+        self.observed_target = self.target;
+        if self.moving && d >= TOLERANCE {
+            self.maybe_move_target();
+        }
         Transition {
             reward: -d - ACTION_COST * effort,
             terminated: d < TOLERANCE,
@@ -156,6 +165,7 @@ impl Env for ArmReach {
     fn state(&self) -> Vec<f64> {
         let mut s = self.q.to_vec();
         s.extend(self.target);
+        s.extend(self.observed_target);
         // The seed's halves are exact in f64.
         s.extend([
             (self.move_seed >> 32) as f64,
@@ -169,13 +179,32 @@ impl Env for ArmReach {
         check_state("arm-reach", state, STATE_LEN)?;
         self.q.copy_from_slice(&state[..JOINTS]);
         self.target.copy_from_slice(&state[JOINTS..JOINTS + 3]);
-        self.move_seed = ((state[JOINTS + 3] as u64) << 32) | state[JOINTS + 4] as u64;
-        self.steps = state[JOINTS + 5] as u64;
+        self.observed_target
+            .copy_from_slice(&state[JOINTS + 3..JOINTS + 6]);
+        self.move_seed = ((state[JOINTS + 6] as u64) << 32) | state[JOINTS + 7] as u64;
+        self.steps = state[JOINTS + 8] as u64;
         Ok(())
     }
 
     fn success(&self, terminated: bool) -> Option<bool> {
         Some(terminated)
+    }
+
+    fn reobserve(&mut self, obs: &mut [f32]) {
+        self.observed_target = self.target;
+        self.observe(obs);
+    }
+
+    fn context(&self, current: bool) -> EnvContext {
+        let t = if current {
+            self.target
+        } else {
+            self.observed_target
+        };
+        EnvContext {
+            target: Some(t.iter().map(|&x| x as f32).collect()),
+            ui_top_level: None,
+        }
     }
 }
 
@@ -222,10 +251,16 @@ mod tests {
             env.step(&[0.1; JOINTS], &mut obs);
             if env.target() != before {
                 moves += 1;
+                // It moved after the observation: the observation and the observed context
+                // show the old target, the current context the new one.
+                let old: Vec<f32> = before.iter().map(|&x| x as f32).collect();
+                assert_eq!(&obs[JOINTS + 3..JOINTS + 6], old.as_slice());
+                assert_eq!(env.context(false).target.unwrap(), old);
+                assert_ne!(env.context(true).target.unwrap(), old);
             }
             trace.push(env.target());
         }
-        assert!((5..=40).contains(&moves), "{moves} moves in 400 steps");
+        assert!((2..=20).contains(&moves), "{moves} moves in 400 steps");
         let mut again = ArmReach::new(true);
         again.set_state(&saved).unwrap();
         assert_eq!(again.target(), start);
