@@ -36,9 +36,12 @@ pub struct FleetSettings {
     pub max_duration: Duration,
     /// Seed.
     pub seed: u64,
-    /// Chance per action that the target moves beyond the re-check threshold meanwhile.
+    /// Chance per action that the simulated target moves beyond the re-check threshold
+    /// meanwhile (envs without a view of their own; `arm-reach-moving` moves its target
+    /// itself).
     pub move_prob: f64,
-    /// Chance per action that a popup appears.
+    /// Chance per action that a simulated popup appears (envs without a view of their
+    /// own; `ui-form` opens its popups itself).
     pub popup_prob: f64,
     /// Chance per report that the answer is lost (the agent retries).
     pub lost_report_prob: f64,
@@ -276,8 +279,15 @@ impl<'a> SimAgent<'a> {
     fn step(&mut self, info: &EpisodeInfo, step: u64, shared: &Shared) -> Result<Step, String> {
         let id = info.episode_id;
         let key = format!("{}-e{id}-s{step}", self.name);
-        let target = vec![0.3f32, -0.2];
-        let ui = vec!["form".to_string()];
+        // The view the action is chosen on: the env's own (a target, the UI's top-level
+        // elements) where it has one, else a simulated target and form.
+        let observed = self.env.context(0, false);
+        let simulated = observed.target.is_none() && observed.ui_top_level.is_none();
+        let (target, ui) = if simulated {
+            (Some(vec![0.3f32, -0.2]), Some(vec!["form".to_string()]))
+        } else {
+            (observed.target, observed.ui_top_level)
+        };
         let act = serde_json::json!({
             "observation": self.obs,
             "env_seq": step,
@@ -292,15 +302,28 @@ impl<'a> SimAgent<'a> {
                 Err(e) => return Err(format!("act: {e}")),
             };
         let a = answer.action_id;
-        // What the agent sees just before executing.
-        let mut now_target = target.clone();
-        if self.rng.random::<f64>() < self.settings.move_prob {
-            now_target[0] += 0.5;
-        }
-        let mut now_ui = ui.clone();
-        if self.rng.random::<f64>() < self.settings.popup_prob {
-            now_ui.push("popup".into());
-        }
+        // What the agent sees just before executing: the env's current view, or the
+        // simulated one disturbed with the configured chances.
+        let (now_target, now_ui) = if simulated {
+            let mut t = target.clone();
+            if let Some(t) = t
+                .as_mut()
+                .filter(|_| self.rng.random::<f64>() < self.settings.move_prob)
+            {
+                t[0] += 0.5;
+            }
+            let mut u = ui.clone();
+            if let Some(u) = u
+                .as_mut()
+                .filter(|_| self.rng.random::<f64>() < self.settings.popup_prob)
+            {
+                u.push("popup".into());
+            }
+            (t, u)
+        } else {
+            let now = self.env.context(0, true);
+            (now.target, now.ui_top_level)
+        };
         let check = serde_json::json!({ "target": now_target, "ui_top_level": now_ui });
         let verdict: RecheckResponse = self
             .retry(|c| c.post(&format!("/v1/actions/{a}/recheck"), &check))
@@ -309,6 +332,8 @@ impl<'a> SimAgent<'a> {
             Verdict::Proceed => {}
             Verdict::Abort => {
                 self.local.aborts += 1;
+                // Not executed; look again before the next action.
+                self.env.reobserve(0, &mut self.obs);
                 return Ok(Step::Continue);
             }
             Verdict::NeedsHuman => {
@@ -319,6 +344,7 @@ impl<'a> SimAgent<'a> {
                 let path = format!("/v1/operator/episodes/{id}/confirm");
                 self.retry(|_| op.post::<_, EpisodeInfo>(&path, &()))
                     .map_err(|e| format!("confirm: {e}"))?;
+                self.env.reobserve(0, &mut self.obs);
                 return Ok(Step::Continue);
             }
         }

@@ -559,18 +559,27 @@ impl Gateway {
         }) {
             a.status = ActionStatus::Cancelled;
             let rec = a.clone();
+            // A person will step in: the trajectory is recorded as interrupted (so the
+            // hold shows in the ledger) and the episode resumes on a new one.
+            let text = format!(
+                "action {action}: unexpected top-level element {extra:?}; held for an operator"
+            );
+            self.invalidate_and_restart(
+                &mut state,
+                episode,
+                ReasonCode::HumanInterrupt,
+                &text,
+                "gateway",
+            )?;
             let e = state.episodes.get_mut(&episode).expect("episode");
             e.status = EpisodeStatus::AwaitingConfirmation;
-            e.pending = None;
             self.counters.holds.fetch_add(1, Ordering::Relaxed);
-            // The steps so far are sound: train on them, bootstrapped from the last
-            // reported observation; the episode resumes on a new trajectory.
-            let last = state.episodes[&episode].last_obs.clone();
-            self.cut(&state, episode, Some(last.as_deref()));
             self.journal_action(&state, rec)?;
             return Ok(RecheckResponse {
                 verdict: Verdict::NeedsHuman,
-                reason: format!("unexpected top-level element {extra:?}: episode {episode} awaits an operator's confirmation"),
+                reason: format!(
+                    "unexpected top-level element {extra:?}: episode {episode} awaits an operator's confirmation"
+                ),
             });
         }
         if let (Some(before), Some(now)) = (&context.target, &req.target) {

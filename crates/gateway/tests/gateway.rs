@@ -210,6 +210,18 @@ fn recheck_aborts_a_moved_target_and_holds_for_a_popup() {
         }
     );
     assert!(stale[0].text.contains("moved"), "{}", stale[0].text);
+    let held: Vec<_> = data
+        .invalidations
+        .iter()
+        .filter(|i| i.reason == strata_ledger::ReasonCode::HumanInterrupt)
+        .collect();
+    assert_eq!(held.len(), 1, "the hold is visible in the ledger");
+    assert_eq!(
+        held[0].target,
+        strata_ledger::Target::Trajectory {
+            id: third.trajectory_id
+        }
+    );
 }
 
 #[test]
@@ -659,4 +671,52 @@ fn the_fleet_trains_cartpole_with_latency_to_a_rising_return() {
         "mean return per generation: early {early:.1}, late {late:.1}: {gens:?}"
     );
     assert!(h.server().gateway().status().updates >= 20);
+}
+
+/// The fleet on one of the seeds' tasks; returns the ledger's invalidation counts by reason.
+fn fleet_invalidations(env: &str) -> std::collections::BTreeMap<String, u64> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = GatewaySettings::new(env, dir.path()).unwrap();
+    s.addr = "127.0.0.1:0".parse().unwrap();
+    s.agent_tokens = 4;
+    let server = Server::start(s).unwrap();
+    let mut fleet = FleetSettings::new(&server.url(), server.gateway().tokens().clone(), 4, env);
+    fleet.steps = 3_000;
+    fleet.lost_report_prob = 0.0;
+    fleet.timeout_prob = 0.0;
+    fleet.crash_prob = 0.0;
+    let report = run_fleet(&fleet).unwrap();
+    server.gateway().ledger().flush().unwrap();
+    let storage = Storage::open(&dir.path().join("ledger").display().to_string()).unwrap();
+    let mut by_reason = std::collections::BTreeMap::new();
+    for g in strata_ledger::summary(&LedgerData::read(&storage).unwrap()) {
+        for (k, v) in g.invalidated {
+            *by_reason.entry(k).or_default() += v;
+        }
+    }
+    by_reason.insert("aborts".into(), report.aborts);
+    by_reason.insert("holds".into(), report.holds);
+    by_reason
+}
+
+#[test]
+fn the_moving_arm_target_triggers_recheck_aborts_in_the_fleet() {
+    let seen = fleet_invalidations("arm-reach-moving");
+    assert!(seen["aborts"] > 0, "{seen:?}");
+    assert!(
+        seen.get("observation_stale").copied().unwrap_or(0) > 0,
+        "{seen:?}"
+    );
+    assert_eq!(seen["holds"], 0, "{seen:?}");
+}
+
+#[test]
+fn ui_popups_trigger_human_holds_in_the_fleet() {
+    let seen = fleet_invalidations("ui-form");
+    assert!(seen["holds"] > 0, "{seen:?}");
+    assert!(
+        seen.get("human_interrupt").copied().unwrap_or(0) > 0,
+        "{seen:?}"
+    );
+    assert_eq!(seen["aborts"], 0, "{seen:?}");
 }

@@ -157,6 +157,31 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                 ledger: LedgerSettings::default(),
             }
         }
+        // The form task (no zoo entry): 16 envs x 64 steps, minibatch 256, 10 epochs,
+        // gamma 0.99, lr 1e-3 annealed, a little entropy to keep clicking around.
+        "ui-form" => {
+            let (env, train) = base(16, false, 1_000_000);
+            RunConfig {
+                env,
+                ppo: PpoConfig {
+                    n_steps: 64,
+                    batch_size: 256,
+                    n_epochs: 10,
+                    gamma: 0.99,
+                    gae_lambda: 0.95,
+                    learning_rate: 1e-3,
+                    anneal_lr: true,
+                    clip_range: 0.2,
+                    ent_coef: 0.01,
+                    ..PpoConfig::default()
+                },
+                network: NetworkConfig::default(),
+                train,
+                runtime: RuntimeConfig::default(),
+                admission: AdmissionRules::default(),
+                ledger: LedgerSettings::default(),
+            }
+        }
         _ => return None,
     };
     Some(config)

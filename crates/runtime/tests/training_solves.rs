@@ -94,3 +94,9 @@ fn arm_reach_with_a_moving_target_succeeds_90_percent_within_300k_steps() {
     let rate = success_rate_after("arm-reach-moving", 1, 300_000);
     assert!(rate >= 0.9, "success rate {rate}");
 }
+
+#[test]
+fn ui_form_completes_90_percent_within_700k_steps() {
+    let rate = success_rate_after("ui-form", 1, 700_000);
+    assert!(rate >= 0.9, "completion rate {rate}");
+}
