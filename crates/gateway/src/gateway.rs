@@ -69,6 +69,8 @@ pub struct Gateway {
     active_rules: Mutex<u64>,
     /// Counters.
     pub counters: Counters,
+    /// Size of the journal's last snapshot.
+    snapshot_bytes: AtomicU64,
 }
 
 impl Gateway {
@@ -148,6 +150,7 @@ impl Gateway {
             reset_learner: Mutex::new(None),
             active_rules: Mutex::new(active_rules),
             counters: Counters::default(),
+            snapshot_bytes: AtomicU64::new(0),
             settings,
         };
         gateway.settle_reports_in_flight()?;
@@ -973,6 +976,33 @@ impl Gateway {
         let last = state.episodes[&id].last_obs.clone();
         self.cut(state, id, Some(last.as_deref()));
         self.journal_episode(state, id)
+    }
+
+    /// Rewrites the journal as one snapshot once it holds more than
+    /// `journal_compact_bytes` and four times the last snapshot (serving pauses while the
+    /// state is written); returns whether it did.
+    ///
+    /// # Errors
+    /// The write failure (the old journal stays in use).
+    pub fn compact_journal(&self) -> Result<bool, ApiError> {
+        let bound = self
+            .settings
+            .journal_compact_bytes
+            .max(4 * self.snapshot_bytes.load(Ordering::Relaxed));
+        if self.journal.size() < bound {
+            return Ok(false);
+        }
+        // Every record is appended under the state lock: none can slip in meanwhile.
+        let state = self.state.lock().expect("state");
+        let snapshot = Event::Snapshot {
+            state: Box::new(state.clone()),
+        };
+        self.journal
+            .compact(&snapshot)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.snapshot_bytes
+            .store(self.journal.size(), Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Ends episodes idle longer than the episode timeout; once more than 10,000 have

@@ -2,7 +2,8 @@
 //! restarted gateway continues open episodes. Each record is one `write(2)` before the
 //! request is answered, so it survives the process being killed; release changes are also
 //! synced (they must survive the machine). Samples are not here: they are in the ledger.
-//! On start the journal is replayed and rewritten as one snapshot line.
+//! On start the journal is replayed and rewritten as one snapshot line, and it is
+//! rewritten so again whenever it grows past a bound while serving.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -17,7 +18,8 @@ use crate::error::GatewayError;
 /// An append-only file of JSON lines.
 pub struct Journal {
     path: PathBuf,
-    file: Mutex<File>,
+    /// The open file and its size.
+    file: Mutex<(File, u64)>,
 }
 
 impl Journal {
@@ -65,28 +67,27 @@ impl Journal {
     /// # Errors
     /// A write failure.
     pub fn rewrite<E: Serialize>(path: &Path, snapshot: &E) -> Result<Journal, GatewayError> {
-        let tmp = path.with_extension("jsonl.tmp");
-        let mut line = serde_json::to_vec(snapshot).expect("journal records serialise");
-        line.push(b'\n');
-        let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&line)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)?;
-            if let Some(dir) = path.parent() {
-                File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|e| GatewayError::io(path, e))?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| GatewayError::io(path, e))?;
+        let (file, size) = write_snapshot(path, snapshot)?;
         Ok(Journal {
             path: path.to_path_buf(),
-            file: Mutex::new(file),
+            file: Mutex::new((file, size)),
         })
+    }
+
+    /// Bytes in the journal now.
+    pub fn size(&self) -> u64 {
+        self.file.lock().expect("journal").1
+    }
+
+    /// Replaces the journal with the single record `snapshot`, as at a start: the caller
+    /// must hold whatever keeps new records from being appended meanwhile.
+    ///
+    /// # Errors
+    /// A write failure (the old journal stays in use).
+    pub fn compact<E: Serialize>(&self, snapshot: &E) -> Result<(), GatewayError> {
+        let mut f = self.file.lock().expect("journal");
+        *f = write_snapshot(&self.path, snapshot)?;
+        Ok(())
     }
 
     /// Appends one record (one `write(2)`); `sync` also makes it durable on disk.
@@ -97,13 +98,35 @@ impl Journal {
         let mut line = serde_json::to_vec(event).expect("journal records serialise");
         line.push(b'\n');
         let mut f = self.file.lock().expect("journal");
-        f.write_all(&line)
+        f.0.write_all(&line)
             .map_err(|e| GatewayError::io(&self.path, e))?;
+        f.1 += line.len() as u64;
         if sync {
-            f.sync_data().map_err(|e| GatewayError::io(&self.path, e))?;
+            f.0.sync_data()
+                .map_err(|e| GatewayError::io(&self.path, e))?;
         }
         Ok(())
     }
+}
+
+/// Writes `snapshot` as the whole journal at `path` (staged, synced, renamed into place);
+/// returns the file opened for appending and its size.
+fn write_snapshot<E: Serialize>(path: &Path, snapshot: &E) -> Result<(File, u64), GatewayError> {
+    let tmp = path.with_extension("jsonl.tmp");
+    let mut line = serde_json::to_vec(snapshot).expect("journal records serialise");
+    line.push(b'\n');
+    let write = || -> std::io::Result<File> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&line)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        OpenOptions::new().append(true).open(path)
+    };
+    let file = write().map_err(|e| GatewayError::io(path, e))?;
+    Ok((file, line.len() as u64))
 }
 
 #[cfg(test)]
@@ -126,6 +149,14 @@ mod tests {
         let _j = Journal::rewrite(&path, &vec![9u32]).unwrap();
         assert_eq!(seen, [1, 2, 3]);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "[9]\n");
+        let j = Journal::rewrite(&path, &vec![9u32]).unwrap();
+        j.append(&vec![10u32], false).unwrap();
+        assert_eq!(j.size(), 9);
+        j.compact(&vec![11u32]).unwrap();
+        j.append(&vec![12u32], false).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[11]\n[12]\n");
+        assert_eq!(j.size(), 10);
+        drop(j);
         std::fs::write(&path, "[1]\nnot json\n[2]\n").unwrap();
         let err = Journal::replay::<Vec<u32>>(&path, |_| {})
             .unwrap_err()

@@ -295,7 +295,13 @@ impl Server {
                         while !reaper_stop.load(Ordering::Relaxed) {
                             tick.tick().await;
                             let g = reaper_gateway.clone();
-                            let _ = tokio::task::spawn_blocking(move || g.reap_idle()).await;
+                            let _ = tokio::task::spawn_blocking(move || {
+                                g.reap_idle();
+                                if let Err(e) = g.compact_journal() {
+                                    tracing::error!(component = "gateway", error = %e.message, "journal compaction failed");
+                                }
+                            })
+                            .await;
                         }
                     });
                     axum::serve(listener, app)

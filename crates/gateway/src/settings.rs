@@ -72,6 +72,9 @@ pub struct GatewaySettings {
     pub learner_queue: usize,
     /// HTTP worker threads.
     pub http_threads: usize,
+    /// The journal is rewritten as one snapshot when it grows past this many bytes (and
+    /// past four times the last snapshot).
+    pub journal_compact_bytes: u64,
 }
 
 impl GatewaySettings {
@@ -109,6 +112,7 @@ impl GatewaySettings {
             remembered_actions: 100_000,
             learner_queue: 4096,
             http_threads: 2,
+            journal_compact_bytes: 64 << 20,
         })
     }
 

@@ -631,6 +631,40 @@ fn open_episodes_continue_after_a_restart() {
 }
 
 #[test]
+fn the_journal_is_compacted_and_still_restores_open_episodes() {
+    let mut h = Harness::start(|s| s.journal_compact_bytes = 4096);
+    let a = h.agent(0);
+    let e = start(&a);
+    for k in 0..30 {
+        let x = act(&a, e.episode_id, &format!("j{k}")).unwrap();
+        report(&a, x.action_id).unwrap();
+    }
+    let pending = act(&a, e.episode_id, "last").unwrap();
+    let path = h.dir.path().join("journal.jsonl");
+    let before = std::fs::metadata(&path).unwrap().len();
+    assert!(before > 4096, "{before}");
+    assert!(h.server().gateway().compact_journal().unwrap());
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(after < before, "{after} >= {before}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+    assert!(
+        !h.server().gateway().compact_journal().unwrap(),
+        "small again"
+    );
+    h.restart(|_| {});
+    let a = h.agent(0);
+    let info: EpisodeInfo = a.get(&format!("/v1/episodes/{}", e.episode_id)).unwrap();
+    assert_eq!(
+        (info.steps, info.pending_action),
+        (30, Some(pending.action_id))
+    );
+    assert_eq!(
+        report(&a, pending.action_id).unwrap().status,
+        ReportStatus::Stored
+    );
+}
+
+#[test]
 fn the_fleet_trains_cartpole_with_latency_to_a_rising_return() {
     let h = Harness::start(|s| {
         s.release = ReleaseMode::Auto;
