@@ -27,6 +27,34 @@ use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, State}
 /// The bucket canary samples go to.
 pub const CANARY_BUCKET: &str = "canary";
 
+/// Trajectories invalidated lately, which the learner skips if their segments are already
+/// queued. Bounded: a queued segment is trained on within seconds, so the oldest entries
+/// can be forgotten.
+#[derive(Default)]
+pub(crate) struct RecentlyInvalid {
+    set: HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
+}
+
+impl RecentlyInvalid {
+    const CAPACITY: usize = 1 << 16;
+
+    fn insert(&mut self, trajectory: u64) {
+        if self.set.insert(trajectory) {
+            self.order.push_back(trajectory);
+            if self.order.len() > Self::CAPACITY {
+                let oldest = self.order.pop_front().expect("non-empty");
+                self.set.remove(&oldest);
+            }
+        }
+    }
+
+    /// Whether `trajectory` was invalidated lately.
+    pub(crate) fn contains(&self, trajectory: u64) -> bool {
+        self.set.contains(&trajectory)
+    }
+}
+
 /// Counters for status and benchmarks.
 #[derive(Default)]
 pub struct Counters {
@@ -62,7 +90,7 @@ pub struct Gateway {
     pub(crate) tokens: TokensFile,
     learner_tx: Mutex<Option<SyncSender<Segment>>>,
     /// Trajectories invalidated while their samples may still await training.
-    pub(crate) invalidated: Mutex<HashSet<u64>>,
+    pub(crate) invalidated: Mutex<RecentlyInvalid>,
     /// A rollback for the learner to apply: the version whose parameters it continues from.
     pub(crate) reset_learner: Mutex<Option<u64>>,
     /// The admission-rules version the learner applies and new versions are bound to.
@@ -146,7 +174,7 @@ impl Gateway {
             auth,
             tokens,
             learner_tx: Mutex::new(None),
-            invalidated: Mutex::new(HashSet::new()),
+            invalidated: Mutex::new(RecentlyInvalid::default()),
             reset_learner: Mutex::new(None),
             active_rules: Mutex::new(active_rules),
             counters: Counters::default(),
@@ -1467,4 +1495,22 @@ fn fnv1a(values: &[f32]) -> u64 {
         }
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecentlyInvalid;
+
+    #[test]
+    fn recently_invalid_forgets_the_oldest_beyond_its_capacity() {
+        let mut r = RecentlyInvalid::default();
+        let n = RecentlyInvalid::CAPACITY as u64;
+        for t in 0..=n {
+            r.insert(t);
+            r.insert(t); // repeats change nothing
+        }
+        assert!(!r.contains(0), "the oldest is forgotten");
+        assert!(r.contains(1) && r.contains(n));
+        assert_eq!(r.order.len(), RecentlyInvalid::CAPACITY);
+    }
 }

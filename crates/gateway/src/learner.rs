@@ -245,15 +245,12 @@ impl Learner {
         let t0 = Instant::now();
         let segments = std::mem::take(&mut self.waiting);
         self.rows_waiting = 0;
-        let invalid = self
-            .gateway
-            .invalidated
-            .lock()
-            .expect("invalidated")
-            .clone();
-        let (segments, skipped): (Vec<Segment>, Vec<Segment>) = segments
-            .into_iter()
-            .partition(|s| !invalid.contains(&s.trajectory));
+        let (segments, skipped): (Vec<Segment>, Vec<Segment>) = {
+            let invalid = self.gateway.invalidated.lock().expect("invalidated");
+            segments
+                .into_iter()
+                .partition(|s| !invalid.contains(s.trajectory))
+        };
         let rows: usize = segments.iter().map(Segment::len).sum();
         if rows == 0 {
             return Ok(());
