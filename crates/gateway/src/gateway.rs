@@ -256,6 +256,11 @@ impl Gateway {
         &self.ledger
     }
 
+    /// Bytes in the journal now.
+    pub fn journal_size(&self) -> u64 {
+        self.journal.size()
+    }
+
     fn journal(&self, event: &Event, sync: bool) -> Result<(), ApiError> {
         self.journal
             .append(event, sync)
@@ -1007,8 +1012,9 @@ impl Gateway {
     }
 
     /// Rewrites the journal as one snapshot once it holds more than
-    /// `journal_compact_bytes` and four times the last snapshot (serving pauses while the
-    /// state is written); returns whether it did.
+    /// `journal_compact_bytes` and four times the last snapshot (serving pauses only while
+    /// the state is cloned and the records appended meanwhile are copied); returns whether
+    /// it did.
     ///
     /// # Errors
     /// The write failure (the old journal stays in use).
@@ -1020,13 +1026,19 @@ impl Gateway {
         if self.journal.size() < bound {
             return Ok(false);
         }
-        // Every record is appended under the state lock: none can slip in meanwhile.
-        let state = self.state.lock().expect("state");
-        let snapshot = Event::Snapshot {
-            state: Box::new(state.clone()),
+        // Every record is appended under the state lock, so the state and the journal's
+        // size taken together agree: what is appended later is copied after the snapshot.
+        let (snapshot, taken_at) = {
+            let state = self.state.lock().expect("state");
+            (
+                Event::Snapshot {
+                    state: Box::new(state.clone()),
+                },
+                self.journal.size(),
+            )
         };
         self.journal
-            .compact(&snapshot)
+            .compact(&snapshot, taken_at)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         self.snapshot_bytes
             .store(self.journal.size(), Ordering::Relaxed);

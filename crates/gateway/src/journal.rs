@@ -79,14 +79,37 @@ impl Journal {
         self.file.lock().expect("journal").1
     }
 
-    /// Replaces the journal with the single record `snapshot`, as at a start: the caller
-    /// must hold whatever keeps new records from being appended meanwhile.
+    /// Replaces the journal with the record `snapshot` followed by what was appended after
+    /// byte `taken_at` (the size when the snapshot's state was taken), so records appended
+    /// while the snapshot was written are kept. Appends wait only while that tail is
+    /// copied.
     ///
     /// # Errors
     /// A write failure (the old journal stays in use).
-    pub fn compact<E: Serialize>(&self, snapshot: &E) -> Result<(), GatewayError> {
+    pub fn compact<E: Serialize>(&self, snapshot: &E, taken_at: u64) -> Result<(), GatewayError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let tmp = self.path.with_extension("jsonl.tmp");
+        let mut line = serde_json::to_vec(snapshot).expect("journal records serialise");
+        line.push(b'\n');
+        let io = |e| GatewayError::io(&self.path, e);
+        let mut out = File::create(&tmp).map_err(io)?;
+        out.write_all(&line).map_err(io)?;
         let mut f = self.file.lock().expect("journal");
-        *f = write_snapshot(&self.path, snapshot)?;
+        let mut tail = Vec::new();
+        let mut old = File::open(&self.path).map_err(io)?;
+        old.seek(SeekFrom::Start(taken_at)).map_err(io)?;
+        old.read_to_end(&mut tail).map_err(io)?;
+        out.write_all(&tail).map_err(io)?;
+        out.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(io)?;
+        *f = (file, (line.len() + tail.len()) as u64);
         Ok(())
     }
 
@@ -152,10 +175,14 @@ mod tests {
         let j = Journal::rewrite(&path, &vec![9u32]).unwrap();
         j.append(&vec![10u32], false).unwrap();
         assert_eq!(j.size(), 9);
-        j.compact(&vec![11u32]).unwrap();
+        // The snapshot's state was taken at byte 4; "[10]" came after and is kept.
+        j.compact(&vec![11u32], 4).unwrap();
         j.append(&vec![12u32], false).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[11]\n[12]\n");
-        assert_eq!(j.size(), 10);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "[11]\n[10]\n[12]\n"
+        );
+        assert_eq!(j.size(), 15);
         drop(j);
         std::fs::write(&path, "[1]\nnot json\n[2]\n").unwrap();
         let err = Journal::replay::<Vec<u32>>(&path, |_| {})

@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, GatewayError};
 use crate::gateway::Gateway;
+use crate::metrics::Metrics;
 use crate::settings::GatewaySettings;
 
 /// The OpenAPI description of the API.
@@ -206,6 +207,46 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// Shared by the routes: the gateway and its metrics.
+#[derive(Clone)]
+struct Observed {
+    gateway: Arc<Gateway>,
+    metrics: Arc<Metrics>,
+}
+
+async fn metrics(State(o): State<Observed>) -> Response {
+    let text = o.metrics.render(&o.gateway);
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Times every routed request and counts its status.
+async fn track(
+    State(m): State<Arc<Metrics>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let start = std::time::Instant::now();
+    let response = next.run(req).await;
+    m.observe(
+        &route,
+        response.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    response
+}
+
 async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint (see /openapi.json)")
 }
@@ -213,6 +254,13 @@ async fn not_found() -> ApiError {
 /// The router over a gateway.
 pub fn router(gateway: Arc<Gateway>) -> Router {
     let limit = gateway.settings.max_body_bytes;
+    let metrics = Arc::new(Metrics::new());
+    let observed = Router::new()
+        .route("/metrics", get(self::metrics))
+        .with_state(Observed {
+            gateway: gateway.clone(),
+            metrics: metrics.clone(),
+        });
     Router::new()
         .route("/openapi.json", get(openapi))
         .route("/healthz", get(health))
@@ -232,9 +280,11 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/operator/rules", post(rules))
         .route("/v1/operator/invalidate", post(invalidate))
         .route("/v1/operator/episodes/{id}/confirm", post(confirm))
+        .route_layer(axum::middleware::from_fn_with_state(metrics, track))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gateway)
+        .merge(observed)
 }
 
 /// A running gateway: HTTP server, learner and idle-episode reaper.
