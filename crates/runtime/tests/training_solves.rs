@@ -3,17 +3,22 @@
 
 use strata_runtime::{preset, Trainer};
 
-fn solves(env: &str, seed: u64, budget: u64) {
+/// Trains `env`'s preset with `seed` for up to `budget` steps in deterministic mode.
+fn train(env: &str, seed: u64, budget: u64, stop_when_solved: bool) -> Trainer {
     let mut config = preset(env).unwrap();
     config.train.seed = seed;
     config.train.total_steps = budget;
     config.train.deterministic = true;
-    config.train.stop_when_solved = true;
+    config.train.stop_when_solved = stop_when_solved;
     let mut trainer = Trainer::new(config).unwrap();
     while !trainer.finished() {
         trainer.iterate().unwrap();
     }
-    let s = trainer.summary();
+    trainer
+}
+
+fn solves(env: &str, seed: u64, budget: u64) {
+    let s = train(env, seed, budget, true).summary();
     assert!(
         s.solved,
         "{env} seed {seed} not solved within {budget} steps: mean return of the last 20 episodes {:?}",
@@ -67,14 +72,7 @@ fn mountaincar_continuous_solves_within_300k_steps() {
 /// Trains `env`'s preset for `budget` steps (deterministic) and returns the greedy success
 /// rate over 200 fresh episodes.
 fn success_rate_after(env: &str, seed: u64, budget: u64) -> f64 {
-    let mut config = preset(env).unwrap();
-    config.train.seed = seed;
-    config.train.total_steps = budget;
-    config.train.deterministic = true;
-    let mut trainer = Trainer::new(config).unwrap();
-    while !trainer.finished() {
-        trainer.iterate().unwrap();
-    }
+    let trainer = train(env, seed, budget, false);
     let dir = tempfile::tempdir().unwrap();
     strata_runtime::save_checkpoint(&trainer, dir.path()).unwrap();
     drop(trainer);
