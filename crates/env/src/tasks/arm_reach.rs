@@ -7,6 +7,7 @@
 use rand::Rng;
 
 use super::panda::{flange_position, HOME, JOINTS, QD_MAX, Q_MAX, Q_MIN};
+use super::{seed_from_state, seed_to_state, unit_interval};
 use crate::{
     check_state, derive_seed, Env, EnvContext, EnvError, EnvRng, EnvSpec, Space, Transition,
 };
@@ -70,14 +71,14 @@ impl ArmReach {
     /// the step: deterministic, and restored with the state.
     fn maybe_move_target(&mut self) {
         let h = derive_seed(self.move_seed, self.steps);
-        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+        let u = unit_interval(h);
         if u >= MOVE_CHANCE {
             return;
         }
         let dir = [
-            (derive_seed(h, 1) >> 11) as f64 / (1u64 << 53) as f64 - 0.5,
-            (derive_seed(h, 2) >> 11) as f64 / (1u64 << 53) as f64 - 0.5,
-            (derive_seed(h, 3) >> 11) as f64 / (1u64 << 53) as f64 - 0.5,
+            unit_interval(derive_seed(h, 1)) - 0.5,
+            unit_interval(derive_seed(h, 2)) - 0.5,
+            unit_interval(derive_seed(h, 3)) - 0.5,
         ];
         let norm = dir.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-9);
         for (t, d) in self.target.iter_mut().zip(dir) {
@@ -166,12 +167,8 @@ impl Env for ArmReach {
         let mut s = self.q.to_vec();
         s.extend(self.target);
         s.extend(self.observed_target);
-        // The seed's halves are exact in f64.
-        s.extend([
-            (self.move_seed >> 32) as f64,
-            (self.move_seed & 0xffff_ffff) as f64,
-            self.steps as f64,
-        ]);
+        s.extend(seed_to_state(self.move_seed));
+        s.push(self.steps as f64);
         s
     }
 
@@ -181,7 +178,7 @@ impl Env for ArmReach {
         self.target.copy_from_slice(&state[JOINTS..JOINTS + 3]);
         self.observed_target
             .copy_from_slice(&state[JOINTS + 3..JOINTS + 6]);
-        self.move_seed = ((state[JOINTS + 6] as u64) << 32) | state[JOINTS + 7] as u64;
+        self.move_seed = seed_from_state(&state[JOINTS + 6..]);
         self.steps = state[JOINTS + 8] as u64;
         Ok(())
     }

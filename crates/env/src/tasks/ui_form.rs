@@ -5,6 +5,7 @@
 
 use rand::seq::SliceRandom;
 
+use super::{seed_from_state, seed_to_state, unit_interval};
 use crate::{
     check_state, derive_seed, Env, EnvContext, EnvError, EnvRng, EnvSpec, Space, Transition,
 };
@@ -47,10 +48,6 @@ fn cell_xy(cell: usize) -> (f32, f32) {
     )
 }
 
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 53) as f64
-}
-
 impl UiForm {
     /// Whether the popup covers element `i` (fields, then submit).
     fn covered(&self, i: usize) -> bool {
@@ -63,7 +60,7 @@ impl UiForm {
             return;
         }
         let h = derive_seed(self.seed, self.steps);
-        if unit(h) < POPUP_CHANCE {
+        if unit_interval(h) < POPUP_CHANCE {
             self.popup = Some((derive_seed(h, 1) % CELLS as u64) as usize);
         }
     }
@@ -162,11 +159,8 @@ impl Env for UiForm {
         s.extend(self.filled.iter().map(|&f| f64::from(u8::from(f))));
         s.push(opt(self.popup));
         s.push(opt(self.observed_popup));
-        s.extend([
-            (self.seed >> 32) as f64,
-            (self.seed & 0xffff_ffff) as f64,
-            self.steps as f64,
-        ]);
+        s.extend(seed_to_state(self.seed));
+        s.push(self.steps as f64);
         debug_assert_eq!(s.len(), STATE_LEN);
         s
     }
@@ -198,7 +192,7 @@ impl Env for UiForm {
         let at = 2 * FIELDS + 2;
         self.popup = cell(state[at])?;
         self.observed_popup = cell(state[at + 1])?;
-        self.seed = ((state[at + 2] as u64) << 32) | state[at + 3] as u64;
+        self.seed = seed_from_state(&state[at + 2..]);
         self.steps = state[at + 4] as u64;
         Ok(())
     }
