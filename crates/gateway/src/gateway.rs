@@ -683,15 +683,12 @@ impl Gateway {
         let next = state.next_trajectory;
         state.next_trajectory += 1;
         let e = state.episodes.get_mut(&episode).expect("episode");
-        if let Some(p) = e.pending.take() {
-            if let Some(a) = state.actions.get_mut(&p) {
-                if matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut) {
-                    a.status = ActionStatus::Cancelled;
-                }
+        e.trajectory = next;
+        if let Some(a) = e.pending.take().and_then(|p| state.actions.get_mut(&p)) {
+            if matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut) {
+                a.status = ActionStatus::Cancelled;
             }
         }
-        let e = state.episodes.get_mut(&episode).expect("episode");
-        e.trajectory = next;
         Ok(())
     }
 
@@ -707,7 +704,7 @@ impl Gateway {
         action: u64,
         req: ReportRequest,
     ) -> Result<ReportResponse, ApiError> {
-        let (rec, episode) = {
+        let (rec, episode, sampler) = {
             let mut state = self.state.lock().expect("state");
             let a = Self::owned_action(&mut state, caller, action)?;
             match a.status {
@@ -748,7 +745,9 @@ impl Gateway {
             }
             let a = a.clone();
             let e = state.episodes[&a.episode].clone();
-            (a, e)
+            // The newest version any new episode would get now.
+            let r = &state.release;
+            (a, e, r.stable.max(r.candidate.unwrap_or(0)))
         };
         let after = req.observation_after.as_ref().ok_or_else(|| {
             ApiError::bad_request("observation_after is required for an executed action")
@@ -777,17 +776,20 @@ impl Gateway {
                 }
                 d.clone()
             }
-            None => ExecObservations {
-                count: 1,
-                hash: fnv1a(after),
-                min: after.clone(),
-                max: after.clone(),
-                mean: after.clone(),
-            },
-        };
-        let sampler = {
-            let r = &self.state.lock().expect("state").release;
-            r.stable.max(r.candidate.unwrap_or(0))
+            None => {
+                // The observation after counts once, summarised as the latency wrapper does.
+                let mut s = strata_env::ExecSummary::new(1, self.obs_dim);
+                s.start(0);
+                s.observe(0, after);
+                s.finish(0);
+                ExecObservations {
+                    count: 1,
+                    hash: s.hash[0],
+                    min: s.min,
+                    max: s.max,
+                    mean: s.mean,
+                }
+            }
         };
         let sample_id = self.ledger.reserve_sample_ids(1);
         let ended = req.terminated || req.truncated;
@@ -1172,6 +1174,31 @@ impl Gateway {
         }
     }
 
+    /// Applies an operator's change to the release under the state lock, journals the new
+    /// release (synced) and answers the resulting status.
+    fn change_release(
+        &self,
+        change: impl FnOnce(&Self, &mut State) -> Result<(), ApiError>,
+    ) -> Result<ReleaseStatus, ApiError> {
+        {
+            let mut state = self.state.lock().expect("state");
+            change(self, &mut state)?;
+            self.journal_release(&state)?;
+        }
+        Ok(self.status())
+    }
+
+    /// 404 unless `version` was published.
+    fn require_version(&self, version: u64) -> Result<(), ApiError> {
+        if self.policies.exists(version) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found(format!(
+                "unknown policy version {version}"
+            )))
+        }
+    }
+
     fn journal_release(&self, state: &State) -> Result<(), ApiError> {
         self.journal(
             &Event::Release {
@@ -1252,11 +1279,10 @@ impl Gateway {
                 req.fraction
             )));
         }
-        let mut state = self.state.lock().expect("state");
-        state.release.canary_fraction = req.fraction;
-        self.journal_release(&state)?;
-        drop(state);
-        Ok(self.status())
+        self.change_release(|_, state| {
+            state.release.canary_fraction = req.fraction;
+            Ok(())
+        })
     }
 
     /// Sets the cooldown for versions published from now on.
@@ -1270,11 +1296,10 @@ impl Gateway {
                 req.seconds
             )));
         }
-        let mut state = self.state.lock().expect("state");
-        state.release.cooldown_secs = req.seconds;
-        self.journal_release(&state)?;
-        drop(state);
-        Ok(self.status())
+        self.change_release(|_, state| {
+            state.release.cooldown_secs = req.seconds;
+            Ok(())
+        })
     }
 
     /// Promotes a version (the candidate by default) to stable after the cooldown; with
@@ -1294,11 +1319,7 @@ impl Gateway {
                 }
             }
         };
-        if !self.policies.exists(version) {
-            return Err(ApiError::not_found(format!(
-                "unknown policy version {version}"
-            )));
-        }
+        self.require_version(version)?;
         let rules = self.ledger.rules_for_policy(version)?;
         self.ledger.bind(
             version,
@@ -1307,23 +1328,22 @@ impl Gateway {
             "promote",
             &caller.name,
         )?;
-        let mut state = self.state.lock().expect("state");
-        if state.release.candidate == Some(version) {
-            state.release.candidate = None;
-        }
-        if req.force {
-            state
-                .release
-                .pending
-                .retain(|p| p.channel != Channel::Stable);
-            state.release.stable = version;
-            self.force_switch(&mut state, version, &caller.name)?;
-        } else {
-            state.release.publish(version, Channel::Stable, now_ns());
-        }
-        self.journal_release(&state)?;
-        drop(state);
-        Ok(self.status())
+        self.change_release(|g, state| {
+            if state.release.candidate == Some(version) {
+                state.release.candidate = None;
+            }
+            if req.force {
+                state
+                    .release
+                    .pending
+                    .retain(|p| p.channel != Channel::Stable);
+                state.release.stable = version;
+                g.force_switch(state, version, &caller.name)?;
+            } else {
+                state.release.publish(version, Channel::Stable, now_ns());
+            }
+            Ok(())
+        })
     }
 
     /// Rolls back to `version`: it becomes stable at once (no cooldown) with the admission
@@ -1337,26 +1357,22 @@ impl Gateway {
         let version = req
             .version
             .ok_or_else(|| ApiError::bad_request("rollback needs a version"))?;
-        if !self.policies.exists(version) {
-            return Err(ApiError::not_found(format!(
-                "unknown policy version {version}"
-            )));
-        }
+        self.require_version(version)?;
         let rules = self
             .ledger
             .rollback(version, &self.config_hash, &caller.name)?;
         *self.active_rules.lock().expect("rules") = rules.version;
-        let mut state = self.state.lock().expect("state");
-        state.release.pending.clear();
-        state.release.candidate = None;
-        state.release.stable = version;
-        if req.force {
-            self.force_switch(&mut state, version, &caller.name)?;
-        }
-        self.journal_release(&state)?;
-        drop(state);
+        let status = self.change_release(|g, state| {
+            state.release.pending.clear();
+            state.release.candidate = None;
+            state.release.stable = version;
+            if req.force {
+                g.force_switch(state, version, &caller.name)?;
+            }
+            Ok(())
+        })?;
         *self.reset_learner.lock().expect("reset") = Some(version);
-        Ok(self.status())
+        Ok(status)
     }
 
     fn force_switch(&self, state: &mut State, version: u64, author: &str) -> Result<(), ApiError> {
@@ -1495,18 +1511,6 @@ impl Gateway {
 /// name scopes them.
 fn ledger_key(agent: &str, key: &str) -> String {
     format!("{agent}/{key}")
-}
-
-/// FNV-1a over the values' bytes (the same hash the action-latency wrapper uses).
-fn fnv1a(values: &[f32]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for v in values {
-        for b in v.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
 }
 
 #[cfg(test)]
