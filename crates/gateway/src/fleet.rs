@@ -155,6 +155,9 @@ pub fn run_fleet(settings: &FleetSettings) -> Result<FleetReport, String> {
     let mut report = shared.report.lock().expect("report").clone();
     report.steps = shared.steps.load(Ordering::Relaxed);
     report.seconds = started.elapsed().as_secs_f64();
+    for (n, sum) in report.returns_by_version.values_mut() {
+        *sum /= *n as f64;
+    }
     Ok(report)
 }
 
@@ -266,12 +269,11 @@ impl<'a> SimAgent<'a> {
         report.timeouts += l.timeouts;
         report.crashes += l.crashes;
         report.retries += l.retries;
+        // Summed here; `run_fleet` turns the sums into means once every agent is done.
         for (v, (n, sum)) in &self.returns {
             let e = report.returns_by_version.entry(*v).or_insert((0, 0.0));
-            // Stored as (episodes, mean): merge sums, then divide back.
-            let total = e.1 * e.0 as f64 + sum;
             e.0 += n;
-            e.1 = total / e.0 as f64;
+            e.1 += sum;
         }
         result
     }
