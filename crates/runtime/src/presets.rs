@@ -8,6 +8,24 @@ use strata_ledger::AdmissionRules;
 
 use crate::config::{EnvConfig, LedgerSettings, RunConfig, RuntimeConfig, TrainConfig};
 
+/// A run config from a preset's parts; runtime, admission and ledger settings default.
+fn assemble(
+    env: EnvConfig,
+    train: TrainConfig,
+    ppo: PpoConfig,
+    network: NetworkConfig,
+) -> RunConfig {
+    RunConfig {
+        env,
+        ppo,
+        network,
+        train,
+        runtime: RuntimeConfig::default(),
+        admission: AdmissionRules::default(),
+        ledger: LedgerSettings::default(),
+    }
+}
+
 /// The preset for a built-in env, or `None` for an unknown name.
 pub fn preset(env: &str) -> Option<RunConfig> {
     let base = |num_envs: usize, normalize: bool, total_steps: u64| {
@@ -31,9 +49,10 @@ pub fn preset(env: &str) -> Option<RunConfig> {
         // it solves in 40-58k steps either way, at half the learner time (0.44-0.74 s).
         "cartpole" => {
             let (env, train) = base(8, false, 100_000);
-            RunConfig {
+            assemble(
                 env,
-                ppo: PpoConfig {
+                train,
+                PpoConfig {
                     n_steps: 32,
                     batch_size: 256,
                     n_epochs: 10,
@@ -46,20 +65,17 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     ent_coef: 0.0,
                     ..PpoConfig::default()
                 },
-                network: NetworkConfig::default(),
-                train,
-                runtime: RuntimeConfig::default(),
-                admission: AdmissionRules::default(),
-                ledger: LedgerSettings::default(),
-            }
+                NetworkConfig::default(),
+            )
         }
         // rl-zoo3 Pendulum-v1: 4 envs x 1024 steps, 10 epochs, gamma 0.9, lambda 0.95,
         // lr 1e-3 (it also uses gSDE, which we do not have).
         "pendulum" => {
             let (env, train) = base(4, false, 200_000);
-            RunConfig {
+            assemble(
                 env,
-                ppo: PpoConfig {
+                train,
+                PpoConfig {
                     n_steps: 1024,
                     batch_size: 64,
                     n_epochs: 10,
@@ -70,19 +86,16 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     ent_coef: 0.0,
                     ..PpoConfig::default()
                 },
-                network: NetworkConfig::default(),
-                train,
-                runtime: RuntimeConfig::default(),
-                admission: AdmissionRules::default(),
-                ledger: LedgerSettings::default(),
-            }
+                NetworkConfig::default(),
+            )
         }
         // rl-zoo3 Acrobot-v1: normalised, 16 envs x 256 steps, 4 epochs, lambda 0.94.
         "acrobot" => {
             let (env, train) = base(16, true, 500_000);
-            RunConfig {
+            assemble(
                 env,
-                ppo: PpoConfig {
+                train,
+                PpoConfig {
                     n_steps: 256,
                     batch_size: 64,
                     n_epochs: 4,
@@ -91,12 +104,8 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     ent_coef: 0.0,
                     ..PpoConfig::default()
                 },
-                network: NetworkConfig::default(),
-                train,
-                runtime: RuntimeConfig::default(),
-                admission: AdmissionRules::default(),
-                ledger: LedgerSettings::default(),
-            }
+                NetworkConfig::default(),
+            )
         }
         // rl-zoo3 MountainCarContinuous-v0: normalised, 1 env x 8 steps, 10 epochs, gamma
         // 0.9999, lambda 0.9, lr 7.77e-5, clip 0.1, ent 0.00429, vf 0.19, grad clip 5, no
@@ -106,9 +115,10 @@ pub fn preset(env: &str) -> Option<RunConfig> {
         // minibatch.
         "mountaincar-continuous" => {
             let (env, train) = base(1, true, 200_000);
-            RunConfig {
+            assemble(
                 env,
-                ppo: PpoConfig {
+                train,
+                PpoConfig {
                     n_steps: 8,
                     batch_size: 8,
                     n_epochs: 10,
@@ -121,24 +131,21 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     max_grad_norm: Some(5.0),
                     ..PpoConfig::default()
                 },
-                network: NetworkConfig {
+                NetworkConfig {
                     ortho_init: false,
                     ..NetworkConfig::default()
                 },
-                train,
-                runtime: RuntimeConfig::default(),
-                admission: AdmissionRules::default(),
-                ledger: LedgerSettings::default(),
-            }
+            )
         }
         // The Franka reach tasks (no zoo entry): PPO's usual continuous-control settings
         // (16 envs x 128 steps, minibatch 512, 10 epochs, gamma 0.98, lambda 0.95, lr 1e-3
         // annealed); observations are already scaled, so no normalisation.
         "arm-reach" | "arm-reach-moving" => {
             let (env, train) = base(16, false, 2_000_000);
-            RunConfig {
+            assemble(
                 env,
-                ppo: PpoConfig {
+                train,
+                PpoConfig {
                     n_steps: 128,
                     batch_size: 512,
                     n_epochs: 10,
@@ -150,20 +157,17 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     ent_coef: 0.0,
                     ..PpoConfig::default()
                 },
-                network: NetworkConfig::default(),
-                train,
-                runtime: RuntimeConfig::default(),
-                admission: AdmissionRules::default(),
-                ledger: LedgerSettings::default(),
-            }
+                NetworkConfig::default(),
+            )
         }
         // The form task (no zoo entry): 16 envs x 64 steps, minibatch 256, 10 epochs,
         // gamma 0.99, lr 1e-3 annealed, a little entropy to keep clicking around.
         "ui-form" => {
             let (env, train) = base(16, false, 1_000_000);
-            RunConfig {
+            assemble(
                 env,
-                ppo: PpoConfig {
+                train,
+                PpoConfig {
                     n_steps: 64,
                     batch_size: 256,
                     n_epochs: 10,
@@ -175,12 +179,8 @@ pub fn preset(env: &str) -> Option<RunConfig> {
                     ent_coef: 0.01,
                     ..PpoConfig::default()
                 },
-                network: NetworkConfig::default(),
-                train,
-                runtime: RuntimeConfig::default(),
-                admission: AdmissionRules::default(),
-                ledger: LedgerSettings::default(),
-            }
+                NetworkConfig::default(),
+            )
         }
         _ => return None,
     };
