@@ -27,6 +27,7 @@
 mod analysis;
 mod append_log;
 mod compact;
+mod curves;
 mod manifest;
 mod reader;
 mod record;
@@ -46,6 +47,7 @@ pub use analysis::{
     metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
 };
 pub use compact::{compact, recover};
+pub use curves::{curves, lag_histogram, Curves, EpisodePoint, VersionSwitch};
 pub use manifest::{write_manifest, ManifestFormat};
 pub use reader::LedgerData;
 pub use record::{

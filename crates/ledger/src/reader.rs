@@ -62,8 +62,38 @@ impl LedgerData {
         Ok(data)
     }
 
+    /// As [`LedgerData::read`], but an unreadable, foreign or misplaced file is skipped and
+    /// returned with the reason instead of failing the read: for reports that show what
+    /// can be read of a damaged ledger.
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`] when the ledger cannot be listed at all.
+    pub fn read_salvaging(
+        storage: &Storage,
+    ) -> Result<(LedgerData, Vec<LedgerError>), LedgerError> {
+        let mut skipped = Vec::new();
+        let mut data = Self::read_tables(storage, Some(&mut skipped))?;
+        match crate::append_log::stranded(storage, &data) {
+            Ok((stranded, files)) => {
+                data.files += files.len();
+                data.samples.extend(stranded);
+            }
+            Err(e) => skipped.push(e),
+        }
+        Ok((data, skipped))
+    }
+
     /// As [`LedgerData::read`], without rows only in the append log.
     pub(crate) fn read_stored(storage: &Storage) -> Result<LedgerData, LedgerError> {
+        Self::read_tables(storage, None)
+    }
+
+    /// Reads every table's files; with `skipped`, a bad file is recorded there and the
+    /// read goes on.
+    fn read_tables(
+        storage: &Storage,
+        mut skipped: Option<&mut Vec<LedgerError>>,
+    ) -> Result<LedgerData, LedgerError> {
         let mut data = LedgerData::default();
         let logs = crate::compact::log_files(storage)?;
         let log_names: std::collections::HashSet<&str> =
@@ -82,72 +112,88 @@ impl LedgerData {
                 paths.extend(logs.iter().map(|p| (p.clone(), true)));
             }
             for (path, is_log) in paths {
-                let bad = |reason: String| LedgerError::BadFile {
-                    path: format!("{}/{path}", storage.location()),
-                    reason,
-                };
-                let (bucket, generation) = partition(&path);
-                if table.by_bucket() && bucket.is_none() {
-                    return Err(bad("not under a bucket=… directory".into()));
-                }
-                if table.by_generation() && !is_log && generation.is_none() {
-                    return Err(bad("not under a generation=… directory".into()));
-                }
-                let batches = schema::decode(storage.get(&path)?, table).map_err(bad)?;
-                data.files += 1;
-                for batch in &batches {
-                    match table {
-                        Table::Samples => {
-                            let bucket = bucket.clone().expect("checked");
-                            // Decoded apart: rows of different buckets never share a batch.
-                            let mut decoded = Vec::new();
-                            schema::samples_from_arrow(batch, &mut decoded).map_err(bad)?;
-                            for b in &mut decoded {
-                                b.bucket.clone_from(&bucket);
-                                let misplaced = generation.and_then(|g| {
-                                    b.policy_version.iter().find(|v| **v != g).map(|v| (*v, g))
-                                });
-                                if let Some((v, generation)) = misplaced {
-                                    return Err(bad(format!(
-                                        "holds policy version {v} under generation={generation}"
-                                    )));
-                                }
-                            }
-                            for b in decoded {
-                                match data.samples.last_mut() {
-                                    Some(last)
-                                        if last.bucket == b.bucket
-                                            && last.config_hash == b.config_hash
-                                            && last.obs_dim == b.obs_dim =>
-                                    {
-                                        last.extend_from(&b, 0..b.len());
-                                    }
-                                    _ => data.samples.push(b),
-                                }
-                            }
-                        }
-                        Table::Decisions => {
-                            let bucket = bucket.as_deref().expect("checked");
-                            schema::decisions_from_arrow(batch, bucket, &mut data.decisions)
-                                .map_err(bad)?;
-                        }
-                        Table::Invalidations => {
-                            schema::invalidations_from_arrow(batch, &mut data.invalidations)
-                                .map_err(bad)?;
-                        }
-                        Table::Duplicates => {
-                            schema::duplicates_from_arrow(batch, &mut data.duplicates)
-                                .map_err(bad)?;
-                        }
-                        Table::Generations => {
-                            schema::generations_from_arrow(batch, &mut data.generations)
-                                .map_err(bad)?;
-                        }
-                    }
+                match data.read_file(storage, table, &path, is_log) {
+                    Ok(()) => {}
+                    Err(e) => match skipped.as_deref_mut() {
+                        Some(skipped) => skipped.push(e),
+                        None => return Err(e),
+                    },
                 }
             }
         }
         Ok(data)
+    }
+
+    fn read_file(
+        &mut self,
+        storage: &Storage,
+        table: Table,
+        path: &str,
+        is_log: bool,
+    ) -> Result<(), LedgerError> {
+        let data = self;
+        let bad = |reason: String| LedgerError::BadFile {
+            path: format!("{}/{path}", storage.location()),
+            reason,
+        };
+        let (bucket, generation) = partition(path);
+        if table.by_bucket() && bucket.is_none() {
+            return Err(bad("not under a bucket=… directory".into()));
+        }
+        if table.by_generation() && !is_log && generation.is_none() {
+            return Err(bad("not under a generation=… directory".into()));
+        }
+        let batches = schema::decode(storage.get(path)?, table).map_err(bad)?;
+        data.files += 1;
+        for batch in &batches {
+            match table {
+                Table::Samples => {
+                    let bucket = bucket.clone().expect("checked");
+                    // Decoded apart: rows of different buckets never share a batch.
+                    let mut decoded = Vec::new();
+                    schema::samples_from_arrow(batch, &mut decoded).map_err(bad)?;
+                    for b in &mut decoded {
+                        b.bucket.clone_from(&bucket);
+                        let misplaced = generation.and_then(|g| {
+                            b.policy_version.iter().find(|v| **v != g).map(|v| (*v, g))
+                        });
+                        if let Some((v, generation)) = misplaced {
+                            return Err(bad(format!(
+                                "holds policy version {v} under generation={generation}"
+                            )));
+                        }
+                    }
+                    for b in decoded {
+                        match data.samples.last_mut() {
+                            Some(last)
+                                if last.bucket == b.bucket
+                                    && last.config_hash == b.config_hash
+                                    && last.obs_dim == b.obs_dim =>
+                            {
+                                last.extend_from(&b, 0..b.len());
+                            }
+                            _ => data.samples.push(b),
+                        }
+                    }
+                }
+                Table::Decisions => {
+                    let bucket = bucket.as_deref().expect("checked");
+                    schema::decisions_from_arrow(batch, bucket, &mut data.decisions)
+                        .map_err(bad)?;
+                }
+                Table::Invalidations => {
+                    schema::invalidations_from_arrow(batch, &mut data.invalidations)
+                        .map_err(bad)?;
+                }
+                Table::Duplicates => {
+                    schema::duplicates_from_arrow(batch, &mut data.duplicates).map_err(bad)?;
+                }
+                Table::Generations => {
+                    schema::generations_from_arrow(batch, &mut data.generations).map_err(bad)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sample rows held.
