@@ -2,6 +2,7 @@
 //! are handed between a worker and the learner by index through bounded queues; the data
 //! stays where it was written.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use strata_env::{EpisodeEnd, NormalizerStats, VecEnvSnapshot};
@@ -146,6 +147,8 @@ pub struct SlotId {
 /// All slots, allocated once. Worker `w` owns slots `w * per_worker .. (w + 1) * per_worker`.
 pub struct ExperienceBuffer {
     slots: Vec<Mutex<Fragment>>,
+    /// Per slot: a complete fragment waits in it (for the live view's fill only).
+    ready: Vec<AtomicBool>,
     per_worker: usize,
     /// Read back every write and check ownership.
     pub debug: bool,
@@ -166,9 +169,35 @@ impl ExperienceBuffer {
             slots: (0..workers * per_worker)
                 .map(|_| Mutex::new(Fragment::new(steps, envs_per_worker, obs_dim, action_dim)))
                 .collect(),
+            ready: (0..workers * per_worker)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             per_worker,
             debug,
         }
+    }
+
+    /// Slots in all.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Marks `slot` as holding a complete fragment (the worker, before handing it over).
+    pub fn mark_ready(&self, slot: SlotId) {
+        self.ready[slot.index].store(true, Ordering::Relaxed);
+    }
+
+    /// Marks `slot` as free again (the learner, handing it back).
+    pub fn mark_free(&self, slot: SlotId) {
+        self.ready[slot.index].store(false, Ordering::Relaxed);
+    }
+
+    /// Slots holding a complete fragment the learner has not consumed: the buffer's fill.
+    pub fn ready_count(&self) -> usize {
+        self.ready
+            .iter()
+            .filter(|r| r.load(Ordering::Relaxed))
+            .count()
     }
 
     /// The slots worker `w` owns.

@@ -273,6 +273,49 @@ pub struct Policy {
     pub normalizer: NormalizerStats,
 }
 
+/// The checkpoint of `run_dir` (its final `checkpoint/` or one of `checkpoints/step-N/`)
+/// that holds policy version `version`.
+///
+/// # Errors
+/// [`RuntimeError::Checkpoint`] listing the versions the run has checkpoints of.
+pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeError> {
+    #[derive(Deserialize)]
+    struct VersionOnly {
+        policy_version: u64,
+    }
+    let mut candidates = vec![run_dir.join("checkpoint")];
+    if let Ok(entries) = fs::read_dir(run_dir.join("checkpoints")) {
+        candidates.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
+    }
+    let mut found = Vec::new();
+    for dir in candidates {
+        let Ok(text) = fs::read(dir.join(META)) else {
+            continue;
+        };
+        if let Ok(meta) = serde_json::from_slice::<VersionOnly>(&text) {
+            if meta.policy_version == version {
+                return Ok(dir);
+            }
+            found.push(meta.policy_version);
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    let have = if found.is_empty() {
+        "none".to_string()
+    } else {
+        found
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(RuntimeError::checkpoint(
+        run_dir,
+        format!("no checkpoint holds policy version {version} (checkpointed versions: {have}; `--checkpoint-every` keeps more)"),
+    ))
+}
+
 /// Loads a checkpoint's policy for evaluation.
 ///
 /// # Errors

@@ -206,6 +206,51 @@ impl Default for LedgerSettings {
     }
 }
 
+/// What a run reports while it trains: periodic evaluation and TensorBoard scalars.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportSettings {
+    /// Evaluate the current policy version this often, in env steps (0: twenty times per
+    /// run, and always at the start and the end). Results go to `eval.jsonl`.
+    pub eval_every: u64,
+    /// Episodes per evaluation (0: no periodic evaluation).
+    pub eval_episodes: usize,
+    /// Seed of the evaluation episodes: the same episodes for every version, so versions
+    /// are compared on equal terms (unset: derived from `train.seed`).
+    pub eval_seed: Option<u64>,
+    /// Write TensorBoard scalars to `tb/` in the run directory.
+    pub tensorboard: bool,
+}
+
+impl Default for ReportSettings {
+    fn default() -> Self {
+        ReportSettings {
+            eval_every: 0,
+            eval_episodes: 10,
+            eval_seed: None,
+            tensorboard: true,
+        }
+    }
+}
+
+impl ReportSettings {
+    /// Env steps between evaluations for a run of `total_steps`.
+    pub fn eval_interval(&self, total_steps: u64) -> u64 {
+        if self.eval_every > 0 {
+            self.eval_every
+        } else {
+            (total_steps / 20).max(1)
+        }
+    }
+
+    /// Seed of the evaluation episodes for a run seeded `run_seed`.
+    pub fn eval_seed(&self, run_seed: u64) -> u64 {
+        // A stream of its own: never the seed of any training env.
+        self.eval_seed
+            .unwrap_or_else(|| strata_env::derive_seed(run_seed, 0x5eed_e7a1))
+    }
+}
+
 /// Everything a run needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -224,6 +269,8 @@ pub struct RunConfig {
     pub admission: AdmissionRules,
     /// The sample ledger.
     pub ledger: LedgerSettings,
+    /// Evaluation and TensorBoard output while training.
+    pub report: ReportSettings,
 }
 
 impl Default for RunConfig {

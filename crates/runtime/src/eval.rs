@@ -2,11 +2,13 @@
 
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use strata_env::{derive_seed, make_vec_env, NormalizeObservation, StepBatch, VecEnv};
-use strata_nn::SampleRng;
+use strata_env::{
+    derive_seed, make_vec_env, NormalizeObservation, NormalizerStats, StepBatch, VecEnv,
+};
+use strata_nn::{ActorCritic, SampleRng};
 
 use crate::checkpoint::Policy;
-use crate::RuntimeError;
+use crate::{RunConfig, RuntimeError};
 
 /// Returns of the evaluation episodes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,6 +19,15 @@ pub struct EvalResult {
     pub policy_version: u64,
     /// Config hash of the policy.
     pub config_hash: String,
+    /// Env steps trained when a running training evaluated it (none for `strata eval`).
+    #[serde(default)]
+    pub global_step: Option<u64>,
+    /// Most likely actions (true) or sampled ones.
+    #[serde(default)]
+    pub greedy: bool,
+    /// Seed of the episodes.
+    #[serde(default)]
+    pub seed: u64,
     /// Episodes run.
     pub episodes: usize,
     /// Mean undiscounted return.
@@ -43,13 +54,38 @@ pub fn evaluate(
     seed: u64,
     greedy: bool,
 ) -> Result<EvalResult, RuntimeError> {
+    let pinned = PinnedVersion {
+        config: &policy.config,
+        config_hash: &policy.config_hash,
+        policy_version: policy.policy_version,
+        normalizer: &policy.normalizer,
+    };
+    evaluate_model(policy.model.as_mut(), &pinned, episodes, seed, greedy)
+}
+
+/// The version an evaluation is pinned to: what defines it besides the weights.
+pub(crate) struct PinnedVersion<'a> {
+    pub(crate) config: &'a RunConfig,
+    pub(crate) config_hash: &'a str,
+    pub(crate) policy_version: u64,
+    pub(crate) normalizer: &'a NormalizerStats,
+}
+
+/// [`evaluate`] on a model in memory (the learner's, between updates).
+pub(crate) fn evaluate_model(
+    model: &mut dyn ActorCritic,
+    pinned: &PinnedVersion<'_>,
+    episodes: usize,
+    seed: u64,
+    greedy: bool,
+) -> Result<EvalResult, RuntimeError> {
     if episodes == 0 {
         return Err(RuntimeError::Config("--episodes must be at least 1".into()));
     }
     let n = episodes.min(16);
-    let mut envs = make_vec_env(&policy.config.env.name, n)?;
-    if policy.config.env.normalize_obs {
-        let rms = policy.normalizer.obs.clone().ok_or_else(|| {
+    let mut envs = make_vec_env(&pinned.config.env.name, n)?;
+    if pinned.config.env.normalize_obs {
+        let rms = pinned.normalizer.obs.clone().ok_or_else(|| {
             RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())
         })?;
         envs = Box::new(NormalizeObservation::frozen(envs, rms)?);
@@ -69,11 +105,9 @@ pub fn evaluate(
     let (mut actions, mut log_probs, mut values) = (vec![0.0; n * ad], vec![0.0; n], vec![0.0; n]);
     while returns.len() < episodes {
         if greedy {
-            policy.model.act_greedy(&obs, &mut actions);
+            model.act_greedy(&obs, &mut actions);
         } else {
-            policy
-                .model
-                .act(&obs, &mut rng, &mut actions, &mut log_probs, &mut values);
+            model.act(&obs, &mut rng, &mut actions, &mut log_probs, &mut values);
         }
         envs.step(&actions, &mut batch)?;
         for ep in &batch.episodes {
@@ -91,8 +125,11 @@ pub fn evaluate(
     let std = (returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / k).sqrt();
     Ok(EvalResult {
         env: spec.name,
-        policy_version: policy.policy_version,
-        config_hash: policy.config_hash.clone(),
+        policy_version: pinned.policy_version,
+        config_hash: pinned.config_hash.to_string(),
+        global_step: None,
+        greedy,
+        seed,
         episodes,
         mean_return: mean,
         std_return: std,

@@ -42,23 +42,29 @@ mod eval;
 mod inference;
 mod learner_pool;
 mod ledger_link;
+mod live;
 mod policy_store;
 mod presets;
 pub mod provenance;
 mod records;
 pub mod run;
 mod telemetry;
+pub mod tensorboard;
 mod trainer;
 mod wiring;
 mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
-pub use checkpoint::{load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy};
+pub use checkpoint::{
+    find_version, load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy,
+};
 pub use config::{
-    EnvConfig, Inference, LedgerSettings, Mode, OffPolicy, RunConfig, RuntimeConfig, TrainConfig,
+    EnvConfig, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
+    RuntimeConfig, TrainConfig,
 };
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
+pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;
 pub use records::{

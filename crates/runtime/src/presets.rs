@@ -6,9 +6,12 @@ use strata_nn::NetworkConfig;
 
 use strata_ledger::AdmissionRules;
 
-use crate::config::{EnvConfig, LedgerSettings, RunConfig, RuntimeConfig, TrainConfig};
+use crate::config::{
+    EnvConfig, LedgerSettings, ReportSettings, RunConfig, RuntimeConfig, TrainConfig,
+};
 
-/// A run config from a preset's parts; runtime, admission and ledger settings default.
+/// A run config from a preset's parts; runtime, admission, ledger and report settings
+/// default.
 fn assemble(
     env: EnvConfig,
     train: TrainConfig,
@@ -23,6 +26,7 @@ fn assemble(
         runtime: RuntimeConfig::default(),
         admission: AdmissionRules::default(),
         ledger: LedgerSettings::default(),
+        report: ReportSettings::default(),
     }
 }
 

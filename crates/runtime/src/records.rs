@@ -25,6 +25,9 @@ pub struct TimeBreakdown {
     pub publish: f64,
     /// GAE, bootstrap values, off-policy correction and everything else in the loop.
     pub other: f64,
+    /// Periodic evaluation of the current version.
+    #[serde(default)]
+    pub eval: f64,
 }
 
 impl TimeBreakdown {
@@ -37,6 +40,7 @@ impl TimeBreakdown {
             ("learner waiting", self.buffer_wait),
             ("learning", learning),
             ("publish", self.publish),
+            ("eval", self.eval),
             ("other", self.other),
         ];
         let total = parts.iter().map(|(_, s)| s).sum::<f64>().max(1e-9);

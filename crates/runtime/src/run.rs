@@ -6,7 +6,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::save_checkpoint;
+use crate::eval::EvalResult;
 use crate::records::{Summary, UpdateRecord};
+use crate::tensorboard::EventWriter;
 use crate::trainer::Trainer;
 use crate::RuntimeError;
 
@@ -14,11 +16,32 @@ use crate::RuntimeError;
 pub struct RunDir {
     root: PathBuf,
     metrics: BufWriter<fs::File>,
+    evals: BufWriter<fs::File>,
+    tensorboard: Option<EventWriter>,
+}
+
+fn open_append(path: &Path) -> Result<BufWriter<fs::File>, RuntimeError> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| RuntimeError::io(path, e))?;
+    Ok(BufWriter::new(file))
+}
+
+fn write_line<T: serde::Serialize>(
+    out: &mut BufWriter<fs::File>,
+    path: &Path,
+    value: &T,
+) -> Result<(), RuntimeError> {
+    serde_json::to_writer(&mut *out, value).map_err(|e| RuntimeError::io(path, e.into()))?;
+    out.write_all(b"\n").map_err(|e| RuntimeError::io(path, e))
 }
 
 impl RunDir {
-    /// Creates (or reuses) `root`, writes `config.toml` and opens `metrics.jsonl`
-    /// (appending, so a resumed run continues the same file).
+    /// Creates (or reuses) `root`, writes `config.toml`, opens `metrics.jsonl` and
+    /// `eval.jsonl` (appending, so a resumed run continues the same files) and, with
+    /// `report.tensorboard`, a new TensorBoard event file in `tb/`.
     ///
     /// # Errors
     /// [`RuntimeError::Io`] naming the path.
@@ -31,15 +54,17 @@ impl RunDir {
             trainer.config().to_toml()
         );
         fs::write(&config_path, text).map_err(|e| RuntimeError::io(&config_path, e))?;
-        let metrics_path = root.join("metrics.jsonl");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&metrics_path)
-            .map_err(|e| RuntimeError::io(&metrics_path, e))?;
+        let tensorboard = if trainer.config().report.tensorboard {
+            let dir = root.join("tb");
+            Some(EventWriter::create(&dir).map_err(|e| RuntimeError::io(&dir, e))?)
+        } else {
+            None
+        };
         Ok(RunDir {
             root: root.to_path_buf(),
-            metrics: BufWriter::new(file),
+            metrics: open_append(&root.join("metrics.jsonl"))?,
+            evals: open_append(&root.join("eval.jsonl"))?,
+            tensorboard,
         })
     }
 
@@ -54,12 +79,116 @@ impl RunDir {
     }
 
     fn write_record(&mut self, record: &UpdateRecord) -> Result<(), RuntimeError> {
-        let path = self.root.join("metrics.jsonl");
-        serde_json::to_writer(&mut self.metrics, record)
-            .map_err(|e| RuntimeError::io(&path, e.into()))?;
+        write_line(&mut self.metrics, &self.root.join("metrics.jsonl"), record)?;
+        let Some(tb) = self.tensorboard.as_mut() else {
+            return Ok(());
+        };
+        let step = record.global_step;
+        let ppo = &record.ppo;
+        let a = &record.admission;
+        let mut scalars = vec![
+            ("train/policy_version", record.policy_version as f64),
+            ("train/env_steps_per_sec", record.env_steps_per_sec),
+            ("train/episodes", record.episodes as f64),
+            ("train/policy_lag_avg", record.policy_lag_avg),
+            ("train/policy_lag_max", record.policy_lag_max as f64),
+            ("ppo/policy_loss", f64::from(ppo.policy_loss)),
+            ("ppo/value_loss", f64::from(ppo.value_loss)),
+            ("ppo/entropy", f64::from(ppo.entropy)),
+            ("ppo/approx_kl", f64::from(ppo.approx_kl)),
+            ("ppo/clip_fraction", f64::from(ppo.clip_fraction)),
+            ("ppo/explained_variance", f64::from(ppo.explained_variance)),
+            ("ppo/learning_rate", f64::from(ppo.learning_rate)),
+            ("admission/trained", a.trained as f64),
+            ("admission/down_weighted", a.down_weighted as f64),
+            ("admission/dropped", a.dropped as f64),
+        ];
+        if let Some(m) = record.mean_return {
+            scalars.push(("train/mean_return", m));
+        }
+        if let Some(l) = record.mean_episode_length {
+            scalars.push(("train/mean_episode_length", l));
+        }
+        for (tag, value) in scalars {
+            tb.scalar(tag, step, value)
+                .map_err(|e| RuntimeError::io(tb.path(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Appends an evaluation to `eval.jsonl` (and TensorBoard's `eval/` scalars).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Io`] naming the file.
+    pub fn write_eval(&mut self, result: &EvalResult) -> Result<(), RuntimeError> {
+        write_line(&mut self.evals, &self.root.join("eval.jsonl"), result)?;
+        self.evals
+            .flush()
+            .map_err(|e| RuntimeError::io(self.root.join("eval.jsonl"), e))?;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            let step = result.global_step.unwrap_or(0);
+            let mut scalars = vec![
+                ("eval/mean_return", result.mean_return),
+                ("eval/policy_version", result.policy_version as f64),
+            ];
+            scalars.extend(result.success_rate.map(|s| ("eval/success_rate", s)));
+            for (tag, value) in scalars {
+                tb.scalar(tag, step, value)
+                    .map_err(|e| RuntimeError::io(tb.path(), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes buffered lines and scalars to their files.
+    fn flush(&mut self) -> Result<(), RuntimeError> {
         self.metrics
-            .write_all(b"\n")
-            .map_err(|e| RuntimeError::io(&path, e))
+            .flush()
+            .map_err(|e| RuntimeError::io(self.root.join("metrics.jsonl"), e))?;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            tb.flush().map_err(|e| RuntimeError::io(tb.path(), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// When the loop evaluates: before the first update, whenever training crosses a multiple
+/// of the interval, and at the end.
+struct EvalSchedule {
+    interval: u64,
+    last_version: Option<u64>,
+}
+
+impl EvalSchedule {
+    fn new(trainer: &Trainer) -> Option<Self> {
+        let report = &trainer.config().report;
+        (report.eval_episodes > 0).then(|| EvalSchedule {
+            interval: report.eval_interval(trainer.config().train.total_steps),
+            last_version: None,
+        })
+    }
+
+    fn due(&self, before: u64, after: u64) -> bool {
+        before / self.interval != after / self.interval
+    }
+
+    fn run(&mut self, trainer: &mut Trainer, run_dir: &mut RunDir) -> Result<(), RuntimeError> {
+        let version = trainer.progress().policy_version;
+        if self.last_version == Some(version) {
+            return Ok(());
+        }
+        let result = trainer.evaluate_current()?;
+        tracing::info!(
+            component = "eval",
+            version,
+            step = trainer.progress().global_step,
+            mean_return = result.mean_return,
+            "evaluated"
+        );
+        run_dir.write_eval(&result)?;
+        trainer.publish_eval(version, result.mean_return);
+        self.last_version = Some(version);
+        Ok(())
     }
 }
 
@@ -92,6 +221,13 @@ pub fn train(
         trainer.attach_ledger(ledger)?;
     }
     let every = trainer.config().train.checkpoint_every;
+    let mut evals = EvalSchedule::new(trainer);
+    if let Some(e) = evals.as_mut() {
+        let step = trainer.progress().global_step;
+        if step == 0 {
+            e.run(trainer, run_dir)?;
+        }
+    }
     while !trainer.finished() {
         let before = trainer.progress().global_step;
         let record = match trainer.iterate() {
@@ -105,6 +241,11 @@ pub fn train(
         };
         run_dir.write_record(&record)?;
         on_update(&record);
+        if let Some(e) = evals.as_mut() {
+            if e.due(before, record.global_step) {
+                e.run(trainer, run_dir)?;
+            }
+        }
         if every > 0 && before / every != record.global_step / every {
             let dir = run_dir
                 .root
@@ -115,12 +256,13 @@ pub fn train(
             save_checkpoint(trainer, &dir)?;
         }
     }
-    run_dir
-        .metrics
-        .flush()
-        .map_err(|e| RuntimeError::io(run_dir.root.join("metrics.jsonl"), e))?;
+    if let Some(e) = evals.as_mut() {
+        e.run(trainer, run_dir)?;
+    }
+    run_dir.flush()?;
     trainer.flush_ledger()?;
     save_checkpoint(trainer, &run_dir.checkpoint_dir())?;
+    trainer.publish_live(true);
     if let Some(stats) = trainer.close_ledger()? {
         tracing::info!(
             component = "ledger",

@@ -20,9 +20,11 @@ use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::config::{Inference, OffPolicy};
+use crate::eval::{evaluate_model, EvalResult, PinnedVersion};
 use crate::inference::{spawn_server, InferenceSlots, ServerSetup};
 use crate::learner_pool::LearnerPool;
 use crate::ledger_link::LedgerLink;
+use crate::live::{LearnerView, LedgerView, LiveHandle};
 use crate::policy_store::{PolicyStore, PublishedPolicy};
 use crate::provenance::{admit, kl_estimate, FragmentInfo};
 use crate::records::{AdmissionCounts, InvalidFragment, Progress, Summary, UpdateRecord};
@@ -62,6 +64,10 @@ pub struct Trainer {
     behaviour_log_probs: Vec<f32>,
     /// The sample ledger, when the run keeps one.
     ledger: Option<LedgerLink>,
+    /// What the live view shows of the learner, refreshed after every update.
+    live: Arc<Mutex<LearnerView>>,
+    /// Samples admission dropped, for the live view.
+    dropped_samples: u64,
 }
 
 /// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included;
@@ -267,7 +273,7 @@ impl Trainer {
             &config.runtime.pin_cpus,
             workers,
         )?;
-        Ok(Trainer {
+        let mut trainer = Trainer {
             config_hash,
             rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
             ppo,
@@ -288,8 +294,69 @@ impl Trainer {
             fragments: Vec::with_capacity(workers),
             behaviour_log_probs: Vec::new(),
             ledger: None,
+            live: Arc::new(Mutex::new(LearnerView::default())),
+            dropped_samples: 0,
             config,
-        })
+        };
+        trainer.publish_live(false);
+        Ok(trainer)
+    }
+
+    /// A handle on the live view (for a metrics endpoint or a monitor on another thread).
+    pub fn live_handle(&self) -> LiveHandle {
+        LiveHandle {
+            epoch: self.wiring.epoch,
+            learner: Arc::clone(&self.live),
+            beats: Arc::clone(&self.wiring.beats),
+            store: Arc::clone(&self.wiring.store),
+            buffer: Arc::clone(&self.wiring.buffer),
+            workers: self.config.runtime.workers,
+        }
+    }
+
+    /// Refreshes what the live view knows only from the learner: counters, rates, lag,
+    /// restarts and the ledger's writer. A lock and a few copies: cheap per update.
+    pub(crate) fn publish_live(&mut self, finished: bool) {
+        let seconds = self.wiring.epoch.elapsed().as_secs_f64();
+        let p = &self.progress;
+        let mean_return = self.mean_return();
+        let ledger = self.ledger_stats().map(|l| LedgerView {
+            rows_received: l.rows_received,
+            rows_written: l.rows_written,
+            rows_buffered: l.rows_buffered,
+            files_written: l.files_written,
+            bytes_written: l.bytes_written,
+        });
+        let mut view = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let rate = view.rate(seconds, p.global_step);
+        view.restarts = self.wiring.workers.iter().map(|w| w.restarts).collect();
+        let s = &mut view.snapshot;
+        s.env.clone_from(&self.config.env.name);
+        s.mode = format!("{:?}", self.config.runtime.mode).to_lowercase();
+        s.config_hash.clone_from(&self.config_hash);
+        s.global_step = p.global_step;
+        s.total_steps = self.config.train.total_steps;
+        s.updates = p.updates;
+        s.policy_version = p.policy_version;
+        s.env_steps_per_sec = rate;
+        s.mean_return = mean_return;
+        s.lag = (
+            self.lags.iter().copied().min().unwrap_or(0),
+            self.lags.iter().sum::<u64>() as f64 / self.lags.len().max(1) as f64,
+            self.lags.iter().copied().max().unwrap_or(0),
+        );
+        s.max_policy_lag = self.wiring.lag;
+        s.invalid_fragments = p.invalid_fragments.len();
+        s.dropped_samples = self.dropped_samples;
+        s.early_fragments = self.early.len();
+        s.ledger = ledger;
+        s.finished = finished;
+    }
+
+    /// Records an evaluation in the live view.
+    pub(crate) fn publish_eval(&self, version: u64, mean_return: f64) {
+        let mut view = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        view.snapshot.last_eval = Some((version, mean_return));
     }
 
     /// The run's config.
@@ -778,6 +845,9 @@ impl Trainer {
         {
             p.solved_at = Some((p.global_step, p.wall_seconds));
         }
+        self.dropped_samples += admission.dropped;
+        self.publish_live(false);
+        let p = &self.progress;
         let lengths = &self.episode_lengths;
         let lags = &self.lags;
         Ok(UpdateRecord {
@@ -798,6 +868,33 @@ impl Trainer {
             time: p.time,
             ppo: stats,
         })
+    }
+
+    /// Evaluates the current policy version on the run's fixed evaluation episodes
+    /// (`report.eval_episodes` greedy episodes seeded by `report.eval_seed`), between
+    /// updates. Its time counts in the breakdown (`eval`) and the training seconds.
+    ///
+    /// # Errors
+    /// An env error, or a config asking for zero episodes.
+    pub fn evaluate_current(&mut self) -> Result<EvalResult, RuntimeError> {
+        let started = Instant::now();
+        let report = &self.config.report;
+        let (episodes, seed) = (
+            report.eval_episodes,
+            report.eval_seed(self.config.train.seed),
+        );
+        let pinned = PinnedVersion {
+            config: &self.config,
+            config_hash: &self.config_hash,
+            policy_version: self.progress.policy_version,
+            normalizer: &self.normalizer,
+        };
+        let mut result = evaluate_model(self.model.as_mut(), &pinned, episodes, seed, true)?;
+        result.global_step = Some(self.progress.global_step);
+        let seconds = started.elapsed().as_secs_f64();
+        self.progress.time.eval += seconds;
+        self.progress.wall_seconds += seconds;
+        Ok(result)
     }
 
     /// The summary of the run so far.

@@ -148,6 +148,7 @@ impl Wiring {
     /// Hands a free slot to its worker's current incarnation.
     pub(crate) fn give_back(&mut self, slot: SlotId) -> Result<(), RuntimeError> {
         self.quarantined.retain(|s| *s != slot);
+        self.buffer.mark_free(slot);
         self.workers[slot.worker]
             .free_slots
             .try_send(slot)

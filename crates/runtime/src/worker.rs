@@ -364,6 +364,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         (f.inference_seconds, f.env_seconds) = timing;
         drop(f);
         holding.set(None);
+        buffer.mark_ready(slot);
         // Capacity equals the number of slots and we hold one: this send cannot block.
         let ready = WorkerEvent::FragmentReady {
             slot,
