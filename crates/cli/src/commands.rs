@@ -2,12 +2,16 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use strata_runtime::{evaluate, load_policy, preset, run, RunConfig, RunDir, Trainer};
+use strata_runtime::{
+    evaluate, find_version, load_policy, preset, run, RunConfig, RunDir, Trainer,
+};
 
 /// Strata: asynchronous reinforcement learning with provenance for every sample.
 #[derive(Parser, Debug)]
@@ -24,6 +28,16 @@ impl Cli {
     /// The requested log level.
     pub fn log_level(&self) -> &str {
         &self.log_level
+    }
+
+    /// Whether the command takes over the terminal (a live monitor), so log lines must
+    /// go elsewhere.
+    pub fn full_screen(&self) -> bool {
+        match &self.command {
+            Command::Train(args) => args.monitor,
+            Command::Top(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -48,6 +62,10 @@ enum Command {
     Serve(crate::gateway_cmd::ServeArgs),
     /// Run simulated deployed agents against a gateway (by default one started here).
     Fleet(crate::gateway_cmd::FleetArgs),
+    /// Write a run's HTML report: curves per generation, evaluations, lag, time, ledger.
+    Report(crate::report::ReportArgs),
+    /// Live terminal monitor of a training started with `--metrics-addr`.
+    Top(crate::monitor::TopArgs),
 }
 
 /// How a config is assembled: preset of the env, then the file, then `--set`, then flags.
@@ -104,6 +122,15 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Serve Prometheus metrics (`/metrics`) and the live status (`/status`, what
+    /// `strata top` shows) at this address while training, e.g. `127.0.0.1:9100` (port 0:
+    /// any free port; the address is printed).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
+    /// Show the live terminal monitor instead of the progress bar; log lines go to
+    /// `train.log` in the run directory. `q` stops the training (checkpointed).
+    #[arg(long)]
+    monitor: bool,
 }
 
 #[derive(Args, Debug)]
@@ -111,6 +138,9 @@ struct EvalArgs {
     /// Checkpoint directory (or a run directory).
     #[arg(long)]
     checkpoint: PathBuf,
+    /// Evaluate this policy version: the run directory's checkpoint that holds it.
+    #[arg(long)]
+    version: Option<u64>,
     /// Episodes to run.
     #[arg(long, default_value_t = 10)]
     episodes: usize,
@@ -185,6 +215,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => crate::bench::run(args),
         Command::Serve(args) => crate::gateway_cmd::serve(args),
         Command::Fleet(args) => crate::gateway_cmd::fleet(args),
+        Command::Report(args) => crate::report::run(args),
+        Command::Top(args) => crate::monitor::top(args),
     }
 }
 
@@ -297,10 +329,33 @@ fn train(args: TrainArgs) -> Result<()> {
     let mut dir = RunDir::create(&run_dir, &trainer)?;
     // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.
     let stop = trainer.stop_flag();
-    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+    let on_signal = Arc::clone(&stop);
+    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    let _server = match &args.metrics_addr {
+        Some(addr) => {
+            let server = crate::live_server::LiveServer::start(addr, trainer.live_handle())?;
+            eprintln!(
+                "metrics: http://{0}/metrics  status: http://{0}/status  (strata top --addr {0})",
+                server.addr()
+            );
+            Some(server)
+        }
+        None => None,
+    };
+    let monitor = if args.monitor {
+        let log = run_dir.join("train.log");
+        crate::logging::redirect_to(&log)
+            .with_context(|| format!("cannot write {}", log.display()))?;
+        Some(MonitorThread::start(
+            trainer.live_handle(),
+            Arc::clone(&stop),
+        )?)
+    } else {
+        None
+    };
     let mut next_breakdown = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let bar = if args.quiet {
+    let bar = if args.quiet || args.monitor {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(c.train.total_steps)
@@ -331,7 +386,11 @@ fn train(args: TrainArgs) -> Result<()> {
             "{:.0} steps/s  mean return {ret}  v{}",
             r.env_steps_per_sec, r.policy_version
         ));
-    })?;
+    });
+    if let Some(m) = monitor {
+        m.finish();
+    }
+    let summary = summary?;
     bar.finish_and_clear();
     let ret = summary
         .final_mean_return
@@ -361,8 +420,50 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
     fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// The monitor of `strata train --monitor`, drawing from its own thread.
+struct MonitorThread {
+    done: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Result<()>>,
+}
+
+impl MonitorThread {
+    fn start(live: strata_runtime::LiveHandle, stop: Arc<AtomicBool>) -> Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let finished = Arc::clone(&done);
+        let handle = std::thread::Builder::new()
+            .name("strata-monitor".into())
+            .spawn(move || {
+                crate::monitor::run_monitor(
+                    &|| Ok(live.snapshot()),
+                    &finished,
+                    &stop,
+                    "q: stop training (checkpointed)",
+                )
+            })?;
+        Ok(MonitorThread { done, handle })
+    }
+
+    /// Draws the final state and gives the terminal back (within a second).
+    fn finish(self) {
+        self.done.store(true, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while !self.handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if self.handle.is_finished() {
+            if let Ok(Err(e)) = self.handle.join() {
+                eprintln!("warning: monitor: {e:#}");
+            }
+        }
+    }
+}
+
 fn eval(args: EvalArgs) -> Result<()> {
-    let mut policy = load_policy(&args.checkpoint)?;
+    let path = match args.version {
+        Some(v) => find_version(&args.checkpoint, v)?,
+        None => args.checkpoint.clone(),
+    };
+    let mut policy = load_policy(&path)?;
     let result = evaluate(&mut policy, args.episodes, args.seed, !args.stochastic)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);

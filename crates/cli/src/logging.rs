@@ -3,7 +3,11 @@
 //! each component's `component` id.
 
 use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{Format, Full, Writer};
@@ -31,8 +35,41 @@ where
     }
 }
 
+/// Where log lines go: stderr, or a file once [`redirect_to`] was called (while a
+/// full-screen monitor owns the terminal).
+static LOG_FILE: Mutex<Option<File>> = Mutex::new(None);
+
+struct LogTarget;
+
+impl Write for LogTarget {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(file) => file.write(buf),
+            None => io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(file) => file.flush(),
+            None => io::stderr().flush(),
+        }
+    }
+}
+
+/// Sends log lines to `path` (appending) from now on.
+///
+/// # Errors
+/// When the file cannot be opened.
+pub fn redirect_to(path: &Path) -> io::Result<()> {
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    *LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+    Ok(())
+}
+
 /// Installs the subscriber: `RUST_LOG` if set, else `default_level` for Strata's crates.
-pub fn init(default_level: &str) {
+/// Colours only when stderr is a terminal that will show the lines (`to_terminal`).
+pub fn init(default_level: &str, to_terminal: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new(format!(
             "warn,strata={default_level},strata_runtime={default_level}"
@@ -40,8 +77,8 @@ pub fn init(default_level: &str) {
     });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(|| LogTarget)
+        .with_ansi(to_terminal && io::IsTerminal::is_terminal(&io::stderr()))
         .event_format(Sequenced(Format::default().with_thread_names(true)))
         .try_init();
 }

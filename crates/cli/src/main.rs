@@ -7,7 +7,10 @@ mod bench_ledger;
 mod commands;
 mod gateway_cmd;
 mod ledger_cmd;
+mod live_server;
 mod logging;
+mod monitor;
+mod report;
 
 use std::process::ExitCode;
 
@@ -16,7 +19,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     restore_sigpipe();
     let cli = commands::Cli::parse();
-    logging::init(cli.log_level());
+    logging::init(cli.log_level(), !cli.full_screen());
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -1,0 +1,445 @@
+//! The report's figures: first the data each one plots (serialised into the report, so a
+//! test or a user can check what was drawn), then the drawing, once per backend (SVG
+//! for the HTML report, PNG beside it).
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde::Serialize;
+use strata_ledger::VersionSwitch;
+
+use super::load::RunData;
+
+/// A subset of DejaVu Sans (printable ASCII and a few symbols; its licence is beside it):
+/// text is drawn without any system font library.
+const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans-subset.ttf");
+const FAMILY: &str = "sans-serif";
+const SIZE: (u32, u32) = (960, 420);
+
+/// Episodes completed by one generation: `[env step, return]`.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct GenerationSeries {
+    pub(crate) generation: u64,
+    pub(crate) points: Vec<[f64; 2]>,
+    /// Of those, episodes with an invalidated sample, drawn again as red crosses.
+    pub(crate) invalidated: Vec<[f64; 2]>,
+}
+
+/// An evaluation of one pinned version.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct EvalPoint {
+    pub(crate) version: u64,
+    pub(crate) step: u64,
+    pub(crate) mean_return: f64,
+    pub(crate) std_return: f64,
+    pub(crate) success_rate: Option<f64>,
+}
+
+/// Return against env steps, one series per generation, with the version switches.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ReturnsFigure {
+    pub(crate) series: Vec<GenerationSeries>,
+    pub(crate) switches: Vec<VersionSwitch>,
+    pub(crate) eval_points: Vec<EvalPoint>,
+}
+
+/// Evaluation return per pinned version.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct EvalFigure {
+    pub(crate) points: Vec<EvalPoint>,
+}
+
+/// Trained samples per policy lag, in versions.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct LagFigure {
+    pub(crate) bins: Vec<(u64, u64)>,
+}
+
+/// Where the time went, seconds per part.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TimeFigure {
+    pub(crate) parts: Vec<(String, f64)>,
+}
+
+/// Every figure the data allows.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Figures {
+    pub(crate) returns: Option<ReturnsFigure>,
+    pub(crate) evaluation: Option<EvalFigure>,
+    pub(crate) lag: Option<LagFigure>,
+    pub(crate) time: Option<TimeFigure>,
+}
+
+impl Figures {
+    /// The figures `run` has data for.
+    pub(crate) fn from_run(run: &RunData) -> Self {
+        let eval_points: Vec<EvalPoint> = run
+            .evals
+            .iter()
+            .map(|e| EvalPoint {
+                version: e.policy_version,
+                step: e.global_step.unwrap_or(0),
+                mean_return: e.mean_return,
+                std_return: e.std_return,
+                success_rate: e.success_rate,
+            })
+            .collect();
+        let bucket = run.bucket();
+        let returns = run.ledger.as_ref().map(|data| {
+            let curves = strata_ledger::curves(data, &bucket);
+            let series = curves
+                .by_generation()
+                .into_iter()
+                .map(|(generation, episodes)| GenerationSeries {
+                    generation,
+                    points: episodes
+                        .iter()
+                        .map(|e| [e.step as f64, e.episode_return])
+                        .collect(),
+                    invalidated: episodes
+                        .iter()
+                        .filter(|e| e.invalidated)
+                        .map(|e| [e.step as f64, e.episode_return])
+                        .collect(),
+                })
+                .collect();
+            ReturnsFigure {
+                series,
+                switches: curves.switches,
+                eval_points: eval_points.clone(),
+            }
+        });
+        let lag = run.ledger.as_ref().map(|data| LagFigure {
+            bins: strata_ledger::lag_histogram(data, &bucket),
+        });
+        let time = run.updates.last().map(|u| {
+            let t = &u.time;
+            let parts = [
+                ("env step", t.env_step),
+                ("inference", t.inference),
+                ("forward", t.forward),
+                ("backward", t.backward),
+                ("optimizer", t.optimizer),
+                ("learner waiting", t.buffer_wait),
+                ("publish", t.publish),
+                ("eval", t.eval),
+                ("other", t.other),
+            ];
+            TimeFigure {
+                parts: parts.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+            }
+        });
+        Figures {
+            returns,
+            evaluation: (!eval_points.is_empty()).then_some(EvalFigure {
+                points: eval_points,
+            }),
+            lag,
+            time,
+        }
+    }
+}
+
+/// A figure drawn as SVG (returned, for inlining) and written as `<name>.svg` and
+/// `<name>.png` into `dir`.
+pub(crate) fn render(figure: &dyn Draw, name: &str, dir: &Path) -> Result<String> {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // The bytes are a valid font (a test draws with it); failing here only loses text.
+        let _ = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT);
+    });
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        figure
+            .draw_svg(&root)
+            .map_err(|e| anyhow!("drawing {name}.svg: {e}"))?;
+        root.present()
+            .map_err(|e| anyhow!("drawing {name}.svg: {e}"))?;
+    }
+    let svg_path = dir.join(format!("{name}.svg"));
+    std::fs::write(&svg_path, &svg)
+        .with_context(|| format!("cannot write {}", svg_path.display()))?;
+    let png_path = dir.join(format!("{name}.png"));
+    let root = BitMapBackend::new(&png_path, SIZE).into_drawing_area();
+    figure
+        .draw_png(&root)
+        .map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", png_path.display()))?;
+    Ok(svg)
+}
+
+type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// Drawing onto either backend (a trait object cannot be generic, so one method each).
+pub(crate) trait Draw {
+    fn draw_svg(&self, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResult<SVGBackend<'_>>;
+    fn draw_png(
+        &self,
+        area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    ) -> DrawResult<BitMapBackend<'_>>;
+}
+
+macro_rules! both_backends {
+    ($t:ty) => {
+        impl Draw for $t {
+            fn draw_svg(
+                &self,
+                area: &DrawingArea<SVGBackend<'_>, Shift>,
+            ) -> DrawResult<SVGBackend<'_>> {
+                self.draw(area)
+            }
+            fn draw_png(
+                &self,
+                area: &DrawingArea<BitMapBackend<'_>, Shift>,
+            ) -> DrawResult<BitMapBackend<'_>> {
+                self.draw(area)
+            }
+        }
+    };
+}
+
+both_backends!(ReturnsFigure);
+both_backends!(EvalFigure);
+both_backends!(LagFigure);
+both_backends!(TimeFigure);
+
+/// A colour per generation, cycling through a palette that stays readable on white.
+fn generation_colour(generation: u64) -> RGBColor {
+    const PALETTE: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(23, 190, 207),
+    ];
+    PALETTE[(generation % PALETTE.len() as u64) as usize]
+}
+
+/// `[lo, hi]` padded by 5%, never empty.
+fn padded(lo: f64, hi: f64) -> (f64, f64) {
+    if !(lo.is_finite() && hi.is_finite()) {
+        return (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.05).max(1e-6);
+    (lo - pad, hi + pad)
+}
+
+fn font(size: u32) -> (&'static str, u32) {
+    (FAMILY, size)
+}
+
+/// Tick labels: whole numbers without decimals, small ones with two.
+fn tick(v: &f64) -> String {
+    if v.fract().abs() < 1e-9 || v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+impl ReturnsFigure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let all = self.series.iter().flat_map(|s| s.points.iter());
+        let evals = self
+            .eval_points
+            .iter()
+            .map(|e| [e.step as f64, e.mean_return]);
+        let (mut x_max, mut y_lo, mut y_hi) = (1.0f64, f64::INFINITY, f64::NEG_INFINITY);
+        for p in all.copied().chain(evals) {
+            x_max = x_max.max(p[0]);
+            y_lo = y_lo.min(p[1]);
+            y_hi = y_hi.max(p[1]);
+        }
+        for s in &self.switches {
+            x_max = x_max.max(s.step as f64);
+        }
+        let (y_lo, y_hi) = padded(y_lo, y_hi);
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                "Episode return per generation (lines: version switches, x: evaluation)",
+                font(16),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..x_max * 1.02, y_lo..y_hi)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("env steps (ledger order)")
+            .y_desc("episode return")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style(font(12))
+            .axis_desc_style(font(13))
+            .draw()?;
+        let marker = RGBColor(190, 190, 190);
+        chart.draw_series(self.switches.iter().map(|s| {
+            let x = s.step as f64;
+            PathElement::new(vec![(x, y_lo), (x, y_hi)], marker.stroke_width(1))
+        }))?;
+        for s in &self.series {
+            let colour = generation_colour(s.generation);
+            let points = s.points.iter().map(|p| (p[0], p[1]));
+            chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(1)))?;
+            chart.draw_series(points.map(|p| Circle::new(p, 2, colour.filled())))?;
+            chart.draw_series(
+                s.invalidated
+                    .iter()
+                    .map(|p| Cross::new((p[0], p[1]), 4, RED.stroke_width(1))),
+            )?;
+        }
+        chart.draw_series(
+            self.eval_points
+                .iter()
+                .map(|e| Cross::new((e.step as f64, e.mean_return), 6, BLACK.stroke_width(2))),
+        )?;
+        Ok(())
+    }
+}
+
+impl EvalFigure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let x_max = self
+            .points
+            .iter()
+            .map(|p| p.version)
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let lo = self
+            .points
+            .iter()
+            .map(|p| p.mean_return - p.std_return)
+            .fold(f64::INFINITY, f64::min);
+        let hi = self
+            .points
+            .iter()
+            .map(|p| p.mean_return + p.std_return)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = padded(lo, hi);
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                "Evaluation of pinned versions (mean +- std, fixed seeds)",
+                font(16),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(-0.5..x_max * 1.02 + 0.5, lo..hi)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("policy version")
+            .y_desc("evaluation return")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style(font(12))
+            .axis_desc_style(font(13))
+            .draw()?;
+        let blue = generation_colour(0);
+        chart.draw_series(self.points.iter().map(|p| {
+            let x = p.version as f64;
+            PathElement::new(
+                vec![
+                    (x, p.mean_return - p.std_return),
+                    (x, p.mean_return + p.std_return),
+                ],
+                blue.stroke_width(1),
+            )
+        }))?;
+        chart.draw_series(LineSeries::new(
+            self.points
+                .iter()
+                .map(|p| (p.version as f64, p.mean_return)),
+            blue.stroke_width(2),
+        ))?;
+        chart.draw_series(
+            self.points
+                .iter()
+                .map(|p| Circle::new((p.version as f64, p.mean_return), 3, blue.filled())),
+        )?;
+        Ok(())
+    }
+}
+
+impl LagFigure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let max_lag = self.bins.iter().map(|b| b.0).max().unwrap_or(0);
+        let max_count = self.bins.iter().map(|b| b.1).max().unwrap_or(1).max(1);
+        let mut chart = ChartBuilder::on(area)
+            .caption("Policy lag of trained samples", font(16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(72)
+            .build_cartesian_2d(-0.5..max_lag as f64 + 0.5, 0.0..max_count as f64 * 1.08)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("policy lag (versions)")
+            .y_desc("samples")
+            .x_labels((max_lag as usize + 1).min(12))
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style(font(12))
+            .axis_desc_style(font(13))
+            .draw()?;
+        let colour = generation_colour(0);
+        chart.draw_series(self.bins.iter().map(|(lag, count)| {
+            let x = *lag as f64;
+            Rectangle::new([(x - 0.4, 0.0), (x + 0.4, *count as f64)], colour.filled())
+        }))?;
+        Ok(())
+    }
+}
+
+impl TimeFigure {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let total = self.parts.iter().map(|p| p.1).sum::<f64>().max(1e-9);
+        let n = self.parts.len() as f64;
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("Time breakdown ({total:.1} s in all)"), font(16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(8)
+            .build_cartesian_2d(0.0..130.0, -0.5..n - 0.5)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .y_labels(0)
+            .x_desc("share of the time (%)")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style(font(12))
+            .axis_desc_style(font(13))
+            .draw()?;
+        let colour = generation_colour(1);
+        for (i, (name, seconds)) in self.parts.iter().enumerate() {
+            // First part on top.
+            let y = n - 1.0 - i as f64;
+            let share = 100.0 * seconds / total;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y - 0.35), (share, y + 0.35)],
+                colour.filled(),
+            )))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{name} {share:.1}% ({seconds:.2} s)"),
+                (share + 1.0, y + 0.2),
+                font(12),
+            )))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! Reads what a run directory holds, keeping going past anything missing or damaged and
+//! saying what it was.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use serde::de::DeserializeOwned;
+use strata_ledger::{LedgerData, Storage};
+use strata_runtime::{EvalResult, RunConfig, UpdateRecord};
+
+/// A run directory as far as it could be read.
+pub(crate) struct RunData {
+    /// The directory.
+    pub(crate) dir: PathBuf,
+    /// `config.toml`.
+    pub(crate) config: Option<RunConfig>,
+    /// `metrics.jsonl`, the lines that parse.
+    pub(crate) updates: Vec<UpdateRecord>,
+    /// `eval.jsonl`, the lines that parse.
+    pub(crate) evals: Vec<EvalResult>,
+    /// The sample ledger, without any file that could not be read.
+    pub(crate) ledger: Option<LedgerData>,
+    /// The ledger's location.
+    pub(crate) ledger_location: String,
+    /// What was missing or damaged, in words.
+    pub(crate) problems: Vec<String>,
+}
+
+impl RunData {
+    /// Reads `dir`.
+    ///
+    /// # Errors
+    /// When `dir` does not exist, or holds none of a run's files.
+    pub(crate) fn load(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            bail!("{}: no such directory", dir.display());
+        }
+        let known = [
+            "config.toml",
+            "metrics.jsonl",
+            "eval.jsonl",
+            "ledger",
+            "checkpoint",
+        ];
+        if !known.iter().any(|f| dir.join(f).exists()) {
+            bail!(
+                "{}: not a run directory (none of {} is there; `strata train --run-dir` writes them)",
+                dir.display(),
+                known.join(", ")
+            );
+        }
+        let mut problems = Vec::new();
+        let config = read_config(&dir.join("config.toml"), &mut problems);
+        let updates = read_lines(&dir.join("metrics.jsonl"), &mut problems);
+        let evals = read_lines(&dir.join("eval.jsonl"), &mut problems);
+        let ledger_location = config
+            .as_ref()
+            .and_then(|c| c.ledger.location.clone())
+            .unwrap_or_else(|| dir.join("ledger").to_string_lossy().into_owned());
+        let ledger = read_ledger(&ledger_location, &mut problems);
+        Ok(RunData {
+            dir: dir.to_path_buf(),
+            config,
+            updates,
+            evals,
+            ledger,
+            ledger_location,
+            problems,
+        })
+    }
+
+    /// The ledger bucket the run trained from.
+    pub(crate) fn bucket(&self) -> String {
+        self.config
+            .as_ref()
+            .map_or_else(|| "train".to_string(), |c| c.ledger.bucket.clone())
+    }
+}
+
+fn read_config(path: &Path, problems: &mut Vec<String>) -> Option<RunConfig> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            problems.push(format!(
+                "{}: {} (env and settings unknown)",
+                path.display(),
+                describe(&e)
+            ));
+            return None;
+        }
+    };
+    match RunConfig::from_toml(&text) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            problems.push(format!("{}: not a valid run config: {e}", path.display()));
+            None
+        }
+    }
+}
+
+/// Parses every line that parses; a bad or cut-off line is named and skipped.
+fn read_lines<T: DeserializeOwned>(path: &Path, problems: &mut Vec<String>) -> Vec<T> {
+    let text = match fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => {
+            problems.push(format!("{}: {}", path.display(), describe(&e)));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    let mut bad = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(v) => out.push(v),
+            Err(e) => bad.push(format!("line {} ({e})", i + 1)),
+        }
+    }
+    if !bad.is_empty() {
+        let cut = if text.ends_with('\n') {
+            ""
+        } else {
+            "; the file ends mid-line (truncated)"
+        };
+        problems.push(format!(
+            "{}: {} unreadable line(s) skipped: {}{cut}",
+            path.display(),
+            bad.len(),
+            bad.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    out
+}
+
+fn read_ledger(location: &str, problems: &mut Vec<String>) -> Option<LedgerData> {
+    let local = !location.contains("://");
+    if local && !Path::new(location).is_dir() {
+        problems.push(format!(
+            "{location}: no sample ledger (per-generation curves, policy lag and the ledger summary need it)"
+        ));
+        return None;
+    }
+    let storage = match Storage::open(location) {
+        Ok(s) => s,
+        Err(e) => {
+            problems.push(format!("{location}: cannot open the ledger: {e}"));
+            return None;
+        }
+    };
+    match LedgerData::read_salvaging(&storage) {
+        Ok((data, skipped)) => {
+            for e in skipped {
+                problems.push(format!("ledger file skipped: {e}"));
+            }
+            Some(data)
+        }
+        Err(e) => {
+            problems.push(format!("{location}: cannot read the ledger: {e}"));
+            None
+        }
+    }
+}
+
+fn describe(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        "missing".into()
+    } else {
+        e.to_string()
+    }
+}

@@ -1,0 +1,94 @@
+//! `strata report RUN_DIR`: one self-contained HTML file with the run's figures (return per
+//! generation with version switches and evaluation points, evaluation per pinned version,
+//! policy-lag histogram, time breakdown) and the ledger per generation; each figure also
+//! as SVG and PNG beside it. A damaged or partial run is reported as far as it can be read,
+//! with what was missing listed first.
+
+mod figures;
+mod html;
+mod load;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use figures::{render, Draw, Figures};
+use load::RunData;
+
+/// Arguments of `strata report`.
+#[derive(Args, Debug)]
+pub(crate) struct ReportArgs {
+    /// The run directory (`strata train --run-dir`).
+    run_dir: PathBuf,
+    /// Where to write `report.html` and the figures (default: RUN_DIR/report).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Writes the report and prints where; problems go to stderr as warnings.
+///
+/// # Errors
+/// When the directory is not a run at all, or the output cannot be written.
+pub(crate) fn run(args: ReportArgs) -> Result<()> {
+    let run = RunData::load(&args.run_dir)?;
+    let out = args.out.unwrap_or_else(|| args.run_dir.join("report"));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let figures = Figures::from_run(&run);
+    let planned: [(&str, &str, Option<&dyn Draw>, &str); 4] = [
+        (
+            "returns",
+            "Return per generation",
+            figures.returns.as_ref().map(|f| f as &dyn Draw),
+            "needs the sample ledger",
+        ),
+        (
+            "evaluation",
+            "Evaluation per pinned version",
+            figures.evaluation.as_ref().map(|f| f as &dyn Draw),
+            "needs eval.jsonl",
+        ),
+        (
+            "policy_lag",
+            "Policy lag",
+            figures.lag.as_ref().map(|f| f as &dyn Draw),
+            "needs the sample ledger's decisions",
+        ),
+        (
+            "time",
+            "Time breakdown",
+            figures.time.as_ref().map(|f| f as &dyn Draw),
+            "needs metrics.jsonl",
+        ),
+    ];
+    let mut drawn = Vec::new();
+    for (name, title, figure, needs) in planned {
+        let svg = match figure {
+            Some(f) => Ok(render(f, name, &out)?),
+            None => Err(needs.to_string()),
+        };
+        drawn.push((title.to_string(), svg));
+    }
+    let (summary, metrics) = match &run.ledger {
+        Some(data) => (
+            strata_ledger::summary(data),
+            Some(strata_ledger::metrics(data)),
+        ),
+        None => (Vec::new(), None),
+    };
+    let page = html::Page {
+        run: &run,
+        figures: &figures,
+        drawn,
+        summary,
+        metrics,
+    };
+    let path = out.join("report.html");
+    std::fs::write(&path, page.render())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    for p in &run.problems {
+        eprintln!("warning: {p}");
+    }
+    println!("report: {}", path.display());
+    Ok(())
+}

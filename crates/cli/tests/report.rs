@@ -1,0 +1,308 @@
+//! `strata report` and what training writes for it: per-generation series with version
+//! switches at the right steps (checked on the plotted data, not pixels), evaluation keyed
+//! by version, TensorBoard scalars read back by TensorBoard's own reader, and damaged runs
+//! reported as far as they can be read.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn train(run: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "train",
+        "--env",
+        "cartpole",
+        "--quiet",
+        "--run-dir",
+        run.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = strata(&args);
+    assert!(o.status.success(), "train failed: {}", text(&o.stderr));
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Runs `strata report` and returns the plotted data embedded in the HTML, and stderr.
+fn report(run: &Path) -> (Value, String) {
+    let o = strata(&["report", run.to_str().unwrap()]);
+    assert!(o.status.success(), "report failed: {}", text(&o.stderr));
+    let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
+    let start_tag = "<script type=\"application/json\" id=\"strata-report-data\">";
+    let start = html.find(start_tag).expect("the report embeds its data") + start_tag.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let data = serde_json::from_str(&html[start..end].replace("<\\/", "</")).unwrap();
+    (data, text(&o.stderr))
+}
+
+/// Env steps per update, from the first metrics line.
+fn steps_per_update(run: &Path) -> u64 {
+    jsonl(&run.join("metrics.jsonl"))[0]["global_step"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The checks both runs share: one series per generation, in order, each episode once;
+/// evaluation points are eval.jsonl's; every figure exists as SVG and PNG.
+fn check_common(run: &Path, data: &Value) -> Vec<(u64, u64)> {
+    let returns = &data["figures"]["returns"];
+    let series = returns["series"].as_array().unwrap();
+    let generations: Vec<u64> = series
+        .iter()
+        .map(|s| s["generation"].as_u64().unwrap())
+        .collect();
+    assert!(
+        generations.windows(2).all(|w| w[0] < w[1]),
+        "one series per generation, ascending: {generations:?}"
+    );
+    for s in series {
+        let points = s["points"].as_array().unwrap();
+        assert!(!points.is_empty());
+        let steps: Vec<f64> = points.iter().map(|p| p[0].as_f64().unwrap()).collect();
+        assert!(
+            steps.windows(2).all(|w| w[0] <= w[1]),
+            "points in step order"
+        );
+    }
+    let evals = jsonl(&run.join("eval.jsonl"));
+    let plotted = returns["eval_points"].as_array().unwrap();
+    assert_eq!(plotted.len(), evals.len());
+    for (p, e) in plotted.iter().zip(&evals) {
+        assert_eq!(p["version"], e["policy_version"]);
+        assert_eq!(p["step"], e["global_step"]);
+        assert_eq!(p["mean_return"], e["mean_return"]);
+    }
+    // Evaluations are pinned to distinct versions, first the initial one.
+    assert_eq!(evals[0]["policy_version"], 0);
+    let versions: Vec<u64> = evals
+        .iter()
+        .map(|e| e["policy_version"].as_u64().unwrap())
+        .collect();
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+    for name in ["returns", "evaluation", "policy_lag", "time"] {
+        let svg = std::fs::read_to_string(run.join(format!("report/{name}.svg"))).unwrap();
+        assert!(svg.contains("<svg"), "{name}.svg");
+        let png = std::fs::read(run.join(format!("report/{name}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}.png");
+    }
+    let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
+    assert_eq!(html.matches("<svg").count(), 4, "four figures inlined");
+    assert!(html.contains("Ledger per generation"));
+    returns["switches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["version"].as_u64().unwrap(), s["step"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn report_of_a_sync_run_marks_each_switch_where_the_version_took_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(
+        &run,
+        &["--mode", "sync", "--workers", "2", "--max-steps", "12288"],
+    );
+    let (data, warnings) = report(&run);
+    assert!(
+        warnings.is_empty(),
+        "a complete run has no problems: {warnings}"
+    );
+    let switches = check_common(&run, &data);
+    let spu = steps_per_update(&run);
+    let updates = jsonl(&run.join("metrics.jsonl")).len() as u64;
+    // Synchronous: version v collects exactly the v-th batch, so its samples begin after v
+    // batches, and every version but the last published one took over.
+    let expected: Vec<(u64, u64)> = (1..updates).map(|v| (v, v * spu)).collect();
+    assert_eq!(switches, expected);
+    // Nothing lags in sync mode.
+    assert_eq!(
+        data["figures"]["lag"]["bins"],
+        serde_json::json!([[0, 12288]])
+    );
+}
+
+#[test]
+fn report_of_an_async_run_has_a_series_per_generation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(
+        &run,
+        &["--mode", "async", "--workers", "2", "--max-steps", "4096"],
+    );
+    let (data, warnings) = report(&run);
+    assert!(warnings.is_empty(), "{warnings}");
+    let switches = check_common(&run, &data);
+    let spu = steps_per_update(&run);
+    let series = data["figures"]["returns"]["series"].as_array().unwrap();
+    assert!(series.len() >= 5, "{} generations", series.len());
+    assert!(switches.len() >= 5);
+    // With policy lag up to 1, version v is published after v batches and is trained on
+    // no later than one batch after that.
+    for (v, step) in &switches {
+        assert!(
+            v * spu <= *step && *step <= (v + 1) * spu,
+            "version {v} took over at step {step}, outside [{}, {}]",
+            v * spu,
+            (v + 1) * spu
+        );
+    }
+    assert!(switches
+        .windows(2)
+        .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+    let lag = data["figures"]["lag"]["bins"].as_array().unwrap();
+    let lagged: u64 = lag
+        .iter()
+        .filter(|b| b[0].as_u64().unwrap() >= 1)
+        .map(|b| b[1].as_u64().unwrap())
+        .sum();
+    assert!(lagged > 0, "async samples lag: {lag:?}");
+}
+
+#[test]
+fn report_says_what_is_missing_and_reports_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Not a run at all.
+    let o = strata(&["report", tmp.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("not a run directory") && err.contains("metrics.jsonl"),
+        "{err}"
+    );
+    let o = strata(&["report", tmp.path().join("nowhere").to_str().unwrap()]);
+    assert!(text(&o.stderr).contains("no such directory"));
+
+    // A run with a truncated metrics file, no eval file and a cut-off ledger file.
+    let run = tmp.path().join("run");
+    train(&run, &["--max-steps", "4096", "--workers", "2"]);
+    let metrics = run.join("metrics.jsonl");
+    let full = std::fs::read(&metrics).unwrap();
+    std::fs::write(&metrics, &full[..full.len() - 40]).unwrap();
+    std::fs::remove_file(run.join("eval.jsonl")).unwrap();
+    let victim = parquet_files(&run.join("ledger/samples"))
+        .pop()
+        .expect("the run stored samples");
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() / 2]).unwrap();
+    let (data, warnings) = report(&run);
+    for needle in [
+        "metrics.jsonl",
+        "truncated",
+        "eval.jsonl: missing",
+        victim.file_name().unwrap().to_str().unwrap(),
+    ] {
+        assert!(
+            warnings.contains(needle),
+            "stderr lacks `{needle}`:\n{warnings}"
+        );
+    }
+    let problems = data["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    // What could be read is still there: the time breakdown from the intact lines, the
+    // curves from the intact ledger files.
+    assert!(data["figures"]["time"].is_object());
+    assert!(!data["figures"]["returns"]["series"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert!(data["figures"]["evaluation"].is_null());
+    let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
+    assert!(html.contains("Missing or damaged"));
+    assert!(html.contains("Not drawn: needs eval.jsonl"));
+}
+
+fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// TensorBoard's reader (`scripts/read_tensorboard.py`) reads the scalars back, and they
+/// are the run's numbers. Skipped when TensorBoard is not installed, unless
+/// `STRATA_REQUIRE_TENSORBOARD=1` (CI installs it).
+#[test]
+fn tensorboard_reads_the_scalars_back() {
+    let has_tensorboard = Command::new("python3")
+        .args(["-c", "import tensorboard"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_tensorboard {
+        assert!(
+            std::env::var("STRATA_REQUIRE_TENSORBOARD").is_err(),
+            "STRATA_REQUIRE_TENSORBOARD is set but tensorboard is not installed"
+        );
+        eprintln!("tensorboard not installed: reader check skipped");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(&run, &["--max-steps", "8192"]);
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/read_tensorboard.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(run.join("tb"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let scalars: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+    let updates = jsonl(&run.join("metrics.jsonl"));
+    let read = scalars["train/policy_version"].as_array().unwrap();
+    assert_eq!(read.len(), updates.len());
+    for (r, u) in read.iter().zip(&updates) {
+        assert_eq!(r[0], u["global_step"]);
+        assert!(close(
+            r[1].as_f64().unwrap(),
+            u["policy_version"].as_f64().unwrap()
+        ));
+    }
+    let losses = scalars["ppo/value_loss"].as_array().unwrap();
+    for (r, u) in losses.iter().zip(&updates) {
+        assert!(close(
+            r[1].as_f64().unwrap(),
+            u["value_loss"].as_f64().unwrap()
+        ));
+    }
+    let evals = jsonl(&run.join("eval.jsonl"));
+    let read = scalars["eval/mean_return"].as_array().unwrap();
+    assert_eq!(read.len(), evals.len());
+    for (r, e) in read.iter().zip(&evals) {
+        assert_eq!(r[0], e["global_step"]);
+        assert!(close(
+            r[1].as_f64().unwrap(),
+            e["mean_return"].as_f64().unwrap()
+        ));
+    }
+}
