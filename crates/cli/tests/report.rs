@@ -139,6 +139,46 @@ fn report_of_a_sync_run_marks_each_switch_where_the_version_took_over() {
         data["figures"]["lag"]["bins"],
         serde_json::json!([[0, 12288]])
     );
+    // Every episode is drawn (a short run is under the point budget).
+    let series = data["figures"]["returns"]["series"].as_array().unwrap();
+    for s in series {
+        assert_eq!(s["episodes_per_point"], 1);
+        assert_eq!(s["points"].as_array().unwrap().len() as u64, s["episodes"]);
+        assert!(s["invalidated"].as_array().unwrap().is_empty());
+    }
+
+    // Invalidate the first two batches: their episodes are marked, the rest are not, and
+    // the ledger table counts them per generation with the reason.
+    let o = strata(&[
+        "ledger",
+        "invalidate",
+        run.to_str().unwrap(),
+        "--samples",
+        &format!("0..={}", 2 * spu - 1),
+        "--reason",
+        "operator",
+        "--text",
+        "report test",
+        "--author",
+        "ci",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (data, _) = report(&run);
+    let series = data["figures"]["returns"]["series"].as_array().unwrap();
+    let marked = |generation: u64| {
+        series
+            .iter()
+            .find(|s| s["generation"] == generation)
+            .map_or(0, |s| s["invalidated"].as_array().unwrap().len())
+    };
+    assert!(marked(0) > 0 && marked(1) > 0, "the first two generations");
+    let last = series.last().unwrap()["generation"].as_u64().unwrap();
+    assert_eq!(marked(last), 0);
+    let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
+    assert!(
+        html.contains(&format!("{spu} operator")),
+        "the table counts invalidated samples by reason"
+    );
 }
 
 #[test]

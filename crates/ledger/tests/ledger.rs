@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use strata_ledger::{
-    metrics, recompute, summary, write_manifest, AdmissionRules, DecisionKind, DecisionRecord,
-    Invalidation, Ledger, LedgerConfig, LedgerData, LedgerError, ManifestFormat, ReasonCode,
-    RuleKind, SampleBatch, SampleRecord, Storage, Target,
+    curves, lag_histogram, metrics, recompute, summary, write_manifest, AdmissionRules,
+    DecisionKind, DecisionRecord, Invalidation, Ledger, LedgerConfig, LedgerData, LedgerError,
+    ManifestFormat, ReasonCode, RuleKind, SampleBatch, SampleRecord, Storage, Target,
+    VersionSwitch,
 };
 
 const OBS_DIM: usize = 3;
@@ -482,6 +483,12 @@ fn a_corrupt_or_foreign_parquet_file_is_named() {
         .unwrap()
         .path();
     std::fs::copy(&gen, part.join("zz-foreign.parquet")).unwrap();
+    // A salvaging read (for reports) skips it, names it, and reads the rest.
+    let storage = Storage::open(dir.path().to_str().unwrap()).unwrap();
+    let (data, skipped) = LedgerData::read_salvaging(&storage).unwrap();
+    assert_eq!(data.sample_count(), 3);
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].to_string().contains("zz-foreign.parquet"));
     let err = LedgerData::read(&Storage::open(dir.path().to_str().unwrap()).unwrap())
         .unwrap_err()
         .to_string();
@@ -612,4 +619,71 @@ fn buckets_stay_apart_when_read_back() {
             );
         }
     }
+}
+
+#[test]
+fn curves_follow_collection_order_and_mark_only_newer_versions_as_switches() {
+    let mut batch = SampleBatch::new("train", "cafe", OBS_DIM);
+    // Episode 10: v0, v0. Episode 11: v0 then v1 (v1 takes over at step 3). Episode 12: a
+    // late v0 sample (asynchronous), which must not switch back. Episode 13: v2.
+    let rows = [
+        record(0, 10, 0, 0, false),
+        record(1, 10, 1, 0, true),
+        record(2, 11, 0, 0, false),
+        record(3, 11, 1, 1, true),
+        record(4, 12, 0, 0, true),
+        record(5, 13, 0, 2, true),
+    ];
+    for r in &rows {
+        batch.push(r).unwrap();
+    }
+    let data = LedgerData {
+        samples: vec![batch],
+        invalidations: vec![Invalidation {
+            target: Target::Samples { first: 2, last: 2 },
+            reason: ReasonCode::Operator,
+            text: "t".into(),
+            author: "a".into(),
+            rules_version: 1,
+            at_ns: 1,
+        }],
+        decisions: vec![
+            decision(0, 3, 1, 0.0, DecisionKind::Trained),
+            decision(4, 5, 0, 0.0, DecisionKind::Trained),
+        ],
+        ..LedgerData::default()
+    };
+    let c = curves(&data, "train");
+    assert_eq!(c.samples, 6);
+    assert_eq!(
+        c.switches,
+        vec![
+            VersionSwitch {
+                step: 3,
+                version: 1
+            },
+            VersionSwitch {
+                step: 5,
+                version: 2
+            }
+        ]
+    );
+    let got: Vec<(u64, f64, u64, bool)> = c
+        .episodes
+        .iter()
+        .map(|e| (e.step, e.episode_return, e.generation, e.invalidated))
+        .collect();
+    // Returns are the recorded raw returns (step + 1 on the last step).
+    assert_eq!(
+        got,
+        vec![
+            (2, 2.0, 0, false),
+            (4, 2.0, 1, true),
+            (5, 1.0, 0, false),
+            (6, 1.0, 2, false)
+        ]
+    );
+    assert_eq!(c.by_generation().len(), 3);
+    assert!(curves(&data, "canary").episodes.is_empty());
+    assert_eq!(lag_histogram(&data, "train"), vec![(0, 2), (1, 4)]);
 }

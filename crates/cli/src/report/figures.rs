@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
-use strata_ledger::VersionSwitch;
+use strata_ledger::{EpisodePoint, VersionSwitch};
 
 use super::load::RunData;
 
@@ -19,10 +19,18 @@ const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans-subset.ttf");
 const FAMILY: &str = "sans-serif";
 const SIZE: (u32, u32) = (960, 420);
 
+/// Points drawn in all across a figure's series, at most: beyond it, consecutive episodes
+/// of a generation are drawn as their mean (so a long run's report stays a few MB).
+const POINT_BUDGET: usize = 4000;
+
 /// Episodes completed by one generation: `[env step, return]`.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct GenerationSeries {
     pub(crate) generation: u64,
+    /// Episodes it completed.
+    pub(crate) episodes: usize,
+    /// Consecutive episodes averaged per point (1: every episode drawn).
+    pub(crate) episodes_per_point: usize,
     pub(crate) points: Vec<[f64; 2]>,
     /// Of those, episodes with an invalidated sample, drawn again as red crosses.
     pub(crate) invalidated: Vec<[f64; 2]>,
@@ -90,20 +98,23 @@ impl Figures {
         let bucket = run.bucket();
         let returns = run.ledger.as_ref().map(|data| {
             let curves = strata_ledger::curves(data, &bucket);
-            let series = curves
-                .by_generation()
+            let generations = curves.by_generation();
+            let per_series = (POINT_BUDGET / generations.len().max(1)).max(10);
+            let series = generations
                 .into_iter()
                 .map(|(generation, episodes)| GenerationSeries {
                     generation,
-                    points: episodes
-                        .iter()
-                        .map(|e| [e.step as f64, e.episode_return])
-                        .collect(),
-                    invalidated: episodes
-                        .iter()
-                        .filter(|e| e.invalidated)
-                        .map(|e| [e.step as f64, e.episode_return])
-                        .collect(),
+                    episodes: episodes.len(),
+                    episodes_per_point: episodes.len().div_ceil(per_series).max(1),
+                    points: binned(&episodes, per_series),
+                    invalidated: binned(
+                        &episodes
+                            .iter()
+                            .copied()
+                            .filter(|e| e.invalidated)
+                            .collect::<Vec<_>>(),
+                        per_series,
+                    ),
                 })
                 .collect();
             ReturnsFigure {
@@ -141,6 +152,22 @@ impl Figures {
             time,
         }
     }
+}
+
+/// `[step, return]` of each episode, or of the mean of each run of consecutive episodes
+/// when there are more than `budget`.
+fn binned(episodes: &[&EpisodePoint], budget: usize) -> Vec<[f64; 2]> {
+    let per_point = episodes.len().div_ceil(budget).max(1);
+    episodes
+        .chunks(per_point)
+        .map(|group| {
+            let n = group.len() as f64;
+            [
+                group.iter().map(|e| e.step as f64).sum::<f64>() / n,
+                group.iter().map(|e| e.episode_return).sum::<f64>() / n,
+            ]
+        })
+        .collect()
 }
 
 /// A figure drawn as SVG (returned, for inlining) and written as `<name>.svg` and
