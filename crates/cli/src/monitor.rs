@@ -32,6 +32,15 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// A framed bar filled to `ratio` (clamped to [0, 1]) with `label` on it.
+fn gauge(title: &str, colour: Color, ratio: f64, label: String) -> Gauge<'_> {
+    Gauge::default()
+        .block(Block::default().borders(Borders::ALL).title(title))
+        .gauge_style(Style::default().fg(colour))
+        .ratio(ratio.clamp(0.0, 1.0))
+        .label(label)
+}
+
 /// Draws one snapshot onto the whole frame.
 pub(crate) fn draw(frame: &mut Frame, s: &LiveSnapshot, footer: &str) {
     let [header, progress, buffer, workers, ledger, help] = Layout::vertical([
@@ -77,35 +86,23 @@ pub(crate) fn draw(frame: &mut Frame, s: &LiveSnapshot, footer: &str) {
     } else {
         0.0
     };
-    frame.render_widget(
-        Gauge::default()
-            .block(Block::default().borders(Borders::ALL).title("steps"))
-            .gauge_style(Style::default().fg(Color::Green))
-            .ratio(done)
-            .label(format!(
-                "{} / {} ({:.0}%)",
-                thousands(s.global_step),
-                thousands(s.total_steps),
-                100.0 * done
-            )),
-        progress,
+    let steps = format!(
+        "{} / {} ({:.0}%)",
+        thousands(s.global_step),
+        thousands(s.total_steps),
+        100.0 * done
     );
+    frame.render_widget(gauge("steps", Color::Green, done, steps), progress);
     let fill = if s.buffer.slots > 0 {
         s.buffer.ready as f64 / s.buffer.slots as f64
     } else {
         0.0
     };
-    frame.render_widget(
-        Gauge::default()
-            .block(Block::default().borders(Borders::ALL).title("buffer"))
-            .gauge_style(Style::default().fg(Color::Cyan))
-            .ratio(fill.clamp(0.0, 1.0))
-            .label(format!(
-                "{} of {} slots ready · {} being written · {} early",
-                s.buffer.ready, s.buffer.slots, s.buffer.writing, s.early_fragments
-            )),
-        buffer,
+    let slots = format!(
+        "{} of {} slots ready · {} being written · {} early",
+        s.buffer.ready, s.buffer.slots, s.buffer.writing, s.early_fragments
     );
+    frame.render_widget(gauge("buffer", Color::Cyan, fill, slots), buffer);
 
     let row = |c: &ComponentView| {
         let behind = c.policy_version.map_or_else(

@@ -1,6 +1,9 @@
 //! The `strata` binary end to end: replaying envs, showing configs, training with a summary,
 //! evaluating, and clear errors (non-zero exit, no panic) for a user's mistakes.
 
+#[path = "support/optional.rs"]
+mod optional;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -679,16 +682,7 @@ fn ledger_commands_answer_about_a_training_run() {
 /// Runs `scripts/check_ledger.py` (pyarrow, and DuckDB when installed) on a ledger. Skipped
 /// when pyarrow is missing, unless `STRATA_REQUIRE_PYARROW=1` (CI installs it).
 fn independent_check(ledger: &Path, expect_samples: Option<u64>) {
-    let has_pyarrow = Command::new("python3")
-        .args(["-c", "import pyarrow"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_pyarrow {
-        assert!(
-            std::env::var("STRATA_REQUIRE_PYARROW").is_err(),
-            "STRATA_REQUIRE_PYARROW is set but pyarrow is not installed"
-        );
-        eprintln!("pyarrow not installed: independent reader check skipped");
+    if !optional::python_module("pyarrow", "STRATA_REQUIRE_PYARROW") {
         return;
     }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/check_ledger.py");

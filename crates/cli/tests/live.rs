@@ -3,6 +3,8 @@
 
 #[path = "../../gateway/tests/support/exposition.rs"]
 mod exposition;
+#[path = "support/optional.rs"]
+mod optional;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -148,17 +150,7 @@ fn a_running_training_serves_prometheus_metrics_and_its_status() {
 /// The official Python client's OpenMetrics parser reads the exposition too. Skipped when
 /// it is not installed, unless `STRATA_REQUIRE_PROMETHEUS_CLIENT=1` (CI installs it).
 fn python_reader_check(text: &str) {
-    let has = Command::new("python3")
-        .args(["-c", "import prometheus_client"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has {
-        assert!(
-            std::env::var("STRATA_REQUIRE_PROMETHEUS_CLIENT").is_err(),
-            "STRATA_REQUIRE_PROMETHEUS_CLIENT is set but prometheus_client is not installed"
-        );
-        eprintln!("prometheus_client not installed: Python reader check skipped");
+    if !optional::python_module("prometheus_client", "STRATA_REQUIRE_PROMETHEUS_CLIENT") {
         return;
     }
     let script = "import sys\n\
@@ -196,16 +188,7 @@ struct Tmux {
 impl Tmux {
     /// None when tmux is missing (an error when `STRATA_REQUIRE_TMUX` is set).
     fn start(name: &str, command: &str) -> Option<Tmux> {
-        let has = Command::new("tmux")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !has {
-            assert!(
-                std::env::var("STRATA_REQUIRE_TMUX").is_err(),
-                "STRATA_REQUIRE_TMUX is set but tmux is not installed"
-            );
-            eprintln!("tmux not installed: terminal check skipped");
+        if !optional::available("tmux", &["-V"], "STRATA_REQUIRE_TMUX", "tmux") {
             return None;
         }
         let session = format!("strata-{name}-{}", std::process::id());

@@ -3,6 +3,9 @@
 //! by version, TensorBoard scalars read back by TensorBoard's own reader, and damaged runs
 //! reported as far as they can be read.
 
+#[path = "support/optional.rs"]
+mod optional;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -293,16 +296,7 @@ fn parquet_files(dir: &Path) -> Vec<PathBuf> {
 /// `STRATA_REQUIRE_TENSORBOARD=1` (CI installs it).
 #[test]
 fn tensorboard_reads_the_scalars_back() {
-    let has_tensorboard = Command::new("python3")
-        .args(["-c", "import tensorboard"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_tensorboard {
-        assert!(
-            std::env::var("STRATA_REQUIRE_TENSORBOARD").is_err(),
-            "STRATA_REQUIRE_TENSORBOARD is set but tensorboard is not installed"
-        );
-        eprintln!("tensorboard not installed: reader check skipped");
+    if !optional::python_module("tensorboard", "STRATA_REQUIRE_TENSORBOARD") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -345,4 +339,42 @@ fn tensorboard_reads_the_scalars_back() {
             e["mean_return"].as_f64().unwrap()
         ));
     }
+}
+
+#[test]
+fn eval_pins_one_version_of_a_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    train(&run, &["--max-steps", "8192", "--checkpoint-every", "4096"]);
+    let spu = steps_per_update(&run);
+    let wanted = 4096 / spu;
+    let o = strata(&[
+        "eval",
+        "--checkpoint",
+        run.to_str().unwrap(),
+        "--version",
+        &wanted.to_string(),
+        "--episodes",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let result: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(result["policy_version"], wanted);
+    assert_eq!(result["episodes"], 3);
+    // A version no checkpoint holds is refused, naming the ones there are.
+    let o = strata(&[
+        "eval",
+        "--checkpoint",
+        run.to_str().unwrap(),
+        "--version",
+        "7",
+    ]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("no checkpoint holds policy version 7")
+            && err.contains(&format!("{wanted}, {}", 2 * wanted)),
+        "{err}"
+    );
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Once;
 
 use anyhow::{anyhow, Context, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
@@ -272,9 +273,52 @@ fn tick(v: &f64) -> String {
     }
 }
 
+/// The axes every figure shares: a white page, a caption, f64 ranges, tick labels and
+/// axis descriptions (an empty description draws none; `y_label_width` 0 hides y labels).
+struct Axes<'a> {
+    caption: &'a str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    x_labels: usize,
+    y_label_width: u32,
+}
+
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+impl Axes<'_> {
+    fn draw<'a, DB: DrawingBackend>(
+        &self,
+        area: &'a DrawingArea<DB, Shift>,
+    ) -> Result<Chart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+        area.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(area)
+            .caption(self.caption, font(16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(self.y_label_width.max(8))
+            .build_cartesian_2d(self.x.clone(), self.y.clone())?;
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_mesh()
+            .x_desc(self.x_desc)
+            .x_labels(self.x_labels)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style(font(12))
+            .axis_desc_style(font(13));
+        if self.y_label_width == 0 {
+            mesh.y_labels(0);
+        } else {
+            mesh.y_desc(self.y_desc);
+        }
+        mesh.draw()?;
+        Ok(chart)
+    }
+}
+
 impl ReturnsFigure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        area.fill(&WHITE)?;
         let all = self.series.iter().flat_map(|s| s.points.iter());
         let evals = self
             .eval_points
@@ -290,25 +334,16 @@ impl ReturnsFigure {
             x_max = x_max.max(s.step as f64);
         }
         let (y_lo, y_hi) = padded(y_lo, y_hi);
-        let mut chart = ChartBuilder::on(area)
-            .caption(
-                "Episode return per generation (lines: version switches, x: evaluation)",
-                font(16),
-            )
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..x_max * 1.02, y_lo..y_hi)?;
-        chart
-            .configure_mesh()
-            .disable_mesh()
-            .x_desc("env steps (ledger order)")
-            .y_desc("episode return")
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style(font(12))
-            .axis_desc_style(font(13))
-            .draw()?;
+        let mut chart = Axes {
+            caption: "Episode return per generation (lines: version switches, x: evaluation)",
+            x: 0.0..x_max * 1.02,
+            y: y_lo..y_hi,
+            x_desc: "env steps (ledger order)",
+            y_desc: "episode return",
+            x_labels: 10,
+            y_label_width: 56,
+        }
+        .draw(area)?;
         let marker = RGBColor(190, 190, 190);
         chart.draw_series(self.switches.iter().map(|s| {
             let x = s.step as f64;
@@ -336,7 +371,6 @@ impl ReturnsFigure {
 
 impl EvalFigure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        area.fill(&WHITE)?;
         let x_max = self
             .points
             .iter()
@@ -355,25 +389,16 @@ impl EvalFigure {
             .map(|p| p.mean_return + p.std_return)
             .fold(f64::NEG_INFINITY, f64::max);
         let (lo, hi) = padded(lo, hi);
-        let mut chart = ChartBuilder::on(area)
-            .caption(
-                "Evaluation of pinned versions (mean +- std, fixed seeds)",
-                font(16),
-            )
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(-0.5..x_max * 1.02 + 0.5, lo..hi)?;
-        chart
-            .configure_mesh()
-            .disable_mesh()
-            .x_desc("policy version")
-            .y_desc("evaluation return")
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style(font(12))
-            .axis_desc_style(font(13))
-            .draw()?;
+        let mut chart = Axes {
+            caption: "Evaluation of pinned versions (mean +- std, fixed seeds)",
+            x: -0.5..x_max * 1.02 + 0.5,
+            y: lo..hi,
+            x_desc: "policy version",
+            y_desc: "evaluation return",
+            x_labels: 10,
+            y_label_width: 56,
+        }
+        .draw(area)?;
         let blue = generation_colour(0);
         chart.draw_series(self.points.iter().map(|p| {
             let x = p.version as f64;
@@ -402,26 +427,18 @@ impl EvalFigure {
 
 impl LagFigure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        area.fill(&WHITE)?;
         let max_lag = self.bins.iter().map(|b| b.0).max().unwrap_or(0);
         let max_count = self.bins.iter().map(|b| b.1).max().unwrap_or(1).max(1);
-        let mut chart = ChartBuilder::on(area)
-            .caption("Policy lag of trained samples", font(16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(72)
-            .build_cartesian_2d(-0.5..max_lag as f64 + 0.5, 0.0..max_count as f64 * 1.08)?;
-        chart
-            .configure_mesh()
-            .disable_mesh()
-            .x_desc("policy lag (versions)")
-            .y_desc("samples")
-            .x_labels((max_lag as usize + 1).min(12))
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style(font(12))
-            .axis_desc_style(font(13))
-            .draw()?;
+        let mut chart = Axes {
+            caption: "Policy lag of trained samples",
+            x: -0.5..max_lag as f64 + 0.5,
+            y: 0.0..max_count as f64 * 1.08,
+            x_desc: "policy lag (versions)",
+            y_desc: "samples",
+            x_labels: (max_lag as usize + 1).min(12),
+            y_label_width: 72,
+        }
+        .draw(area)?;
         let colour = generation_colour(0);
         chart.draw_series(self.bins.iter().map(|(lag, count)| {
             let x = *lag as f64;
@@ -433,25 +450,19 @@ impl LagFigure {
 
 impl TimeFigure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        area.fill(&WHITE)?;
         let total = self.parts.iter().map(|p| p.1).sum::<f64>().max(1e-9);
         let n = self.parts.len() as f64;
-        let mut chart = ChartBuilder::on(area)
-            .caption(format!("Time breakdown ({total:.1} s in all)"), font(16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(8)
-            .build_cartesian_2d(0.0..130.0, -0.5..n - 0.5)?;
-        chart
-            .configure_mesh()
-            .disable_mesh()
-            .y_labels(0)
-            .x_desc("share of the time (%)")
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style(font(12))
-            .axis_desc_style(font(13))
-            .draw()?;
+        let caption = format!("Time breakdown ({total:.1} s in all)");
+        let mut chart = Axes {
+            caption: &caption,
+            x: 0.0..130.0,
+            y: -0.5..n - 0.5,
+            x_desc: "share of the time (%)",
+            y_desc: "",
+            x_labels: 10,
+            y_label_width: 0,
+        }
+        .draw(area)?;
         let colour = generation_colour(1);
         for (i, (name, seconds)) in self.parts.iter().enumerate() {
             // First part on top.
