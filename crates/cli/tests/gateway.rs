@@ -189,6 +189,23 @@ fn fleet_runs_against_a_served_gateway() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("fleet: 2"), "{stdout}");
+    // The gateway's directory reports too: its curves per generation come from the ledger
+    // (rows only in the append log after the kill included); the training files it never
+    // writes are not reported missing.
+    let report = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    assert!(report.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let html = std::fs::read_to_string(dir.path().join("report/report.html")).unwrap();
+    assert!(html.contains("a gateway&#39;s directory"));
+    assert!(
+        html.contains("\"generation\":0"),
+        "a series for generation 0"
+    );
     let bad = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["fleet", "--server", &url])
         .output()

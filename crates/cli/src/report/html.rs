@@ -131,6 +131,12 @@ impl Page<'_> {
                 format!("{} / {}", num(m.all.mean_return), num(m.valid.mean_return)),
             ));
         }
+        if self.run.gateway {
+            rows.push((
+                "kind",
+                "a gateway's directory: the deployed agents' samples, per generation".into(),
+            ));
+        }
         rows.push(("ledger", self.run.ledger_location.clone()));
         h.push_str("<h2>Run</h2><table>\n");
         for (k, v) in rows {

@@ -11,6 +11,8 @@ use strata_runtime::{EvalResult, RunConfig, UpdateRecord};
 
 /// A run directory as far as it could be read.
 pub(crate) struct RunData {
+    /// Whether it is a gateway's directory rather than a training run's.
+    pub(crate) gateway: bool,
     /// The directory.
     pub(crate) dir: PathBuf,
     /// `config.toml`.
@@ -51,15 +53,20 @@ impl RunData {
             );
         }
         let mut problems = Vec::new();
-        let config = read_config(&dir.join("config.toml"), &mut problems);
-        let updates = read_lines(&dir.join("metrics.jsonl"), &mut problems);
-        let evals = read_lines(&dir.join("eval.jsonl"), &mut problems);
+        // A gateway's directory (`strata serve --dir`) has a ledger and none of a
+        // training's files: their absence is no problem there.
+        let gateway = dir.join("journal.jsonl").exists();
+        let expected = !gateway;
+        let config = read_config(&dir.join("config.toml"), expected, &mut problems);
+        let updates = read_lines(&dir.join("metrics.jsonl"), expected, &mut problems);
+        let evals = read_lines(&dir.join("eval.jsonl"), expected, &mut problems);
         let ledger_location = config
             .as_ref()
             .and_then(|c| c.ledger.location.clone())
             .unwrap_or_else(|| dir.join("ledger").to_string_lossy().into_owned());
         let ledger = read_ledger(&ledger_location, &mut problems);
         Ok(RunData {
+            gateway,
             dir: dir.to_path_buf(),
             config,
             updates,
@@ -78,9 +85,15 @@ impl RunData {
     }
 }
 
-fn read_config(path: &Path, problems: &mut Vec<String>) -> Option<RunConfig> {
+/// Whether a failed read is worth reporting: a missing file only when it was `expected`.
+fn worth_reporting(e: &std::io::Error, expected: bool) -> bool {
+    expected || e.kind() != std::io::ErrorKind::NotFound
+}
+
+fn read_config(path: &Path, expected: bool, problems: &mut Vec<String>) -> Option<RunConfig> {
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
+        Err(e) if !worth_reporting(&e, expected) => return None,
         Err(e) => {
             problems.push(format!(
                 "{}: {} (env and settings unknown)",
@@ -100,9 +113,14 @@ fn read_config(path: &Path, problems: &mut Vec<String>) -> Option<RunConfig> {
 }
 
 /// Parses every line that parses; a bad or cut-off line is named and skipped.
-fn read_lines<T: DeserializeOwned>(path: &Path, problems: &mut Vec<String>) -> Vec<T> {
+fn read_lines<T: DeserializeOwned>(
+    path: &Path,
+    expected: bool,
+    problems: &mut Vec<String>,
+) -> Vec<T> {
     let text = match fs::read(path) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if !worth_reporting(&e, expected) => return Vec::new(),
         Err(e) => {
             problems.push(format!("{}: {}", path.display(), describe(&e)));
             return Vec::new();
