@@ -408,7 +408,10 @@ fn train(args: TrainArgs) -> Result<()> {
             summary.seconds_to_solve.unwrap_or(0.0)
         ))
     );
-    println!("run directory: {}", dir.root().display());
+    println!(
+        "run directory: {0} (HTML report: strata report {0})",
+        dir.root().display()
+    );
     if let Some(path) = &args.summary_json {
         write_json(path, &summary)?;
     }
