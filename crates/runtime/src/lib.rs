@@ -9,9 +9,12 @@
 //! their fragments recorded invalid. Each consumed fragment goes through the admission
 //! rules (`[admission]`) and, with a ledger attached, into the sample ledger with its
 //! provenance ([`provenance`]). [`run::train`] drives a trainer inside a [`RunDir`] (config,
-//! `metrics.jsonl`, checkpoints, `ledger/`); [`Trainer::resume`] continues from a
-//! checkpoint; [`evaluate`] scores a checkpointed [`Policy`]. Presets per built-in env live
-//! in [`preset`].
+//! `metrics.jsonl`, `eval.jsonl`, TensorBoard scalars in `tb/`, checkpoints, `ledger/`) and
+//! evaluates the current version on fixed seeds as it goes; [`Trainer::resume`] continues
+//! from a checkpoint; [`evaluate`] scores a checkpointed [`Policy`];
+//! [`Trainer::live_handle`] gives other threads a [`LiveSnapshot`] of workers, buffer and
+//! learner (for a metrics endpoint or a monitor). Presets per built-in env live in
+//! [`preset`].
 //!
 //! ```no_run
 //! use strata_runtime::{preset, run, RunDir, Trainer};

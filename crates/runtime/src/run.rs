@@ -1,5 +1,5 @@
-//! A training run on disk: the run directory with its config, metrics file and
-//! checkpoints, around the [`Trainer`] loop.
+//! A training run on disk: the run directory with its config, metrics file, evaluations,
+//! TensorBoard scalars and checkpoints, around the [`Trainer`] loop.
 
 use std::fs;
 use std::io::{BufWriter, Write};
