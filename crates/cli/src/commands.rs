@@ -318,6 +318,18 @@ fn train(args: TrainArgs) -> Result<()> {
         }
         None => Trainer::new(build_config(&args.config)?)?,
     };
+    // Before the run directory exists, so a bad address leaves nothing behind.
+    let _server = match &args.metrics_addr {
+        Some(addr) => {
+            let server = crate::live_server::LiveServer::start(addr, trainer.live_handle())?;
+            eprintln!(
+                "metrics: http://{0}/metrics  status: http://{0}/status  (strata top --addr {0})",
+                server.addr()
+            );
+            Some(server)
+        }
+        None => None,
+    };
     let c = trainer.config().clone();
     let run_dir = args.run_dir.clone().unwrap_or_else(|| {
         let now = SystemTime::now()
@@ -332,17 +344,6 @@ fn train(args: TrainArgs) -> Result<()> {
     let on_signal = Arc::clone(&stop);
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
-    let _server = match &args.metrics_addr {
-        Some(addr) => {
-            let server = crate::live_server::LiveServer::start(addr, trainer.live_handle())?;
-            eprintln!(
-                "metrics: http://{0}/metrics  status: http://{0}/status  (strata top --addr {0})",
-                server.addr()
-            );
-            Some(server)
-        }
-        None => None,
-    };
     let monitor = if args.monitor {
         let log = run_dir.join("train.log");
         crate::logging::redirect_to(&log)

@@ -249,6 +249,16 @@ fn bad_configs_are_rejected_naming_the_key() {
     );
     fails_with(&["train", "--env", "pong"], "unknown env `pong`");
     fails_with(
+        &[
+            "train",
+            "--env",
+            "cartpole",
+            "--metrics-addr",
+            "nowhere:99999",
+        ],
+        "cannot listen on nowhere:99999",
+    );
+    fails_with(
         &["train", "--env", "cartpole", "--set", "ppo.learning_rat=1"],
         "learning_rat",
     );
