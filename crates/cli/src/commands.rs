@@ -306,6 +306,9 @@ fn apply_overrides(mut config: RunConfig, args: &ConfigArgs) -> Result<RunConfig
 }
 
 fn train(args: TrainArgs) -> Result<()> {
+    if args.monitor && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        bail!("--monitor draws on a terminal and stdout is not one; drop --monitor, or serve --metrics-addr and watch with `strata top`");
+    }
     let mut trainer = match &args.resume {
         Some(path) => {
             // The checkpoint's config is the base; only run-control keys may change.

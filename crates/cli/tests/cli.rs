@@ -258,6 +258,11 @@ fn bad_configs_are_rejected_naming_the_key() {
         ],
         "cannot listen on nowhere:99999",
     );
+    // Output captured by the test: not a terminal.
+    fails_with(
+        &["train", "--env", "cartpole", "--monitor"],
+        "stdout is not one",
+    );
     fails_with(
         &["train", "--env", "cartpole", "--set", "ppo.learning_rat=1"],
         "learning_rat",
