@@ -3,24 +3,13 @@
 
 #[path = "support/optional.rs"]
 mod optional;
+#[path = "support/strata.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use support::{parquet_files, stderr, stdout, strata};
 
 /// Fails with `needle` in stderr, a non-zero exit, and no panic.
 fn fails_with(args: &[&str], needle: &str) {
@@ -507,19 +496,6 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
 fn json(o: &Output) -> serde_json::Value {
     assert!(o.status.success(), "{}", stderr(o));
     serde_json::from_str(&stdout(o)).unwrap()
-}
-
-fn parquet_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(parquet_files(&path));
-        } else if path.extension().is_some_and(|e| e == "parquet") {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[test]

@@ -5,22 +5,15 @@
 
 #[path = "support/optional.rs"]
 mod optional;
+#[path = "support/strata.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use support::{parquet_files, stderr, strata};
 
 use serde_json::Value;
-
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn train(run: &Path, extra: &[&str]) {
     let mut args = vec![
@@ -33,7 +26,7 @@ fn train(run: &Path, extra: &[&str]) {
     ];
     args.extend_from_slice(extra);
     let o = strata(&args);
-    assert!(o.status.success(), "train failed: {}", text(&o.stderr));
+    assert!(o.status.success(), "train failed: {}", stderr(&o));
 }
 
 fn jsonl(path: &Path) -> Vec<Value> {
@@ -47,13 +40,13 @@ fn jsonl(path: &Path) -> Vec<Value> {
 /// Runs `strata report` and returns the plotted data embedded in the HTML, and stderr.
 fn report(run: &Path) -> (Value, String) {
     let o = strata(&["report", run.to_str().unwrap()]);
-    assert!(o.status.success(), "report failed: {}", text(&o.stderr));
+    assert!(o.status.success(), "report failed: {}", stderr(&o));
     let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
     let start_tag = "<script type=\"application/json\" id=\"strata-report-data\">";
     let start = html.find(start_tag).expect("the report embeds its data") + start_tag.len();
     let end = start + html[start..].find("</script>").unwrap();
     let data = serde_json::from_str(&html[start..end].replace("<\\/", "</")).unwrap();
-    (data, text(&o.stderr))
+    (data, stderr(&o))
 }
 
 /// Env steps per update, from the first metrics line.
@@ -165,7 +158,7 @@ fn report_of_a_sync_run_marks_each_switch_where_the_version_took_over() {
         "--author",
         "ci",
     ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let (data, _) = report(&run);
     let series = data["figures"]["returns"]["series"].as_array().unwrap();
     let marked = |generation: u64| {
@@ -227,13 +220,13 @@ fn report_says_what_is_missing_and_reports_the_rest() {
     // Not a run at all.
     let o = strata(&["report", tmp.path().to_str().unwrap()]);
     assert!(!o.status.success());
-    let err = text(&o.stderr);
+    let err = stderr(&o);
     assert!(
         err.contains("not a run directory") && err.contains("metrics.jsonl"),
         "{err}"
     );
     let o = strata(&["report", tmp.path().join("nowhere").to_str().unwrap()]);
-    assert!(text(&o.stderr).contains("no such directory"));
+    assert!(stderr(&o).contains("no such directory"));
 
     // A run with a truncated metrics file, no eval file and a cut-off ledger file.
     let run = tmp.path().join("run");
@@ -274,23 +267,6 @@ fn report_says_what_is_missing_and_reports_the_rest() {
     assert!(html.contains("Not drawn: needs eval.jsonl"));
 }
 
-fn parquet_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// TensorBoard's reader (`scripts/read_tensorboard.py`) reads the scalars back, and they
 /// are the run's numbers. Skipped when TensorBoard is not installed, unless
 /// `STRATA_REQUIRE_TENSORBOARD=1` (CI installs it).
@@ -309,7 +285,7 @@ fn tensorboard_reads_the_scalars_back() {
         .arg(run.join("tb"))
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let scalars: Value = serde_json::from_slice(&o.stdout).unwrap();
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
     let updates = jsonl(&run.join("metrics.jsonl"));
@@ -358,7 +334,7 @@ fn eval_pins_one_version_of_a_run() {
         "3",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let result: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(result["policy_version"], wanted);
     assert_eq!(result["episodes"], 3);
@@ -371,7 +347,7 @@ fn eval_pins_one_version_of_a_run() {
         "7",
     ]);
     assert!(!o.status.success());
-    let err = text(&o.stderr);
+    let err = stderr(&o);
     assert!(
         err.contains("no checkpoint holds policy version 7")
             && err.contains(&format!("{wanted}, {}", 2 * wanted)),
