@@ -19,6 +19,8 @@ use super::load::RunData;
 const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans-subset.ttf");
 const FAMILY: &str = "sans-serif";
 const SIZE: (u32, u32) = (960, 420);
+/// More version switches than this are drawn as short ticks at the top of the plot.
+const DENSE_SWITCHES: usize = 150;
 
 /// Points drawn in all across a figure's series, at most: beyond it, consecutive episodes
 /// of a generation are drawn as their mean (so a long run's report stays a few MB).
@@ -334,8 +336,16 @@ impl ReturnsFigure {
             x_max = x_max.max(s.step as f64);
         }
         let (y_lo, y_hi) = padded(y_lo, y_hi);
+        let caption = if self.switches.len() <= DENSE_SWITCHES {
+            "Episode return per generation (lines: version switches, x: evaluation)".to_string()
+        } else {
+            format!(
+                "Episode return per generation (top ticks: {} version switches, x: evaluation)",
+                self.switches.len()
+            )
+        };
         let mut chart = Axes {
-            caption: "Episode return per generation (lines: version switches, x: evaluation)",
+            caption: &caption,
             x: 0.0..x_max * 1.02,
             y: y_lo..y_hi,
             x_desc: "env steps (ledger order)",
@@ -344,10 +354,17 @@ impl ReturnsFigure {
             y_label_width: 56,
         }
         .draw(area)?;
+        // Full-height lines while they leave the curves visible; past that, a rug of ticks
+        // along the top edge (thousands of switches would paint the whole plot grey).
         let marker = RGBColor(190, 190, 190);
+        let from = if self.switches.len() <= DENSE_SWITCHES {
+            y_lo
+        } else {
+            y_hi - (y_hi - y_lo) * 0.04
+        };
         chart.draw_series(self.switches.iter().map(|s| {
             let x = s.step as f64;
-            PathElement::new(vec![(x, y_lo), (x, y_hi)], marker.stroke_width(1))
+            PathElement::new(vec![(x, from), (x, y_hi)], marker.stroke_width(1))
         }))?;
         for s in &self.series {
             let colour = generation_colour(s.generation);
