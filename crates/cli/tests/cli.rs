@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::{parquet_files, stderr, stdout, strata};
+use support::{parquet_files, stderr, stdout, strata, train_cartpole};
 
 /// Fails with `needle` in stderr, a non-zero exit, and no panic.
 fn fails_with(args: &[&str], needle: &str) {
@@ -292,25 +292,12 @@ fn bad_configs_are_rejected_naming_the_key() {
     );
 }
 
-fn train_small(dir: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "train",
-        "--env",
-        "cartpole",
-        "--quiet",
-        "--run-dir",
-        dir.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    strata(&args)
-}
-
 #[test]
 fn train_writes_summary_metrics_and_checkpoint_then_eval_and_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let summary_path = tmp.path().join("summary.json");
-    let o = train_small(
+    let o = train_cartpole(
         &run,
         &[
             "--max-steps",
@@ -503,7 +490,7 @@ fn ledger_commands_answer_about_a_training_run() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let r = run.to_str().unwrap();
-    let o = train_small(&run, &["--max-steps", "4096", "--mode", "async"]);
+    let o = train_cartpole(&run, &["--max-steps", "4096", "--mode", "async"]);
     assert!(o.status.success(), "{}", stderr(&o));
 
     let summary = json(&strata(&["ledger", "summary", r, "--json"]));
@@ -695,7 +682,7 @@ fn independent_check(ledger: &Path, expect_samples: Option<u64>) {
 fn ledger_files_are_read_by_an_independent_reader() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let o = train_small(&run, &["--max-steps", "4096", "--workers", "2"]);
+    let o = train_cartpole(&run, &["--max-steps", "4096", "--workers", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     independent_check(&run.join("ledger"), Some(4096));
 }

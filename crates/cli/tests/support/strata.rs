@@ -14,6 +14,20 @@ pub fn strata(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// Trains CartPole quietly into `run_dir`, with `extra` arguments.
+pub fn train_cartpole(run_dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "train",
+        "--env",
+        "cartpole",
+        "--quiet",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    strata(&args)
+}
+
 /// Its stdout as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
