@@ -11,21 +11,12 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::{parquet_files, stderr, strata};
+use support::{parquet_files, stderr, strata, train_cartpole};
 
 use serde_json::Value;
 
 fn train(run: &Path, extra: &[&str]) {
-    let mut args = vec![
-        "train",
-        "--env",
-        "cartpole",
-        "--quiet",
-        "--run-dir",
-        run.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let o = strata(&args);
+    let o = train_cartpole(run, extra);
     assert!(o.status.success(), "train failed: {}", stderr(&o));
 }
 
@@ -102,6 +93,18 @@ fn check_common(run: &Path, data: &Value) -> Vec<(u64, u64)> {
     let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 4, "four figures inlined");
     assert!(html.contains("Ledger per generation"));
+    // The run's recorded config hash, from config.toml's header.
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let hash = config
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("# config hash ")
+        .unwrap();
+    assert!(
+        html.contains(&format!("<td>{hash}</td>")),
+        "config hash {hash}"
+    );
     returns["switches"]
         .as_array()
         .unwrap()

@@ -100,7 +100,8 @@ impl Page<'_> {
         let mut rows: Vec<(&str, String)> = Vec::new();
         if let Some(c) = &self.run.config {
             rows.push(("env", c.env.name.clone()));
-            rows.push(("config hash", c.config_hash()));
+            let hash = self.run.config_hash.clone();
+            rows.push(("config hash", hash.unwrap_or_else(|| c.config_hash())));
             rows.push((
                 "collection",
                 format!(

@@ -17,6 +17,9 @@ pub(crate) struct RunData {
     pub(crate) dir: PathBuf,
     /// `config.toml`.
     pub(crate) config: Option<RunConfig>,
+    /// The config hash the run recorded in `config.toml`'s first line (a resumed run keeps
+    /// its checkpoint's hash, which a hash of the file's keys need not reproduce).
+    pub(crate) config_hash: Option<String>,
     /// `metrics.jsonl`, the lines that parse.
     pub(crate) updates: Vec<UpdateRecord>,
     /// `eval.jsonl`, the lines that parse.
@@ -57,7 +60,7 @@ impl RunData {
         // training's files: their absence is no problem there.
         let gateway = dir.join("journal.jsonl").exists();
         let expected = !gateway;
-        let config = read_config(&dir.join("config.toml"), expected, &mut problems);
+        let (config, config_hash) = read_config(&dir.join("config.toml"), expected, &mut problems);
         let updates = read_lines(&dir.join("metrics.jsonl"), expected, &mut problems);
         let evals = read_lines(&dir.join("eval.jsonl"), expected, &mut problems);
         let ledger_location = config
@@ -69,6 +72,7 @@ impl RunData {
             gateway,
             dir: dir.to_path_buf(),
             config,
+            config_hash,
             updates,
             evals,
             ledger,
@@ -90,24 +94,34 @@ fn worth_reporting(e: &std::io::Error, expected: bool) -> bool {
     expected || e.kind() != std::io::ErrorKind::NotFound
 }
 
-fn read_config(path: &Path, expected: bool, problems: &mut Vec<String>) -> Option<RunConfig> {
+/// The config and the hash recorded with it (`# config hash …`, written by `RunDir`).
+fn read_config(
+    path: &Path,
+    expected: bool,
+    problems: &mut Vec<String>,
+) -> (Option<RunConfig>, Option<String>) {
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
-        Err(e) if !worth_reporting(&e, expected) => return None,
+        Err(e) if !worth_reporting(&e, expected) => return (None, None),
         Err(e) => {
             problems.push(format!(
                 "{}: {} (env and settings unknown)",
                 path.display(),
                 describe(&e)
             ));
-            return None;
+            return (None, None);
         }
     };
+    let hash = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# config hash "))
+        .map(|h| h.trim().to_string());
     match RunConfig::from_toml(&text) {
-        Ok(c) => Some(c),
+        Ok(c) => (Some(c), hash),
         Err(e) => {
             problems.push(format!("{}: not a valid run config: {e}", path.display()));
-            None
+            (None, hash)
         }
     }
 }
