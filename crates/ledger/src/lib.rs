@@ -396,12 +396,33 @@ impl Ledger {
     /// # Errors
     /// [`LedgerError::Rejected`] for an empty key, or a writer failure.
     pub fn record_duplicate(&self, row: DuplicateRecord) -> Result<(), LedgerError> {
+        Self::check_duplicate(&row)?;
+        self.send(Message::Duplicate(row))
+    }
+
+    /// As [`Ledger::record_duplicate`], returning once the record is durable: it joins the
+    /// writer's next group commit (a flush), so an agent told "duplicate" can rely on the
+    /// record surviving a crash.
+    ///
+    /// # Errors
+    /// As [`Ledger::record_duplicate`], or the storage failure (then nothing is promised).
+    pub fn record_duplicate_durable(&self, row: DuplicateRecord) -> Result<(), LedgerError> {
+        Self::check_duplicate(&row)?;
+        let (reply, answer) = sync_channel(1);
+        self.send(Message::DurableDuplicate(row, reply))?;
+        answer
+            .recv_timeout(self.send_timeout * 6)
+            .map_err(|_| LedgerError::Writer("no answer to a durable duplicate record".into()))?
+            .map_err(LedgerError::Storage)
+    }
+
+    fn check_duplicate(row: &DuplicateRecord) -> Result<(), LedgerError> {
         if row.idempotency_key.is_empty() {
             return Err(LedgerError::Rejected(
                 "a duplicate needs its idempotency key".into(),
             ));
         }
-        self.send(Message::Duplicate(row))
+        Ok(())
     }
 
     /// Registers a rule set (validated); an identical one keeps its version.

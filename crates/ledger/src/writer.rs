@@ -24,6 +24,8 @@ pub(crate) enum Message {
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
     Duplicate(DuplicateRecord),
+    /// A duplicate to make durable before replying: it joins the next group commit.
+    DurableDuplicate(DuplicateRecord, SyncSender<Result<(), String>>),
     Generation(GenerationRecord),
     /// Write everything buffered; answer when it is durable (or why not).
     Flush(SyncSender<Result<(), String>>),
@@ -180,6 +182,11 @@ impl Writer {
                     while let Ok(m) = messages.try_recv() {
                         match self.absorb(m) {
                             Some(Message::Flush(r)) => replies.push(r),
+                            // The flush puts these rows in synced files: durable too.
+                            Some(Message::DurableSamples(b, r)) => {
+                                self.ingest(*b);
+                                replies.push(r);
+                            }
                             Some(Message::Close(r)) => {
                                 close = Some(r);
                                 break;
@@ -226,10 +233,12 @@ impl Writer {
                 }
             }
             Message::Invalidate(inv) => self.record_invalidation(inv),
-            Message::Duplicate(d) => {
-                self.note_buffered(1);
-                self.shared.stats.lock().expect("stats").duplicates += 1;
-                self.duplicates.push(d);
+            Message::Duplicate(d) => self.buffer_duplicate(d),
+            // Buffered like any duplicate, then answered as a flush is: once the files
+            // holding it are synced (duplicates are retries, rare enough to pay a flush).
+            Message::DurableDuplicate(d, reply) => {
+                self.buffer_duplicate(d);
+                return Some(Message::Flush(reply));
             }
             Message::Generation(g) => {
                 self.note_buffered(1);
@@ -246,6 +255,12 @@ impl Writer {
         crate::compact::compact(&self.storage)
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    fn buffer_duplicate(&mut self, d: DuplicateRecord) {
+        self.note_buffered(1);
+        self.shared.stats.lock().expect("stats").duplicates += 1;
+        self.duplicates.push(d);
     }
 
     fn note_buffered(&mut self, rows: usize) {
