@@ -35,6 +35,11 @@ pub struct PpoConfig {
     pub norm_adv: bool,
     /// Stop the epochs early once a minibatch's approximate KL exceeds 1.5x this.
     pub target_kl: Option<f64>,
+    /// Weight of the bounds loss on a Gaussian policy's mean: the mean squared distance by
+    /// which the means lie outside the action bounds (rl_games' `bounds_loss_coef`). Off
+    /// at 0. Past the bounds every action is clipped to the same value, so the policy
+    /// gradient no longer pulls the mean back and it can drift away for good.
+    pub bound_coef: f64,
 }
 
 impl Default for PpoConfig {
@@ -55,6 +60,7 @@ impl Default for PpoConfig {
             max_grad_norm: Some(0.5),
             norm_adv: true,
             target_kl: None,
+            bound_coef: 0.0,
         }
     }
 }
@@ -138,6 +144,9 @@ impl PpoConfig {
             if !(g.is_finite() && g > 0.0) {
                 return err("max_grad_norm", &g, "must be a positive number");
             }
+        }
+        if !(self.bound_coef.is_finite() && self.bound_coef >= 0.0) {
+            return err("bound_coef", &self.bound_coef, "must be >= 0");
         }
         if let Some(kl) = self.target_kl {
             if !(kl.is_finite() && kl > 0.0) {

@@ -113,6 +113,30 @@ pub fn ppo_loss(
     terms
 }
 
+/// The bounds loss: `coef` times the mean over rows of the squared distance by which each
+/// mean lies outside `[low, high]` (per action dimension, summed). Writes its gradient
+/// w.r.t. each mean into `d_means` (laid out as `means`) and returns the loss.
+pub fn bound_loss(
+    means: &[f32],
+    low: &[f32],
+    high: &[f32],
+    coef: f32,
+    d_means: &mut Vec<f32>,
+) -> f32 {
+    let dim = low.len();
+    let rows = means.len() / dim;
+    let scale = coef / rows.max(1) as f32;
+    d_means.clear();
+    let mut loss = 0.0;
+    for (j, m) in means.iter().enumerate() {
+        let (lo, hi) = (low[j % dim], high[j % dim]);
+        let excess = m - m.clamp(lo, hi);
+        loss += excess * excess;
+        d_means.push(2.0 * scale * excess);
+    }
+    loss * scale
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +264,34 @@ mod tests {
         assert_eq!(t.approx_kl, 0.0);
         assert_eq!(t.clip_fraction, 0.0);
         assert_eq!(t.policy_loss, 0.0);
+    }
+
+    #[test]
+    fn bound_loss_is_zero_inside_and_its_gradient_matches_differences() {
+        let (low, high) = ([-1.0_f32, -2.0], [1.0_f32, 2.0]);
+        let mut d = Vec::new();
+        assert_eq!(
+            bound_loss(&[0.5, -1.5, 1.0, 2.0], &low, &high, 0.3, &mut d),
+            0.0
+        );
+        assert!(d.iter().all(|&g| g == 0.0));
+        let means = [1.5_f32, -2.5, -1.25, 0.0];
+        let loss = bound_loss(&means, &low, &high, 0.3, &mut d);
+        // Rows: (0.5² + 0.5²) and (0.25²); mean over 2 rows, times 0.3.
+        assert!((loss - 0.3 * (0.5 + 0.0625) / 2.0).abs() < 1e-6, "{loss}");
+        let mut scratch = Vec::new();
+        for j in 0..means.len() {
+            let (mut up, mut down) = (means, means);
+            up[j] += 1e-3;
+            down[j] -= 1e-3;
+            let numeric = (bound_loss(&up, &low, &high, 0.3, &mut scratch)
+                - bound_loss(&down, &low, &high, 0.3, &mut scratch))
+                / 2e-3;
+            assert!(
+                (numeric - d[j]).abs() < 1e-3,
+                "dim {j}: {numeric} vs {}",
+                d[j]
+            );
+        }
     }
 }

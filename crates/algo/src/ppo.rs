@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_nn::{ActorCritic, Evaluation};
 
 use crate::gae::{compute_gae, GaeInput};
-use crate::loss::{ppo_loss, LossCoefficients, LossInput, LossTerms};
+use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 use crate::vtrace::compute_vtrace;
 use crate::PpoConfig;
 
@@ -204,6 +204,8 @@ pub struct UpdateStats {
     pub backward_seconds: f64,
     /// Seconds in the optimiser step.
     pub optimizer_seconds: f64,
+    /// Mean bounds loss on the Gaussian means (0 when `bound_coef` is 0).
+    pub bound_loss: f32,
 }
 
 /// The PPO learner: minibatch scratch space and the shuffling RNG. Holds no threads.
@@ -221,6 +223,9 @@ pub struct Ppo {
     d_log_probs: Vec<f32>,
     d_entropy: Vec<f32>,
     d_values: Vec<f32>,
+    d_means: Vec<f32>,
+    /// A Gaussian policy's action bounds, for the bounds loss.
+    action_bounds: Option<(Vec<f32>, Vec<f32>)>,
     evaluation: Evaluation,
 }
 
@@ -241,8 +246,17 @@ impl Ppo {
             d_log_probs: Vec::new(),
             d_entropy: Vec::new(),
             d_values: Vec::new(),
+            d_means: Vec::new(),
+            action_bounds: None,
             evaluation: Evaluation::default(),
         }
+    }
+
+    /// The action bounds of a Gaussian policy, which `bound_coef` keeps its means within.
+    #[must_use]
+    pub fn with_action_bounds(mut self, low: Vec<f32>, high: Vec<f32>) -> Self {
+        self.action_bounds = Some((low, high));
+        self
     }
 
     /// The configuration.
@@ -313,6 +327,7 @@ impl Ppo {
         };
         let (n_epochs, batch_size) = (c.n_epochs, c.batch_size);
         let target_kl = c.target_kl.map(|v| v as f32);
+        let bound_coef = c.bound_coef as f32;
         let max_grad_norm = c.max_grad_norm.map(|v| v as f32);
         let total = rollout.len();
         let mut stats = UpdateStats {
@@ -321,7 +336,7 @@ impl Ppo {
             ..UpdateStats::default()
         };
         let mut sums = LossTerms::default();
-        let mut grad_norm_sum = 0.0;
+        let (mut grad_norm_sum, mut bound_sum) = (0.0, 0.0);
         let (mut forward, mut backward, mut optimizer) =
             (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         self.indices.clear();
@@ -366,7 +381,24 @@ impl Ppo {
                         break 'epochs;
                     }
                 }
-                model.backward(&self.d_log_probs, &self.d_entropy, &self.d_values);
+                self.d_means.clear();
+                if let Some((low, high)) = &self.action_bounds {
+                    if bound_coef > 0.0 && !self.evaluation.means.is_empty() {
+                        bound_sum += bound_loss(
+                            &self.evaluation.means,
+                            low,
+                            high,
+                            bound_coef,
+                            &mut self.d_means,
+                        );
+                    }
+                }
+                model.backward(
+                    &self.d_log_probs,
+                    &self.d_entropy,
+                    &self.d_values,
+                    &self.d_means,
+                );
                 let t2 = Instant::now();
                 grad_norm_sum += model.optimizer_step(lr, max_grad_norm);
                 let t3 = Instant::now();
@@ -388,6 +420,7 @@ impl Ppo {
         stats.entropy = sums.entropy / m;
         stats.approx_kl = sums.approx_kl / m;
         stats.clip_fraction = sums.clip_fraction / m;
+        stats.bound_loss = bound_sum / m;
         stats.grad_norm = grad_norm_sum / m;
         stats.explained_variance = explained_variance(&rollout.values, &rollout.returns);
         stats.forward_seconds = forward.as_secs_f64();

@@ -200,7 +200,7 @@ fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
         let t0 = Instant::now();
         model.evaluate(&obs, &actions, &mut eval);
         let t1 = Instant::now();
-        model.backward(&d_lp, &d_ent, &d_v);
+        model.backward(&d_lp, &d_ent, &d_v, &[]);
         let t2 = Instant::now();
         model.optimizer_step(1e-5, Some(0.5));
         let t3 = Instant::now();

@@ -174,7 +174,7 @@ impl Learner {
         let run = &gateway.settings.run;
         let mut model = strata_runtime::build_model(run).map_err(|e| e.to_string())?;
         model.set_flat_params(params).map_err(|e| e.to_string())?;
-        let ppo = Ppo::new(run.ppo.clone(), strata_env::derive_seed(run.train.seed, 3));
+        let ppo = strata_runtime::build_ppo(run).map_err(|e| e.to_string())?;
         let log_path = gateway.settings.dir.join("learner.jsonl");
         let log = std::fs::OpenOptions::new()
             .create(true)

@@ -90,6 +90,9 @@ pub struct Evaluation {
     pub entropy: Vec<f32>,
     /// Value estimate at each observation.
     pub values: Vec<f32>,
+    /// A Gaussian head's mean per observation and action dimension (row-major); empty for
+    /// a categorical head.
+    pub means: Vec<f32>,
 }
 
 /// What PPO needs from a model. A GPU backend implements this; PPO does not change.
@@ -128,7 +131,16 @@ pub trait ActorCritic: Send {
     fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation);
     /// Adds to the gradients the back-propagation of per-sample loss gradients w.r.t.
     /// log-prob, entropy and value of the last [`ActorCritic::evaluate`].
-    fn backward(&mut self, d_log_probs: &[f32], d_entropy: &[f32], d_values: &[f32]);
+    /// `d_means` is the gradient w.r.t. the Gaussian means of the last evaluated minibatch,
+    /// laid out as [`Evaluation::means`], added to what flows through the log-probs; empty
+    /// when the loss has no term on the means.
+    fn backward(
+        &mut self,
+        d_log_probs: &[f32],
+        d_entropy: &[f32],
+        d_values: &[f32],
+        d_means: &[f32],
+    );
     /// Clears accumulated gradients.
     fn zero_grad(&mut self);
     /// Clips the global gradient norm to `max_grad_norm` (if given), takes one optimiser
@@ -173,18 +185,30 @@ struct ValueSide {
     cache: MlpCache,
 }
 
+/// The policy's parameters: the network's, and the Gaussian head's log-stds (empty for a
+/// categorical head).
+#[derive(Clone, Copy)]
+struct PolicyParams<'a> {
+    net: &'a [f32],
+    log_std: &'a [f32],
+}
+
 impl PolicySide {
-    /// Forward pass, then log-probs and entropies of `actions`.
+    /// Forward pass, then log-probs and entropies of `actions` (and a Gaussian's means).
     fn evaluate(
         &mut self,
-        params: &[f32],
-        log_std: &[f32],
+        PolicyParams {
+            net: params,
+            log_std,
+        }: PolicyParams<'_>,
         obs: &[f32],
         actions: &[f32],
         log_probs: &mut Vec<f32>,
         entropy: &mut Vec<f32>,
+        means: &mut Vec<f32>,
     ) {
         let batch = obs.len() / self.mlp.input_size();
+        means.clear();
         self.mlp.forward(params, obs, batch, &mut self.cache);
         self.actions.clear();
         self.actions.extend_from_slice(actions);
@@ -209,6 +233,7 @@ impl PolicySide {
                 }
             }
             Head::Gaussian { dim } => {
+                means.extend_from_slice(&outputs[..batch * k]);
                 let h = gaussian_entropy(log_std);
                 self.d_log_std_scratch.resize(dim, 0.0);
                 for i in 0..batch {
@@ -232,10 +257,13 @@ impl PolicySide {
     /// evaluated minibatch into `grads` (network) and `log_std_grads` (Gaussian head).
     fn backward(
         &mut self,
-        params: &[f32],
-        log_std: &[f32],
+        PolicyParams {
+            net: params,
+            log_std,
+        }: PolicyParams<'_>,
         d_log_probs: &[f32],
         d_entropy: &[f32],
+        d_means: &[f32],
         grads: &mut [f32],
         log_std_grads: &mut [f32],
     ) {
@@ -265,9 +293,14 @@ impl PolicySide {
                         &self.actions[i * dim..(i + 1) * dim],
                         d_log_probs[i],
                         d_entropy[i],
-                        &mut self.d_out[row],
+                        &mut self.d_out[row.clone()],
                         log_std_grads,
                     );
+                    if !d_means.is_empty() {
+                        for (d, dm) in self.d_out[row.clone()].iter_mut().zip(&d_means[row]) {
+                            *d += dm;
+                        }
+                    }
                 }
             }
         }
@@ -503,15 +536,34 @@ impl ActorCritic for MlpActorCritic {
             log_probs,
             entropy,
             values,
+            means,
         } = out;
         join(
             Self::parallel(batch),
-            || policy.evaluate(policy_params, log_std, obs, actions, log_probs, entropy),
+            || {
+                policy.evaluate(
+                    PolicyParams {
+                        net: policy_params,
+                        log_std,
+                    },
+                    obs,
+                    actions,
+                    log_probs,
+                    entropy,
+                    means,
+                )
+            },
             || value.forward(value_params, obs, values),
         );
     }
 
-    fn backward(&mut self, d_log_probs: &[f32], d_entropy: &[f32], d_values: &[f32]) {
+    fn backward(
+        &mut self,
+        d_log_probs: &[f32],
+        d_entropy: &[f32],
+        d_values: &[f32],
+        d_means: &[f32],
+    ) {
         let (p_end, v_end) = self.split();
         let (policy_params, rest) = self.params.split_at(p_end);
         let (value_params, log_std) = rest.split_at(v_end - p_end);
@@ -522,10 +574,13 @@ impl ActorCritic for MlpActorCritic {
             Self::parallel(d_log_probs.len()),
             || {
                 policy.backward(
-                    policy_params,
-                    log_std,
+                    PolicyParams {
+                        net: policy_params,
+                        log_std,
+                    },
                     d_log_probs,
                     d_entropy,
+                    d_means,
                     policy_grads,
                     log_std_grads,
                 )
@@ -708,7 +763,7 @@ mod tests {
             assert!((e.values[i] - v[i]).abs() < 1e-6);
         }
         model.zero_grad();
-        model.backward(&wl, &we, &wv);
+        model.backward(&wl, &we, &wv, &[]);
         let analytic = model.grads.clone();
         for (i, expected) in analytic.iter().enumerate() {
             let orig = model.params[i];

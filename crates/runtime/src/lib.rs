@@ -74,5 +74,5 @@ pub use records::{
     AdmissionCounts, InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord,
 };
 pub use run::RunDir;
-pub use trainer::{build_envs, build_model, Trainer};
+pub use trainer::{build_envs, build_model, build_ppo, Trainer};
 pub use worker::{WorkerCommand, WorkerEvent};

@@ -116,6 +116,20 @@ pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeEr
     )))
 }
 
+/// The PPO learner for a config: its shuffling seed from the run seed, and the env's action
+/// bounds for the bounds loss of a Gaussian policy.
+///
+/// # Errors
+/// [`RuntimeError::Env`] for an unknown env.
+pub fn build_ppo(config: &RunConfig) -> Result<Ppo, RuntimeError> {
+    let spec = strata_env::spec_for(&config.env.name)?;
+    let ppo = Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3));
+    Ok(match spec.action_space {
+        strata_env::Space::Box { low, high } => ppo.with_action_bounds(low, high),
+        strata_env::Space::Discrete { .. } => ppo,
+    })
+}
+
 /// The initial normalisation statistics for a config (mean 0, variance 1).
 fn initial_normalizer(config: &RunConfig, obs_dim: usize) -> NormalizerStats {
     NormalizerStats {
@@ -159,7 +173,7 @@ impl Trainer {
         let lag = config.effective_lag();
         let mut progress = Progress::default();
         let mut normalizer = initial_normalizer(&config, spec.obs_dim());
-        let mut ppo = Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3));
+        let mut ppo = build_ppo(&config)?;
         let mut config_hash = config.config_hash();
         let mut starts: Vec<Option<WorkerState>> = vec![None; workers];
         if let Some(r) = resume {
