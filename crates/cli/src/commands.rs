@@ -266,7 +266,7 @@ pub(crate) fn build_config(args: &ConfigArgs) -> Result<RunConfig> {
     if let (Some(table), Some(path)) = (file, &args.config) {
         let mut doc = toml::Table::try_from(&config).context("serialising the preset")?;
         merge(&mut doc, table);
-        config = RunConfig::from_toml(&toml::to_string(&doc)?)
+        config = RunConfig::from_table(doc)
             .with_context(|| format!("in config file {}", path.display()))?;
         config.env.name.clone_from(&env);
     }

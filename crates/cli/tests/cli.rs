@@ -286,6 +286,13 @@ fn bad_configs_are_rejected_naming_the_key() {
     let cfg = tmp.path().join("bad.toml");
     std::fs::write(&cfg, "[ppo]\nclip = 0.1\n").unwrap();
     fails_with(&["train", "--config", cfg.to_str().unwrap()], "clip");
+    // A value of the wrong type names its key and the file it came from.
+    std::fs::write(&cfg, "[ppo]\nn_epochs = \"x\"\n").unwrap();
+    let out = strata(&["train", "--config", cfg.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("`ppo.n_epochs`"), "{err}");
+    assert!(err.contains("bad.toml"), "{err}");
     fails_with(
         &["train", "--config", "/nonexistent/run.toml"],
         "cannot read config file",

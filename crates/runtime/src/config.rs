@@ -285,7 +285,28 @@ impl RunConfig {
     /// # Errors
     /// [`RuntimeError::Config`] describing the problem.
     pub fn from_toml(text: &str) -> Result<Self, RuntimeError> {
-        toml::from_str(text).map_err(|e| RuntimeError::Config(e.to_string()))
+        serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            // Without a key the problem is the text itself: keep its line and column.
+            RuntimeError::Config(if key == "." {
+                inner.to_string()
+            } else {
+                format!("`{key}`: {}", inner.message())
+            })
+        })
+    }
+
+    /// A config from a TOML table (a preset with a file laid over it, say); a value of the
+    /// wrong type is an error naming its dotted key.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] naming the key and what was wrong.
+    pub fn from_table(table: toml::Table) -> Result<Self, RuntimeError> {
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            RuntimeError::Config(format!("`{key}`: {}", e.into_inner().message()))
+        })
     }
 
     /// The config as TOML.
@@ -300,10 +321,10 @@ impl RunConfig {
     /// [`RuntimeError::Config`] naming the key when it does not exist or the value does not
     /// fit its type.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), RuntimeError> {
-        let mut doc = toml::Value::try_from(&*self).expect("a RunConfig always serialises");
+        let mut doc = toml::Table::try_from(&*self).expect("a RunConfig always serialises");
         let parts: Vec<&str> = key.split('.').collect();
         let (last, path) = parts.split_last().expect("split yields at least one part");
-        let mut table = doc.as_table_mut().expect("the config is a table");
+        let mut table = &mut doc;
         for part in path {
             table = match table.get_mut(*part).and_then(toml::Value::as_table_mut) {
                 Some(t) => t,
@@ -323,9 +344,8 @@ impl RunConfig {
                 .unwrap_or_else(|| toml::Value::String(value.to_string()));
             table.insert((*last).to_string(), parsed);
         }
-        *self = doc.try_into().map_err(|e: toml::de::Error| {
-            RuntimeError::Config(format!("cannot set `{key}` = {value}: {}", e.message()))
-        })?;
+        *self = Self::from_table(doc)
+            .map_err(|e| RuntimeError::Config(format!("cannot set `{key}` = {value}: {e}")))?;
         Ok(())
     }
 
@@ -607,6 +627,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("learning_rte"), "{err}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_key() {
+        let err = RunConfig::from_toml("[ppo]\nn_epochs = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`ppo.n_epochs`") && err.contains("string"),
+            "{err}"
+        );
+        let mut table = toml::Table::try_from(RunConfig::default()).unwrap();
+        table["env"]
+            .as_table_mut()
+            .unwrap()
+            .insert("num_envs".into(), toml::Value::Boolean(true));
+        let err = RunConfig::from_table(table).unwrap_err().to_string();
+        assert!(err.contains("`env.num_envs`"), "{err}");
+        let err = RunConfig::default()
+            .set("train.total_steps", "\"many\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`train.total_steps`"), "{err}");
+        // A syntax error keeps its position in the text.
+        let err = RunConfig::from_toml("[ppo\n").unwrap_err().to_string();
+        assert!(err.contains("line 1"), "{err}");
     }
 
     #[test]
