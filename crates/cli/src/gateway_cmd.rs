@@ -3,8 +3,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -83,6 +81,14 @@ pub struct ServeArgs {
 /// Serves until Ctrl-C / SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.gateway.settings(&args.dir, args.addr)?;
+    // The handler goes in before the gateway opens and binds: a signal that arrives while
+    // it recovers its state or as soon as the port accepts must still end in a clean stop
+    // with a final flush, not in death by the signal's default action.
+    let (signal_tx, signal) = std::sync::mpsc::sync_channel::<()>(1);
+    ctrlc::set_handler(move || {
+        let _ = signal_tx.try_send(());
+    })
+    .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let server = Server::start(settings).context("starting the gateway")?;
     println!(
         "strata gateway serving {} (API: {}/openapi.json; tokens: {})",
@@ -90,12 +96,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         server.url(),
         args.dir.join("tokens.json").display()
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
-        .context("cannot install the Ctrl-C / SIGTERM handler")?;
-    while !stop.load(Ordering::Relaxed) && server.is_running() {
-        std::thread::sleep(Duration::from_millis(100));
+    loop {
+        match signal.recv_timeout(Duration::from_millis(200)) {
+            Ok(()) => {
+                tracing::info!(component = "gateway", "stop requested by a signal");
+                break;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if server.is_running() => {}
+            Err(_) => break,
+        }
     }
     server.stop().context("stopping the gateway")?;
     Ok(())

@@ -48,8 +48,29 @@ fn serve(dir: &Path) -> (Child, String) {
                 std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Waits for `child` to exit, at most `limit`.
+fn exit_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn sigterm(child: &Child) {
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
 }
 
 /// Retries a call through restarts, with the current address.
@@ -134,13 +155,8 @@ fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
     for c in clients {
         c.join().unwrap();
     }
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "strata serve ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sigterm(&child);
+    exit_within(&mut child, Duration::from_secs(30));
     let data =
         LedgerData::read(&Storage::open(&dir.path().join("ledger").display().to_string()).unwrap())
             .unwrap();
@@ -167,6 +183,65 @@ fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
     let twice: Vec<_> = stored.iter().filter(|(_, ids)| ids.len() > 1).collect();
     assert!(twice.is_empty(), "stored more than once: {twice:?}");
     assert!(acked.len() >= 1200);
+}
+
+#[test]
+fn sigterm_as_soon_as_the_port_accepts_stops_cleanly_every_time() {
+    // Restarts on the same directory (so each start recovers the last one's state), with
+    // SIGTERM within milliseconds of the address appearing: the handler must already be
+    // in place, so every round ends by its own exit with status 0, not by the signal.
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..20 {
+        let (mut child, url) = serve(dir.path());
+        if round % 4 == 3 {
+            let tokens: TokensFile =
+                serde_json::from_slice(&std::fs::read(dir.path().join("tokens.json")).unwrap())
+                    .unwrap();
+            let status =
+                Client::new(&url, tokens.operator()).get::<serde_json::Value>("/v1/status");
+            assert!(status.is_ok(), "{status:?}");
+        }
+        sigterm(&child);
+        let status = exit_within(&mut child, Duration::from_secs(30));
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+        assert_eq!(status.code(), Some(0), "round {round}: {status:?}\n{log}");
+    }
+}
+
+#[test]
+fn a_duplicate_answer_is_durable_before_it_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, url) = serve(dir.path());
+    let tokens: TokensFile =
+        serde_json::from_slice(&std::fs::read(dir.path().join("tokens.json")).unwrap()).unwrap();
+    let client = Client::new(&url, &tokens.agent_tokens()[0].1);
+    let e: EpisodeInfo = client.post("/v1/episodes", &json!({})).unwrap();
+    let act = json!({"observation": [0.0, 0.1, 0.0, -0.1], "env_seq": 0, "idempotency_key": "k"});
+    let a: ActResponse = client
+        .post(&format!("/v1/episodes/{}/act", e.episode_id), &act)
+        .unwrap();
+    let report = json!({"observation_after": [0.0, 0.1, 0.0, -0.1], "reward": 1.0, "env_seq": 1});
+    let path = format!("/v1/actions/{}/report", a.action_id);
+    let first: ReportResponse = client.post(&path, &report).unwrap();
+    assert_eq!(first.status, ReportStatus::Stored);
+    for _ in 0..3 {
+        let again: ReportResponse = client.post(&path, &report).unwrap();
+        assert_eq!(again.status, ReportStatus::Duplicate);
+        assert_eq!(again.sample_id, first.sample_id);
+    }
+    // No pause: killed the moment the last answer arrived.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let data =
+        LedgerData::read(&Storage::open(&dir.path().join("ledger").display().to_string()).unwrap())
+            .unwrap();
+    assert_eq!(data.duplicates.len(), 3, "{:?}", data.duplicates);
+    assert!(data
+        .duplicates
+        .iter()
+        .all(|d| Some(d.original_sample) == first.sample_id));
+    let stored: usize = data.samples.iter().map(|b| b.len()).sum();
+    assert_eq!(stored, 1, "the sample itself is stored once");
 }
 
 #[test]

@@ -48,7 +48,7 @@ impl ApiError {
         Self::new(503, message)
     }
 
-    fn new(status: u16, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),

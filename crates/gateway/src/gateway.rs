@@ -714,7 +714,8 @@ impl Gateway {
                     let e = &state.episodes[&episode];
                     let (key, bucket) = (ledger_key(&e.agent, &key), e.bucket.clone());
                     drop(state);
-                    self.record_duplicate(key, sample, bucket);
+                    // Answered only once the duplicate's record is durable, as a report is.
+                    self.record_duplicate(key, sample, bucket)?;
                     return Ok(ReportResponse {
                         status: ReportStatus::Duplicate,
                         sample_id: Some(sample),
@@ -874,16 +875,15 @@ impl Gateway {
         })
     }
 
-    fn record_duplicate(&self, key: String, sample: u64, bucket: String) {
+    fn record_duplicate(&self, key: String, sample: u64, bucket: String) -> Result<(), ApiError> {
         let row = strata_ledger::DuplicateRecord {
             idempotency_key: key,
             original_sample: sample,
             bucket,
             at_ns: now_ns(),
         };
-        if let Err(e) = self.ledger.record_duplicate(row) {
-            tracing::warn!(component = "gateway", error = %e, "could not record a duplicate report");
-        }
+        self.ledger.record_duplicate_durable(row)?;
+        Ok(())
     }
 
     fn timed_out(&self, state: &mut State, action: u64) -> Result<ReportResponse, ApiError> {
@@ -1432,7 +1432,8 @@ impl Gateway {
     /// Records an operator's invalidation.
     ///
     /// # Errors
-    /// 400 for a bad target, reason or empty text.
+    /// 400 for a bad target, reason or empty text; 404 for a trajectory or sample this
+    /// gateway never issued.
     pub fn invalidate(
         &self,
         caller: &Caller,
@@ -1455,6 +1456,7 @@ impl Gateway {
                 ))
             }
         };
+        self.require_known(target)?;
         let reason = match req.reason.as_deref() {
             None => ReasonCode::Operator,
             Some(r) => ReasonCode::parse(r).map_err(ApiError::bad_request)?,
@@ -1474,6 +1476,40 @@ impl Gateway {
             self.invalidated.lock().expect("invalidated").insert(id);
         }
         Ok(serde_json::json!({ "invalidated": target }))
+    }
+
+    /// Refuses a target this gateway never issued: trajectories are numbered from 1 in
+    /// order (the journal keeps the counter across restarts), samples by the ledger.
+    fn require_known(&self, target: Target) -> Result<(), ApiError> {
+        match target {
+            Target::Trajectory { id } => {
+                let next = self.state.lock().expect("state").next_trajectory;
+                if id == 0 || id >= next {
+                    return Err(ApiError::not_found(if next <= 1 {
+                        format!("no trajectory {id}: this gateway has issued none yet")
+                    } else {
+                        format!(
+                            "no trajectory {id}: this gateway has issued trajectories 1 to {}",
+                            next - 1
+                        )
+                    }));
+                }
+            }
+            Target::Samples { last, .. } => {
+                let next = self.ledger.next_sample_id();
+                if last >= next {
+                    return Err(ApiError::not_found(if next == 0 {
+                        format!("no sample {last}: the ledger holds none yet")
+                    } else {
+                        format!(
+                            "no sample {last}: the ledger's sample ids go up to {}",
+                            next - 1
+                        )
+                    }));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Resumes an episode held for a human; it continues on a new trajectory.

@@ -18,6 +18,7 @@
 mod api;
 mod auth;
 mod client;
+mod connections;
 mod error;
 mod fleet;
 mod gateway;

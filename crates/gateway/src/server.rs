@@ -1,5 +1,6 @@
-//! The HTTP/JSON server (axum on tokio): routes, authentication, body limits and JSON
-//! errors; the operations live in [`Gateway`].
+//! The HTTP/JSON server (axum on tokio): routes, authentication, head and body limits and
+//! JSON errors; the operations live in [`Gateway`], the connection handling in
+//! `connections`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,8 +55,34 @@ fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
 }
 
 fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        let non_finite = non_finite_literal(body, &e)
+            .map(|word| format!(" ({word} is a non-finite number, which JSON cannot carry and the gateway does not accept)"))
+            .unwrap_or_default();
+        ApiError::bad_request(format!("invalid JSON body: {e}{non_finite}"))
+    })
+}
+
+/// The `NaN` / `Infinity` literal a JSON parse error stopped at, if any: some encoders
+/// write them for non-finite floats, and "expected value" alone would not say why.
+fn non_finite_literal(body: &[u8], e: &serde_json::Error) -> Option<&'static str> {
+    if !e.is_syntax() {
+        return None;
+    }
+    let line_start: usize = body
+        .split(|&b| b == b'\n')
+        .take(e.line().saturating_sub(1))
+        .map(|l| l.len() + 1)
+        .sum();
+    // The column is where the parser gave up: at the literal or just past its first byte.
+    let at = (line_start + e.column()).saturating_sub(2).min(body.len());
+    let rest = &body[at..];
+    ["NaN", "-Infinity", "Infinity"].into_iter().find(|word| {
+        (0..=1).any(|skip| {
+            rest.get(skip..)
+                .is_some_and(|r| r.starts_with(word.as_bytes()))
+        })
+    })
 }
 
 fn id(text: &str, what: &str) -> Result<u64, ApiError> {
@@ -251,9 +278,92 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint (see /openapi.json)")
 }
 
+/// Most header lines a request may carry (a JSON 431 past it).
+const MAX_HEADER_COUNT: usize = 100;
+
+/// What [`json_errors`] needs to word its answers.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_body_bytes: usize,
+    max_header_bytes: usize,
+}
+
+/// The size of a request's head as sent: request line and header lines.
+fn head_bytes(req: &axum::extract::Request) -> usize {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 11;
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    line + headers + 2
+}
+
+/// Every error answer is JSON `{error, status}` naming the problem: the router's own
+/// (405, the body limit's 413, extractor rejections) are rewritten here, and oversized
+/// heads are refused here with 431, before any handler runs.
+async fn json_errors(
+    State(limits): State<Limits>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let size = head_bytes(&req);
+    let lines = req.headers().len();
+    if size > limits.max_header_bytes || lines > MAX_HEADER_COUNT {
+        return ApiError::new(
+            431,
+            format!(
+                "request head is {size} bytes in {lines} header lines; the limit is {} bytes and {MAX_HEADER_COUNT} lines",
+                limits.max_header_bytes
+            ),
+        )
+        .into_response();
+    }
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let text = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "request body is larger than the limit of {} bytes",
+            limits.max_body_bytes
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => format!(
+            "method {method} is not allowed on {path}{}",
+            allow
+                .as_ref()
+                .and_then(|a| a.to_str().ok())
+                .map(|a| format!(" (allowed: {a})"))
+                .unwrap_or_default()
+        ),
+        _ if !text.is_empty() => text,
+        _ => status.canonical_reason().unwrap_or("error").to_string(),
+    };
+    let mut answer = ApiError::new(status.as_u16(), message).into_response();
+    if let Some(allow) = allow {
+        answer.headers_mut().insert(header::ALLOW, allow);
+    }
+    answer
+}
+
 /// The router over a gateway.
 pub fn router(gateway: Arc<Gateway>) -> Router {
     let limit = gateway.settings.max_body_bytes;
+    let limits = Limits {
+        max_body_bytes: limit,
+        max_header_bytes: gateway.settings.max_header_bytes,
+    };
     let metrics = Arc::new(Metrics::new());
     let observed = Router::new()
         .route("/metrics", get(self::metrics))
@@ -261,7 +371,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             gateway: gateway.clone(),
             metrics: metrics.clone(),
         });
-    Router::new()
+    let routes = Router::new()
         .route("/openapi.json", get(openapi))
         .route("/healthz", get(health))
         .route("/v1/status", get(status))
@@ -284,7 +394,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gateway)
-        .merge(observed)
+        .merge(observed);
+    // Around the whole router, not each route: a layer on the routes would run inside
+    // axum's method routing and miss the `Allow` header it adds to a 405.
+    Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn_with_state(limits, json_errors))
 }
 
 /// A running gateway: HTTP server, learner and idle-episode reaper.
@@ -293,7 +408,7 @@ pub struct Server {
     gateway: Arc<Gateway>,
     stop: Arc<AtomicBool>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    http: Option<JoinHandle<Result<(), String>>>,
+    http: Option<JoinHandle<()>>,
     learner: Option<JoinHandle<()>>,
 }
 
@@ -318,6 +433,15 @@ impl Server {
             )
         } else {
             None
+        };
+        // Descriptors kept for the ledger's files, the journal, the runtime and the learner.
+        const RESERVED_DESCRIPTORS: usize = 128;
+        let limits = crate::connections::ConnectionLimits {
+            max_connections: crate::connections::fit_to_descriptors(
+                gateway.settings.max_connections,
+                RESERVED_DESCRIPTORS,
+            ),
+            header_read_timeout: gateway.settings.header_read_timeout,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -354,12 +478,7 @@ impl Server {
                             .await;
                         }
                     });
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(async {
-                            let _ = rx.await;
-                        })
-                        .await
-                        .map_err(|e| e.to_string())
+                    crate::connections::serve(listener, app, limits, rx).await;
                 })
             })
             .map_err(|e| GatewayError::io("gateway thread", e))?;
@@ -412,10 +531,8 @@ impl Server {
         }
         let mut result = Ok(());
         if let Some(h) = self.http.take() {
-            match h.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(GatewayError::Config(format!("http server: {e}"))),
-                Err(_) => result = Err(GatewayError::Config("http server panicked".into())),
+            if h.join().is_err() {
+                result = Err(GatewayError::Config("http server panicked".into()));
             }
         }
         if let Some(h) = self.learner.take() {

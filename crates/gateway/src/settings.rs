@@ -64,6 +64,14 @@ pub struct GatewaySettings {
     pub rate_burst: f64,
     /// Largest request body.
     pub max_body_bytes: usize,
+    /// Largest request head (request line and headers); larger ones are answered 431.
+    pub max_header_bytes: usize,
+    /// Connections served at once; more are answered 503 and closed (lowered to fit the
+    /// open-files limit, keeping descriptors for the ledger).
+    pub max_connections: usize,
+    /// A connection that sends no complete request head for this long after opening or
+    /// after its last answer is closed: idle keep-alive and half-sent heads alike.
+    pub header_read_timeout: Duration,
     /// Agent tokens created with a new tokens file.
     pub agent_tokens: usize,
     /// Issued actions remembered for idempotent retries.
@@ -108,6 +116,9 @@ impl GatewaySettings {
             rate_limit: 50_000.0,
             rate_burst: 5_000.0,
             max_body_bytes: 64 * 1024,
+            max_header_bytes: 32 * 1024,
+            max_connections: 512,
+            header_read_timeout: Duration::from_secs(10),
             agent_tokens: 64,
             remembered_actions: 100_000,
             learner_queue: 4096,
@@ -157,6 +168,19 @@ impl GatewaySettings {
                 "admission.rule",
                 "`strict` admits only on-policy samples; deployed agents are always asynchronous (use `drop` or `decay`)".into(),
             );
+        }
+        let head_cap = crate::connections::TRANSPORT_HEAD_BYTES;
+        if !(1024..head_cap).contains(&self.max_header_bytes) {
+            return bad(
+                "max_header_bytes",
+                format!("{} is not in [1024, {head_cap})", self.max_header_bytes),
+            );
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections", "must be at least 1".into());
+        }
+        if self.header_read_timeout.is_zero() {
+            return bad("header_read_timeout", "must be more than 0 s".into());
         }
         if self.http_threads == 0 {
             return bad("http_threads", "must be at least 1".into());
