@@ -466,13 +466,27 @@ impl LagFigure {
 }
 
 impl TimeFigure {
+    /// Each part's share of the whole, in percent.
+    fn shares(&self) -> Vec<f64> {
+        let total = self.parts.iter().map(|p| p.1).sum::<f64>().max(1e-9);
+        self.parts.iter().map(|p| 100.0 * p.1 / total).collect()
+    }
+
+    /// The share axis ends at the largest share rounded up to a multiple of ten: the axis
+    /// stays within the data (never past 100%), and the labels are drawn inside it.
+    fn axis_end(&self) -> f64 {
+        let largest = self.shares().into_iter().fold(0.0, f64::max);
+        ((largest / 10.0).ceil() * 10.0).clamp(10.0, 100.0)
+    }
+
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let total = self.parts.iter().map(|p| p.1).sum::<f64>().max(1e-9);
         let n = self.parts.len() as f64;
+        let end = self.axis_end();
         let caption = format!("Time breakdown ({total:.1} s in all)");
         let mut chart = Axes {
             caption: &caption,
-            x: 0.0..130.0,
+            x: 0.0..end,
             y: -0.5..n - 0.5,
             x_desc: "share of the time (%)",
             y_desc: "",
@@ -481,20 +495,65 @@ impl TimeFigure {
         }
         .draw(area)?;
         let colour = generation_colour(1);
-        for (i, (name, seconds)) in self.parts.iter().enumerate() {
+        for (i, ((name, seconds), share)) in self.parts.iter().zip(self.shares()).enumerate() {
             // First part on top.
             let y = n - 1.0 - i as f64;
-            let share = 100.0 * seconds / total;
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(0.0, y - 0.35), (share, y + 0.35)],
                 colour.filled(),
             )))?;
+            // A long bar carries its label inside, in white; a short one beside it.
+            let (x, style) = if share > end / 2.0 {
+                (end * 0.01, font(12).into_font().color(&WHITE))
+            } else {
+                (share + end * 0.01, font(12).into_font().color(&BLACK))
+            };
             chart.draw_series(std::iter::once(Text::new(
                 format!("{name} {share:.1}% ({seconds:.2} s)"),
-                (share + 1.0, y + 0.2),
-                font(12),
+                (x, y + 0.2),
+                style,
             )))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(seconds: &[f64]) -> TimeFigure {
+        TimeFigure {
+            parts: seconds
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("part {i}"), *s))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_time_axis_stays_within_the_data() {
+        for seconds in [
+            vec![1.0],
+            vec![0.3, 0.3, 0.4],
+            vec![9.0, 1.0, 0.0],
+            vec![0.05, 0.05, 0.05, 0.05, 0.8],
+            vec![1.0; 9],
+            vec![0.0, 0.0],
+        ] {
+            let f = figure(&seconds);
+            let largest = f.shares().into_iter().fold(0.0, f64::max);
+            let end = f.axis_end();
+            assert!(end <= 100.0, "{seconds:?}: axis to {end}%");
+            assert!(
+                end >= largest,
+                "{seconds:?}: {largest}% past the axis end {end}%"
+            );
+            assert!(
+                end - largest <= 10.0,
+                "{seconds:?}: axis to {end}% for {largest}%"
+            );
+        }
     }
 }
