@@ -509,6 +509,7 @@ mod tests {
             model.act(
                 &obs,
                 &mut rng,
+                &[],
                 &mut rollout.actions,
                 &mut rollout.log_probs,
                 &mut rollout.values,
@@ -542,6 +543,7 @@ mod tests {
         model.act(
             &obs,
             &mut rng,
+            &[],
             &mut rollout.actions,
             &mut rollout.log_probs,
             &mut rollout.values,

@@ -212,7 +212,7 @@ fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
     let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
     let t0 = Instant::now();
     for _ in 0..reps * 20 {
-        model.act(one, &mut rng, &mut a, &mut lp, &mut v);
+        model.act(one, &mut rng, &[], &mut a, &mut lp, &mut v);
     }
     let single = t0.elapsed().as_secs_f64() / (reps * 20) as f64;
     let ms = 1e3 / reps as f64;

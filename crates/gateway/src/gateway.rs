@@ -494,6 +494,7 @@ impl Gateway {
             model.act(
                 &req.observation,
                 &mut rng,
+                &[],
                 &mut action,
                 &mut log_prob,
                 &mut value,

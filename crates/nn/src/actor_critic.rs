@@ -1,6 +1,7 @@
 //! The actor-critic model PPO trains: separate policy and value MLPs, a categorical or
 //! diagonal-Gaussian head, all parameters in one flat vector with one Adam.
 
+use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
@@ -8,7 +9,7 @@ use crate::activation::Activation;
 use crate::adam::Adam;
 use crate::distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
-    gaussian_sample,
+    gaussian_sample, sde_eval, sde_sample,
 };
 use crate::mlp::{Mlp, MlpCache};
 use crate::NnError;
@@ -31,6 +32,38 @@ pub struct NetworkConfig {
     /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head);
     /// otherwise the same with gain 1 everywhere.
     pub ortho_init: bool,
+    /// Generalised state-dependent exploration (gSDE, as SB3 has it) for a Gaussian
+    /// policy: the noise is the policy's last hidden features times an exploration matrix
+    /// that the sampler holds fixed over a fragment, so exploration is smooth in time and
+    /// scaled by the state; `log_std_init` then initialises a `latent x dim` matrix.
+    pub sde: bool,
+    /// How long a gSDE exploration matrix is held: a `fragment` (SB3's default of one
+    /// rollout) or a whole `episode`, which explores like a perturbed policy per episode.
+    pub sde_hold: SdeHold,
+}
+
+/// How long the sampler holds a gSDE exploration matrix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SdeHold {
+    /// Drawn anew for each env at every fragment start.
+    #[default]
+    Fragment,
+    /// Drawn anew for an env when its episode ends.
+    Episode,
+}
+
+impl NetworkConfig {
+    /// Standard normals per env in a gSDE exploration matrix (`latent x dim`); 0 without
+    /// gSDE or for a categorical head.
+    pub fn sde_noise_len(&self, obs_dim: usize, head: Head) -> usize {
+        match head {
+            Head::Gaussian { dim } if self.sde => {
+                self.policy_hidden.last().copied().unwrap_or(obs_dim) * dim
+            }
+            _ => 0,
+        }
+    }
 }
 
 impl Default for NetworkConfig {
@@ -41,6 +74,8 @@ impl Default for NetworkConfig {
             activation: Activation::Tanh,
             log_std_init: 0.0,
             ortho_init: true,
+            sde: false,
+            sde_hold: SdeHold::Fragment,
         }
     }
 }
@@ -102,10 +137,14 @@ pub trait ActorCritic: Send {
     /// The action head.
     fn head(&self) -> Head;
     /// Samples an action per observation row; writes actions, their log-probs and values.
+    /// `sde_noise` holds each row's gSDE exploration matrix
+    /// ([`NetworkConfig::sde_noise_len`] standard normals a row); empty draws a fresh one
+    /// per row and step (and is ignored without gSDE).
     fn act(
         &mut self,
         obs: &[f32],
         rng: &mut SampleRng,
+        sde_noise: &[f32],
         actions: &mut [f32],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -113,11 +152,13 @@ pub trait ActorCritic: Send {
     /// [`ActorCritic::act`] over a batch made of `parts` (row counts, in order), part `i`
     /// sampling with `rngs[i]`: one forward pass serves several requesters (central
     /// inference), and each requester's actions depend only on its own RNG stream.
+    #[allow(clippy::too_many_arguments)]
     fn act_split(
         &mut self,
         obs: &[f32],
         parts: &[usize],
         rngs: &mut [SampleRng],
+        sde_noise: &[f32],
         actions: &mut [f32],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -177,6 +218,8 @@ struct PolicySide {
     /// Actions of the last evaluated minibatch.
     actions: Vec<f32>,
     d_log_std_scratch: Vec<f32>,
+    /// The latent width of gSDE (the last hidden layer's), when it is on.
+    sde_latent: Option<usize>,
 }
 
 /// The value network with its per-batch scratch space.
@@ -232,6 +275,27 @@ impl PolicySide {
                     entropy[i] = h;
                 }
             }
+            Head::Gaussian { dim } if self.sde_latent.is_some() => {
+                means.extend_from_slice(&outputs[..batch * k]);
+                let latent = self.cache.hidden_output();
+                let width = latent.len() / batch;
+                self.d_log_std_scratch.resize(log_std.len(), 0.0);
+                let mut variance = vec![0.0; dim];
+                for i in 0..batch {
+                    let row = i * k..(i + 1) * k;
+                    (log_probs[i], entropy[i]) = sde_eval(
+                        &outputs[row.clone()],
+                        &latent[i * width..(i + 1) * width],
+                        log_std,
+                        &actions[i * dim..(i + 1) * dim],
+                        0.0,
+                        0.0,
+                        &mut self.d_out[row],
+                        &mut self.d_log_std_scratch,
+                        &mut variance,
+                    );
+                }
+            }
             Head::Gaussian { dim } => {
                 means.extend_from_slice(&outputs[..batch * k]);
                 let h = gaussian_entropy(log_std);
@@ -284,6 +348,26 @@ impl PolicySide {
                     );
                 }
             }
+            Head::Gaussian { dim } if self.sde_latent.is_some() => {
+                let latent = self.cache.hidden_output();
+                let width = latent.len() / batch;
+                let mut variance = vec![0.0; dim];
+                for i in 0..batch {
+                    let row = i * k..(i + 1) * k;
+                    sde_eval(
+                        &outputs[row.clone()],
+                        &latent[i * width..(i + 1) * width],
+                        log_std,
+                        &self.actions[i * dim..(i + 1) * dim],
+                        d_log_probs[i],
+                        d_entropy[i],
+                        &mut self.d_out[row.clone()],
+                        log_std_grads,
+                        &mut variance,
+                    );
+                    add_mean_gradients(&mut self.d_out[row.clone()], d_means, row);
+                }
+            }
             Head::Gaussian { dim } => {
                 for i in 0..batch {
                     let row = i * k..(i + 1) * k;
@@ -296,16 +380,22 @@ impl PolicySide {
                         &mut self.d_out[row.clone()],
                         log_std_grads,
                     );
-                    if !d_means.is_empty() {
-                        for (d, dm) in self.d_out[row.clone()].iter_mut().zip(&d_means[row]) {
-                            *d += dm;
-                        }
-                    }
+                    add_mean_gradients(&mut self.d_out[row.clone()], d_means, row);
                 }
             }
         }
         self.mlp
             .backward(params, &mut self.cache, &self.d_out, grads);
+    }
+}
+
+/// Adds a loss term's gradient w.r.t. the means (`d_means`, empty when there is none) to
+/// one row's output gradient.
+fn add_mean_gradients(d_out: &mut [f32], d_means: &[f32], row: std::ops::Range<usize>) {
+    if !d_means.is_empty() {
+        for (d, dm) in d_out.iter_mut().zip(&d_means[row]) {
+            *d += dm;
+        }
     }
 }
 
@@ -366,8 +456,10 @@ impl MlpActorCritic {
         };
         let mut params = policy.init_orthogonal(hidden_gain, policy_gain, rng);
         params.extend(value.init_orthogonal(hidden_gain, value_gain, rng));
+        let sde_len = config.sde_noise_len(obs_dim, head);
         if let Head::Gaussian { dim } = head {
-            params.extend(std::iter::repeat_n(config.log_std_init as f32, dim));
+            let n = if sde_len > 0 { sde_len } else { dim };
+            params.extend(std::iter::repeat_n(config.log_std_init as f32, n));
         }
         let n = params.len();
         MlpActorCritic {
@@ -378,6 +470,7 @@ impl MlpActorCritic {
                 d_out: Vec::new(),
                 actions: Vec::new(),
                 d_log_std_scratch: Vec::new(),
+                sde_latent: (sde_len > 0).then(|| sde_len / head.action_dim()),
             },
             value: ValueSide {
                 mlp: value,
@@ -426,6 +519,7 @@ impl ActorCritic for MlpActorCritic {
         &mut self,
         obs: &[f32],
         rng: &mut SampleRng,
+        sde_noise: &[f32],
         actions: &mut [f32],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -435,6 +529,7 @@ impl ActorCritic for MlpActorCritic {
             obs,
             &[batch],
             std::slice::from_mut(rng),
+            sde_noise,
             actions,
             log_probs,
             values,
@@ -446,6 +541,7 @@ impl ActorCritic for MlpActorCritic {
         obs: &[f32],
         parts: &[usize],
         rngs: &mut [SampleRng],
+        sde_noise: &[f32],
         actions: &mut [f32],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -458,12 +554,18 @@ impl ActorCritic for MlpActorCritic {
         );
         assert_eq!(parts.len(), rngs.len(), "one RNG per part");
         let (p_end, v_end) = self.split();
-        let out =
-            self.policy
-                .mlp
-                .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
+        self.policy
+            .mlp
+            .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
+        let out = self.policy.cache.last_output();
         let k = self.head.outputs();
         let log_std = &self.params[v_end..];
+        let sde_len = log_std.len();
+        let (mut eps, mut variance) = (Vec::new(), Vec::new());
+        if let (Some(_), Head::Gaussian { dim }) = (self.policy.sde_latent, self.head) {
+            eps.resize(sde_len, 0.0);
+            variance.resize(dim, 0.0);
+        }
         // One forward pass for all parts; each part samples from its own RNG, so its
         // actions do not depend on what else was in the batch.
         let mut row = 0;
@@ -471,6 +573,26 @@ impl ActorCritic for MlpActorCritic {
             for i in row..row + len {
                 let dist = &out[i * k..(i + 1) * k];
                 match self.head {
+                    Head::Gaussian { dim } if self.policy.sde_latent.is_some() => {
+                        let latent = self.policy.cache.hidden_output();
+                        let width = latent.len() / batch;
+                        let matrix = if sde_noise.is_empty() {
+                            for e in &mut eps {
+                                *e = rng.sample(rand_distr::StandardNormal);
+                            }
+                            &eps[..]
+                        } else {
+                            &sde_noise[i * sde_len..(i + 1) * sde_len]
+                        };
+                        log_probs[i] = sde_sample(
+                            dist,
+                            &latent[i * width..(i + 1) * width],
+                            log_std,
+                            matrix,
+                            &mut actions[i * dim..(i + 1) * dim],
+                            &mut variance,
+                        );
+                    }
                     Head::Categorical { .. } => {
                         let (a, lp) = categorical_sample(dist, rng);
                         actions[i] = a as f32;
@@ -720,12 +842,16 @@ mod tests {
 
     /// Loss = sum_i wl_i logp_i + we_i H_i + wv_i V_i, checked against finite differences
     /// of every parameter, through the whole model.
-    fn check_model_gradients(head: Head) {
+    /// With gSDE the latent features are constants of the log-prob's variance (as SB3
+    /// has it), so the policy's hidden layers are not compared: their finite differences
+    /// include the path through the features, which the analytic gradient leaves out.
+    fn check_model_gradients(head: Head, sde: bool) {
         let mut rng = SampleRng::seed_from_u64(4);
         let config = NetworkConfig {
             policy_hidden: vec![6],
             value_hidden: vec![5],
             log_std_init: -0.4,
+            sde,
             ..NetworkConfig::default()
         };
         let mut model = MlpActorCritic::new(3, head, &config, &mut rng);
@@ -742,7 +868,7 @@ mod tests {
             vec![0.0; batch],
             vec![0.0; batch],
         );
-        model.act(&obs, &mut rng, &mut actions, &mut lp, &mut v);
+        model.act(&obs, &mut rng, &[], &mut actions, &mut lp, &mut v);
         let wl: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
         let we: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
         let wv: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -765,7 +891,8 @@ mod tests {
         model.zero_grad();
         model.backward(&wl, &we, &wv, &[]);
         let analytic = model.grads.clone();
-        for (i, expected) in analytic.iter().enumerate() {
+        let policy_hidden = if sde { 3 * 6 + 6 } else { 0 };
+        for (i, expected) in analytic.iter().enumerate().skip(policy_hidden) {
             let orig = model.params[i];
             model.params[i] = orig + 1e-2;
             let up = loss(&mut model);
@@ -782,12 +909,53 @@ mod tests {
 
     #[test]
     fn categorical_model_gradients_match_finite_differences() {
-        check_model_gradients(Head::Categorical { n: 3 });
+        check_model_gradients(Head::Categorical { n: 3 }, false);
     }
 
     #[test]
     fn gaussian_model_gradients_match_finite_differences() {
-        check_model_gradients(Head::Gaussian { dim: 2 });
+        check_model_gradients(Head::Gaussian { dim: 2 }, false);
+    }
+
+    #[test]
+    fn sde_model_gradients_match_finite_differences() {
+        check_model_gradients(Head::Gaussian { dim: 2 }, true);
+    }
+
+    #[test]
+    fn sde_noise_held_fixed_gives_actions_linear_in_the_features() {
+        let mut rng = SampleRng::seed_from_u64(9);
+        let config = NetworkConfig {
+            policy_hidden: vec![4],
+            sde: true,
+            log_std_init: -1.0,
+            ..NetworkConfig::default()
+        };
+        let head = Head::Gaussian { dim: 1 };
+        let mut model = MlpActorCritic::new(2, head, &config, &mut rng);
+        assert_eq!(config.sde_noise_len(2, head), 4);
+        assert_eq!(model.log_std().len(), 4);
+        // The same observation and exploration matrix give the same action; a fresh
+        // matrix per call (empty noise) does not.
+        let obs = [0.3_f32, -0.7];
+        let noise = [0.5_f32, -1.0, 2.0, 0.1];
+        let act = |m: &mut MlpActorCritic, noise: &[f32], rng: &mut SampleRng| {
+            let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
+            m.act(&obs, rng, noise, &mut a, &mut lp, &mut v);
+            a[0]
+        };
+        let first = act(&mut model, &noise, &mut rng);
+        assert_eq!(first, act(&mut model, &noise, &mut rng));
+        assert_ne!(
+            act(&mut model, &[], &mut rng),
+            act(&mut model, &[], &mut rng)
+        );
+        let mut greedy = [0.0];
+        model.act_greedy(&obs, &mut greedy);
+        assert!(
+            (first - greedy[0]).abs() > 1e-6,
+            "the noise moved the action"
+        );
     }
 
     #[test]
@@ -819,23 +987,32 @@ mod tests {
 
     #[test]
     fn split_acting_equals_acting_on_each_part_with_its_rng() {
-        let mut rng = SampleRng::seed_from_u64(9);
-        let head = Head::Gaussian { dim: 2 };
-        let mut m = MlpActorCritic::new(3, head, &NetworkConfig::default(), &mut rng);
-        let obs: Vec<f32> = (0..15).map(|i| (i as f32 * 0.37).sin()).collect();
-        let mut rngs = [SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2)];
-        let (mut a, mut lp, mut v) = (vec![0.0; 10], vec![0.0; 5], vec![0.0; 5]);
-        m.act_split(&obs, &[2, 3], &mut rngs, &mut a, &mut lp, &mut v);
-        let (mut r1, mut r2) = (SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2));
-        let (mut a1, mut lp1, mut v1) = (vec![0.0; 4], vec![0.0; 2], vec![0.0; 2]);
-        m.act(&obs[..6], &mut r1, &mut a1, &mut lp1, &mut v1);
-        let (mut a2, mut lp2, mut v2) = (vec![0.0; 6], vec![0.0; 3], vec![0.0; 3]);
-        m.act(&obs[6..], &mut r2, &mut a2, &mut lp2, &mut v2);
-        assert_eq!(&a[..4], &a1[..]);
-        assert_eq!(&a[4..], &a2[..]);
-        assert_eq!(&lp[..2], &lp1[..]);
-        assert_eq!(&v[2..], &v2[..]);
-        assert_eq!(rngs[0], r1, "each RNG advanced by its own part only");
+        for sde in [false, true] {
+            let mut rng = SampleRng::seed_from_u64(9);
+            let head = Head::Gaussian { dim: 2 };
+            let config = NetworkConfig {
+                sde,
+                ..NetworkConfig::default()
+            };
+            let mut m = MlpActorCritic::new(3, head, &config, &mut rng);
+            let obs: Vec<f32> = (0..15).map(|i| (i as f32 * 0.37).sin()).collect();
+            let per_row = config.sde_noise_len(3, head);
+            let noise: Vec<f32> = (0..5 * per_row).map(|i| (i as f32 * 0.11).cos()).collect();
+            let mut rngs = [SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2)];
+            let (mut a, mut lp, mut v) = (vec![0.0; 10], vec![0.0; 5], vec![0.0; 5]);
+            m.act_split(&obs, &[2, 3], &mut rngs, &noise, &mut a, &mut lp, &mut v);
+            let (mut r1, mut r2) = (SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2));
+            let (mut a1, mut lp1, mut v1) = (vec![0.0; 4], vec![0.0; 2], vec![0.0; 2]);
+            let (n1, n2) = noise.split_at(2 * per_row);
+            m.act(&obs[..6], &mut r1, n1, &mut a1, &mut lp1, &mut v1);
+            let (mut a2, mut lp2, mut v2) = (vec![0.0; 6], vec![0.0; 3], vec![0.0; 3]);
+            m.act(&obs[6..], &mut r2, n2, &mut a2, &mut lp2, &mut v2);
+            assert_eq!(&a[..4], &a1[..], "sde {sde}");
+            assert_eq!(&a[4..], &a2[..], "sde {sde}");
+            assert_eq!(&lp[..2], &lp1[..], "sde {sde}");
+            assert_eq!(&v[2..], &v2[..], "sde {sde}");
+            assert_eq!(rngs[0], r1, "each RNG advanced by its own part only");
+        }
     }
 
     #[test]

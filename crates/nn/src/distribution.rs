@@ -1,5 +1,6 @@
-//! Action distributions over network outputs, one row per sample: categorical over logits
-//! and diagonal Gaussian with a state-independent log-std. Each has sampling, log-prob and
+//! Action distributions over network outputs, one row per sample: categorical over logits,
+//! diagonal Gaussian with a state-independent log-std, and the gSDE Gaussian whose
+//! variance depends on the state through the policy's latent features. Each has sampling, log-prob and
 //! entropy, and the gradients of both w.r.t. its inputs.
 
 use rand::Rng;
@@ -118,6 +119,98 @@ pub fn gaussian_eval(
     log_prob
 }
 
+/// Variance floor of a gSDE Gaussian (SB3 adds the same), so a latent row of zeros still
+/// gives a proper distribution.
+const SDE_EPS: f32 = 1e-6;
+
+/// gSDE: the variance of each action dimension at one state, `sum_i z_i^2 exp(2 L_ij)`,
+/// for latent features `z` and log-std matrix `L` (`latent x dim`, row-major).
+#[inline]
+fn sde_variance(latent: &[f32], log_std: &[f32], variance: &mut [f32]) {
+    let dim = variance.len();
+    variance.fill(SDE_EPS);
+    for (i, z) in latent.iter().enumerate() {
+        let z2 = z * z;
+        for (j, v) in variance.iter_mut().enumerate() {
+            *v += z2 * (2.0 * log_std[i * dim + j]).exp();
+        }
+    }
+}
+
+/// gSDE sampling (generalised state-dependent exploration): `action = mean + z . (exp(L) *
+/// eps)` for the exploration matrix `eps` (`latent x dim` standard normals, held fixed
+/// over a stretch of steps by the caller). The action is Gaussian with the variance of
+/// [`sde_eval`]; returns its log-prob.
+#[inline]
+pub fn sde_sample(
+    mean: &[f32],
+    latent: &[f32],
+    log_std: &[f32],
+    eps: &[f32],
+    action: &mut [f32],
+    variance: &mut [f32],
+) -> f32 {
+    let dim = mean.len();
+    action.copy_from_slice(mean);
+    for (i, z) in latent.iter().enumerate() {
+        let row = i * dim..(i + 1) * dim;
+        for ((a, ls), e) in action.iter_mut().zip(&log_std[row.clone()]).zip(&eps[row]) {
+            *a += z * ls.exp() * e;
+        }
+    }
+    sde_variance(latent, log_std, variance);
+    let mut log_prob = 0.0;
+    for j in 0..dim {
+        let d = action[j] - mean[j];
+        log_prob += -0.5 * d * d / variance[j] - 0.5 * variance[j].ln() - HALF_LN_2PI;
+    }
+    log_prob
+}
+
+/// gSDE log-prob of `action` and entropy at one state; writes `d(w_logp * logp)/dmean`
+/// into `grad_mean` and *adds* `d(w_logp * logp + w_ent * entropy)/dL` into
+/// `grad_log_std` (`latent x dim`). The latent features are treated as constants, as SB3
+/// does: the log-std matrix alone shapes the exploration.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn sde_eval(
+    mean: &[f32],
+    latent: &[f32],
+    log_std: &[f32],
+    action: &[f32],
+    w_logp: f32,
+    w_ent: f32,
+    grad_mean: &mut [f32],
+    grad_log_std: &mut [f32],
+    variance: &mut [f32],
+) -> (f32, f32) {
+    let dim = mean.len();
+    sde_variance(latent, log_std, variance);
+    let (mut log_prob, mut entropy) = (0.0, 0.0);
+    for j in 0..dim {
+        let d = action[j] - mean[j];
+        let r2 = d * d / variance[j];
+        log_prob += -0.5 * r2 - 0.5 * variance[j].ln() - HALF_LN_2PI;
+        entropy += 0.5 * variance[j].ln() + 0.5 + HALF_LN_2PI;
+        grad_mean[j] = w_logp * d / variance[j];
+        // d logp / d var_j = (r2 - 1) / (2 var_j);  d H / d var_j = 1 / (2 var_j).
+        variance[j] = (w_logp * (r2 - 1.0) + w_ent) / (2.0 * variance[j]);
+    }
+    for (i, z) in latent.iter().enumerate() {
+        let z2 = z * z;
+        let row = i * dim..(i + 1) * dim;
+        for ((g, ls), d_var) in grad_log_std[row.clone()]
+            .iter_mut()
+            .zip(&log_std[row])
+            .zip(variance.iter())
+        {
+            // d var_j / d L_ij = 2 z_i^2 exp(2 L_ij).
+            *g += d_var * 2.0 * z2 * (2.0 * ls).exp();
+        }
+    }
+    (log_prob, entropy)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +292,75 @@ mod tests {
         assert!((mean - 1.0).abs() < 0.01);
         assert!((sum_sq / 40_000.0 - mean * mean - 0.25).abs() < 0.01);
         assert!((HALF_LN_2PI - 0.5 * (2.0 * PI).ln()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn sde_gradients_match_finite_differences_and_samples_match_the_variance() {
+        let mean = [0.3_f32, -0.2];
+        let latent = [0.5_f32, -1.2, 0.8];
+        let log_std = [-0.3_f32, 0.1, -0.7, 0.2, 0.4, -1.0];
+        let action = [0.9_f32, -1.1];
+        let (wl, we) = (0.7_f32, -0.4_f32);
+        let mut var = [0.0; 2];
+        let f = |m: &[f32], ls: &[f32]| {
+            let (mut gm, mut gs, mut v) = ([0.0; 2], [0.0; 6], [0.0; 2]);
+            let (lp, h) = sde_eval(m, &latent, ls, &action, 0.0, 0.0, &mut gm, &mut gs, &mut v);
+            wl * lp + we * h
+        };
+        let (mut gm, mut gs) = ([0.0; 2], [0.0; 6]);
+        sde_eval(
+            &mean, &latent, &log_std, &action, wl, we, &mut gm, &mut gs, &mut var,
+        );
+        for j in 0..2 {
+            let (mut up, mut down) = (mean, mean);
+            up[j] += 1e-2;
+            down[j] -= 1e-2;
+            let numeric = (f(&up, &log_std) - f(&down, &log_std)) / 2e-2;
+            assert!(
+                (numeric - gm[j]).abs() < 2e-3,
+                "mean {j}: {numeric} vs {}",
+                gm[j]
+            );
+        }
+        for k in 0..6 {
+            let (mut up, mut down) = (log_std, log_std);
+            up[k] += 1e-2;
+            down[k] -= 1e-2;
+            let numeric = (f(&mean, &up) - f(&mean, &down)) / 2e-2;
+            assert!(
+                (numeric - gs[k]).abs() < 2e-3,
+                "log_std {k}: {numeric} vs {}",
+                gs[k]
+            );
+        }
+        // Sampled actions have the variance the log-prob assumes.
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+        let n = 20_000;
+        let (mut sum, mut sum2) = ([0.0f64; 2], [0.0f64; 2]);
+        let (mut a, mut eps) = ([0.0; 2], [0.0; 6]);
+        for _ in 0..n {
+            for e in &mut eps {
+                *e = rng.sample(StandardNormal);
+            }
+            let lp = sde_sample(&mean, &latent, &log_std, &eps, &mut a, &mut var);
+            let (mut g1, mut g2, mut v2) = ([0.0; 2], [0.0; 6], [0.0; 2]);
+            let (check, _) = sde_eval(
+                &mean, &latent, &log_std, &a, 0.0, 0.0, &mut g1, &mut g2, &mut v2,
+            );
+            assert!((lp - check).abs() < 1e-4);
+            for j in 0..2 {
+                let d = f64::from(a[j] - mean[j]);
+                sum[j] += d;
+                sum2[j] += d * d;
+            }
+        }
+        for j in 0..2 {
+            let empirical = sum2[j] / n as f64 - (sum[j] / n as f64).powi(2);
+            let expected = f64::from(var[j]);
+            assert!(
+                (empirical / expected - 1.0).abs() < 0.05,
+                "dim {j}: {empirical} vs {expected}"
+            );
+        }
     }
 }

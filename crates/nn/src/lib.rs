@@ -12,7 +12,7 @@
 //! let mut model = MlpActorCritic::new(4, Head::Categorical { n: 2 }, &NetworkConfig::default(), &mut rng);
 //! let obs = [0.0_f32; 8];
 //! let (mut a, mut lp, mut v) = ([0.0; 2], [0.0; 2], [0.0; 2]);
-//! model.act(&obs, &mut rng, &mut a, &mut lp, &mut v);
+//! model.act(&obs, &mut rng, &[], &mut a, &mut lp, &mut v);
 //! assert!(a.iter().all(|x| *x == 0.0 || *x == 1.0));
 //! ```
 //!
@@ -30,7 +30,7 @@ mod mlp;
 
 pub use activation::{fast_tanh, Activation};
 pub use actor_critic::{
-    ActorCritic, Evaluation, Head, MlpActorCritic, NamedTensor, NetworkConfig, SampleRng,
+    ActorCritic, Evaluation, Head, MlpActorCritic, NamedTensor, NetworkConfig, SampleRng, SdeHold,
 };
 pub use adam::Adam;
 pub use distribution::{

@@ -35,6 +35,15 @@ impl MlpCache {
     pub fn last_output(&self) -> &[f32] {
         self.outputs.last().map_or(&[], |v| &v[..])
     }
+
+    /// What the last forward pass fed into its output layer: the last hidden layer's
+    /// activations (the input itself for a network without hidden layers).
+    pub fn hidden_output(&self) -> &[f32] {
+        let n = self.outputs.len();
+        self.outputs
+            .get(n.saturating_sub(2))
+            .map_or(&[], |v| &v[..])
+    }
 }
 
 impl Mlp {

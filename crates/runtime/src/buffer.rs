@@ -18,6 +18,9 @@ pub struct WorkerState {
     pub obs: Vec<f32>,
     /// Per env group: the action-sampling RNG.
     pub rngs: Vec<SampleRng>,
+    /// Per env group: the gSDE exploration matrices in use (empty without gSDE).
+    #[serde(default)]
+    pub sde_noise: Vec<Vec<f32>>,
     /// Fragments completed.
     pub fragments: u64,
 }

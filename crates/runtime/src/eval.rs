@@ -107,7 +107,14 @@ pub(crate) fn evaluate_model(
         if greedy {
             model.act_greedy(&obs, &mut actions);
         } else {
-            model.act(&obs, &mut rng, &mut actions, &mut log_probs, &mut values);
+            model.act(
+                &obs,
+                &mut rng,
+                &[],
+                &mut actions,
+                &mut log_probs,
+                &mut values,
+            );
         }
         envs.step(&actions, &mut batch)?;
         for ep in &batch.episodes {

@@ -34,6 +34,8 @@ pub struct InferenceSlot {
     pub version: u64,
     /// The group's sampling RNG, travelling with its request.
     pub rng: SampleRng,
+    /// The group's gSDE exploration matrices for this fragment (empty without gSDE).
+    pub sde_noise: Vec<f32>,
     /// The requesting worker's incarnation.
     pub generation: u64,
 }
@@ -70,6 +72,7 @@ impl InferenceSlots {
                         values: vec![0.0; rows],
                         version: 0,
                         rng: SampleRng::seed_from_u64(0),
+                        sde_noise: Vec::new(),
                         generation: 0,
                     })
                 })
@@ -116,12 +119,15 @@ impl InferenceClient {
         obs: &[f32],
         version: u64,
         rng: &SampleRng,
+        sde_noise: &[f32],
     ) -> Result<(), String> {
         {
             let mut slot = self.slots.lock((self.worker, group));
             slot.obs.copy_from_slice(obs);
             slot.version = version;
             slot.rng = rng.clone();
+            slot.sde_noise.clear();
+            slot.sde_noise.extend_from_slice(sde_noise);
             slot.generation = self.generation;
         }
         // At most one request per group is outstanding: the queue has room for all.
@@ -235,6 +241,7 @@ fn serve(s: ServerSetup) -> Result<(), String> {
     // before the round ends, and re-reading the slot would answer that one twice.
     let mut pending: Vec<(Request, u64)> = Vec::new();
     let mut batch_obs = Vec::new();
+    let mut batch_noise = Vec::new();
     let mut parts = Vec::new();
     let mut rngs: Vec<SampleRng> = Vec::new();
     let (mut actions, mut log_probs, mut values) = (Vec::new(), Vec::new(), Vec::new());
@@ -305,11 +312,13 @@ fn serve(s: ServerSetup) -> Result<(), String> {
             };
             for batch in requests.chunks(per_call) {
                 batch_obs.clear();
+                batch_noise.clear();
                 parts.clear();
                 rngs.clear();
                 for r in batch {
                     let slot = s.slots.lock(*r);
                     batch_obs.extend_from_slice(&slot.obs);
+                    batch_noise.extend_from_slice(&slot.sde_noise);
                     parts.push(slot.obs.len() / obs_dim);
                     rngs.push(slot.rng.clone());
                 }
@@ -325,6 +334,7 @@ fn serve(s: ServerSetup) -> Result<(), String> {
                     &batch_obs,
                     &parts,
                     &mut rngs,
+                    &batch_noise,
                     &mut actions,
                     &mut log_probs,
                     &mut values,

@@ -103,10 +103,7 @@ pub fn build_envs(
 /// [`RuntimeError::Env`] for an unknown env.
 pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeError> {
     let spec = strata_env::spec_for(&config.env.name)?;
-    let head = match spec.action_space {
-        strata_env::Space::Discrete { n } => Head::Categorical { n },
-        strata_env::Space::Box { ref low, .. } => Head::Gaussian { dim: low.len() },
-    };
+    let head = head_for(&spec);
     let mut rng = SampleRng::seed_from_u64(derive_seed(config.train.seed, 1));
     Ok(Box::new(MlpActorCritic::new(
         spec.obs_dim(),
@@ -114,6 +111,25 @@ pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeEr
         &config.network,
         &mut rng,
     )))
+}
+
+/// The action head for an env's action space.
+fn head_for(spec: &strata_env::EnvSpec) -> Head {
+    match spec.action_space {
+        strata_env::Space::Discrete { n } => Head::Categorical { n },
+        strata_env::Space::Box { ref low, .. } => Head::Gaussian { dim: low.len() },
+    }
+}
+
+/// Standard normals in one env's gSDE exploration matrix under a config (0 without gSDE).
+///
+/// # Errors
+/// [`RuntimeError::Env`] for an unknown env.
+pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
+    let spec = strata_env::spec_for(&config.env.name)?;
+    Ok(config
+        .network
+        .sde_noise_len(spec.obs_dim(), head_for(&spec)))
 }
 
 /// The PPO learner for a config: its shuffling seed from the run seed, and the env's action

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use strata_env::{derive_seed, StepBatch, VecEnv};
-use strata_nn::ActorCritic;
 use strata_nn::SampleRng;
+use strata_nn::{ActorCritic, SdeHold};
 
 use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 use crate::inference::InferenceClient;
@@ -217,6 +217,13 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             }
         })
         .collect();
+    // gSDE: each env's exploration matrix, drawn from its group's RNG and held for a
+    // fragment or an episode (empty without gSDE); a resumed worker continues with the
+    // matrices it had.
+    let sde_len = crate::trainer::sde_noise_len(&config).map_err(|e| e.to_string())?;
+    let sde_hold = config.network.sde_hold;
+    let mut sde_noise: Vec<Vec<f32>> = vec![vec![0.0; gm * sde_len]; groups];
+    let mut sde_drawn = false;
     let (mut obs, mut rngs, mut fragments): (Vec<Vec<f32>>, Vec<SampleRng>, u64) = match start {
         Some(state) => {
             if state.envs.len() != groups || state.rngs.len() != groups {
@@ -227,6 +234,15 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             }
             for (e, snap) in envs.iter_mut().zip(&state.envs) {
                 e.restore(snap).map_err(|e| e.to_string())?;
+            }
+            if state
+                .sde_noise
+                .iter()
+                .map(Vec::len)
+                .eq(sde_noise.iter().map(Vec::len))
+            {
+                sde_noise.clone_from(&state.sde_noise);
+                sde_drawn = sde_len > 0;
             }
             (
                 state.obs.chunks(gm * od).map(<[f32]>::to_vec).collect(),
@@ -265,6 +281,8 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         id,
         store: &store,
         wall: WallClock::now(),
+        sde_len,
+        sde_hold,
     };
     loop {
         if exit_requested(&commands) {
@@ -312,6 +330,12 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         f.index = fragments;
         f.episodes.clear();
         f.provenance.recorded = record_provenance;
+        if !sde_drawn || sde_hold == SdeHold::Fragment {
+            for (noise, rng) in sde_noise.iter_mut().zip(rngs.iter_mut()) {
+                draw_standard_normals(noise, rng);
+            }
+            sde_drawn = true;
+        }
         let mut timing = (0.0, 0.0);
         let filled = match &mut actor {
             Actor::Local(model) => fill_local(
@@ -321,7 +345,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
                 &mut envs[0],
                 &mut batches[0],
                 &mut obs[0],
-                &mut rngs[0],
+                (&mut rngs[0], &mut sde_noise[0]),
                 steps,
                 &mut timing,
             )?,
@@ -332,7 +356,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
                 &mut envs,
                 &mut batches,
                 &mut obs,
-                &mut rngs,
+                (&mut rngs, &mut sde_noise),
                 steps,
                 policy.version,
                 wait_timeout,
@@ -359,6 +383,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             envs: envs.iter().map(|e| e.snapshot()).collect(),
             obs: f.next_obs.clone(),
             rngs: rngs.clone(),
+            sde_noise: sde_noise.clone(),
             fragments,
         });
         (f.inference_seconds, f.env_seconds) = timing;
@@ -391,6 +416,33 @@ struct StepContext<'a> {
     id: usize,
     store: &'a PolicyStore,
     wall: WallClock,
+    /// Standard normals in one env's gSDE exploration matrix (0 without gSDE).
+    sde_len: usize,
+    sde_hold: SdeHold,
+}
+
+/// Fills `out` with standard normals from `rng` (a gSDE exploration matrix).
+fn draw_standard_normals(out: &mut [f32], rng: &mut SampleRng) {
+    for x in out {
+        *x = rng.sample(rand_distr::StandardNormal);
+    }
+}
+
+/// With gSDE matrices held per episode, an env whose episode just ended gets a new one.
+fn redraw_for_ended_episodes(
+    ctx: &StepContext<'_>,
+    batch: &StepBatch,
+    noise: &mut [f32],
+    rng: &mut SampleRng,
+) {
+    if ctx.sde_len == 0 || ctx.sde_hold != SdeHold::Episode {
+        return;
+    }
+    for (i, row) in noise.chunks_exact_mut(ctx.sde_len).enumerate() {
+        if batch.terminated[i] || batch.truncated[i] {
+            draw_standard_normals(row, rng);
+        }
+    }
 }
 
 /// Wall-clock nanoseconds from a monotonic clock: one reading of each at start.
@@ -465,7 +517,7 @@ fn fill_local(
     envs: &mut Box<dyn VecEnv>,
     batch: &mut StepBatch,
     obs: &mut [f32],
-    rng: &mut SampleRng,
+    (rng, sde_noise): (&mut SampleRng, &mut [f32]),
     steps: usize,
     timing: &mut (f64, f64),
 ) -> Result<bool, String> {
@@ -487,6 +539,7 @@ fn fill_local(
         model.act(
             obs,
             rng,
+            sde_noise,
             &mut f.actions[arow.clone()],
             &mut f.log_probs[rows.clone()],
             &mut f.values[rows],
@@ -494,6 +547,7 @@ fn fill_local(
         let t1 = Instant::now();
         envs.step(&f.actions[arow], batch)
             .map_err(|e| format!("worker {}: {e}", ctx.id))?;
+        redraw_for_ended_episodes(ctx, batch, sde_noise, rng);
         let t2 = Instant::now();
         record_step(ctx, f, (t, 0), (t1, t2), batch);
         obs.copy_from_slice(&batch.obs);
@@ -513,7 +567,7 @@ fn fill_central(
     envs: &mut [Box<dyn VecEnv>],
     batches: &mut [StepBatch],
     obs: &mut [Vec<f32>],
-    rngs: &mut [SampleRng],
+    (rngs, sde_noise): (&mut [SampleRng], &mut [Vec<f32>]),
     steps: usize,
     version: u64,
     wait_timeout: Duration,
@@ -527,7 +581,7 @@ fn fill_central(
     };
     for g in 0..envs.len() {
         write_obs(f, 0, g, &obs[g]);
-        client.request(g, &obs[g], version, &rngs[g])?;
+        client.request(g, &obs[g], version, &rngs[g], &sde_noise[g])?;
     }
     for t in 0..steps {
         for g in 0..envs.len() {
@@ -551,12 +605,13 @@ fn fill_central(
             envs[g]
                 .step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])
                 .map_err(|e| format!("worker {}: {e}", ctx.id))?;
+            redraw_for_ended_episodes(ctx, &batches[g], &mut sde_noise[g], &mut rngs[g]);
             let t2 = Instant::now();
             record_step(ctx, f, (t, g), (t1, t2), &batches[g]);
             obs[g].copy_from_slice(&batches[g].obs);
             if t + 1 < steps {
                 write_obs(f, t + 1, g, &obs[g]);
-                client.request(g, &obs[g], version, &rngs[g])?;
+                client.request(g, &obs[g], version, &rngs[g], &sde_noise[g])?;
             }
             timing.0 += (t1 - t0).as_secs_f64();
             timing.1 += (t2 - t1).as_secs_f64();

@@ -77,12 +77,14 @@ fn one_or_two_learner_threads_give_identical_runs() {
 }
 
 fn resume_matches_uninterrupted(env: &str, total: u64, every: u64) {
+    resume_matches_uninterrupted_with(config(env, total, every));
+}
+
+fn resume_matches_uninterrupted_with(c: RunConfig) {
+    let (env, total) = (c.env.name.clone(), c.train.total_steps);
     let tmp = tempfile::tempdir().unwrap();
     let full_dir = tmp.path().join("full");
-    let (w_full, r_full) = run_to_end(
-        &mut Trainer::new(config(env, total, every)).unwrap(),
-        &full_dir,
-    );
+    let (w_full, r_full) = run_to_end(&mut Trainer::new(c.clone()).unwrap(), &full_dir);
     let checkpoints: Vec<_> = std::fs::read_dir(full_dir.join("checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -118,10 +120,7 @@ fn resume_matches_uninterrupted(env: &str, total: u64, every: u64) {
         .collect();
     let again: Vec<_> = r_resumed.iter().map(learning_fields).collect();
     assert_eq!(tail, again);
-    assert_eq!(
-        resumed.summary().config_hash,
-        config(env, total, every).config_hash()
-    );
+    assert_eq!(resumed.summary().config_hash, c.config_hash());
 }
 
 #[test]
@@ -138,6 +137,18 @@ fn normalised_env_resume_equals_uninterrupted_run() {
 #[test]
 fn continuous_env_resume_equals_uninterrupted_run() {
     resume_matches_uninterrupted("pendulum", 3 * 4096, 5000);
+}
+
+#[test]
+fn gsde_resume_equals_uninterrupted_run_with_matrices_held_per_episode() {
+    // Pendulum's episodes end inside fragments, so the matrices in use at a checkpoint
+    // are ones drawn mid-fragment: they must be saved, not drawn anew on resume.
+    let mut c = config("pendulum", 3 * 4096, 5000);
+    c.network.sde = true;
+    c.network.sde_hold = strata_nn::SdeHold::Episode;
+    resume_matches_uninterrupted_with(c.clone());
+    c.network.sde_hold = strata_nn::SdeHold::Fragment;
+    resume_matches_uninterrupted_with(c);
 }
 
 #[test]

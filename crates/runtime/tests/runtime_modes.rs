@@ -144,3 +144,30 @@ fn workers_report_the_version_they_sample_with() {
     }
     assert_eq!(t.worker_versions(), vec![2, 2]);
 }
+
+#[test]
+fn gsde_runs_are_deterministic_with_in_worker_and_central_inference() {
+    for inference in [
+        strata_runtime::Inference::Worker,
+        strata_runtime::Inference::Central,
+    ] {
+        let mut c = preset("pendulum").unwrap();
+        c.runtime.workers = 2;
+        c.runtime.mode = Mode::Async;
+        c.runtime.inference = inference;
+        c.train.deterministic = true;
+        c.ppo.n_steps = 64;
+        c.ppo.batch_size = 64;
+        c.network.sde = true;
+        c.network.log_std_init = -2.0;
+        let with_sde = weights_and_losses(c.clone());
+        assert_eq!(with_sde, weights_and_losses(c.clone()), "{inference:?}");
+        c.network.sde = false;
+        let without = weights_and_losses(c);
+        assert_ne!(
+            with_sde.0.len(),
+            without.0.len(),
+            "gSDE's log-std is a latent x dim matrix"
+        );
+    }
+}
