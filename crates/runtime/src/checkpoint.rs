@@ -22,6 +22,10 @@ use crate::{RunConfig, RuntimeError};
 const FORMAT_VERSION: u32 = 2;
 const WEIGHTS: &str = "model.safetensors";
 const META: &str = "meta.json";
+/// The run directory's checkpoint of its best-evaluated version.
+pub(crate) const BEST_DIR: &str = "best";
+/// That version's evaluation, beside it.
+pub(crate) const BEST_EVAL: &str = "eval.json";
 
 /// Everything but the weights.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -283,7 +287,7 @@ pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeErro
     struct VersionOnly {
         policy_version: u64,
     }
-    let mut candidates = vec![run_dir.join("checkpoint")];
+    let mut candidates = vec![run_dir.join("checkpoint"), run_dir.join(BEST_DIR)];
     if let Ok(entries) = fs::read_dir(run_dir.join("checkpoints")) {
         candidates.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
     }

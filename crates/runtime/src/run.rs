@@ -5,7 +5,7 @@ use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::save_checkpoint;
+use crate::checkpoint::{save_checkpoint, BEST_DIR, BEST_EVAL};
 use crate::eval::EvalResult;
 use crate::records::{Summary, UpdateRecord};
 use crate::tensorboard::EventWriter;
@@ -153,18 +153,27 @@ impl RunDir {
 }
 
 /// When the loop evaluates: before the first update, whenever training crosses a multiple
-/// of the interval, and at the end.
+/// of the interval, and at the end. The version with the best evaluation so far is
+/// checkpointed in `best/` (with its evaluation in `best/eval.json`), as the one to deploy:
+/// PPO's last version is not always its best.
 struct EvalSchedule {
     interval: u64,
     last_version: Option<u64>,
+    best: Option<f64>,
 }
 
 impl EvalSchedule {
-    fn new(trainer: &Trainer) -> Option<Self> {
+    fn new(trainer: &Trainer, run_dir: &RunDir) -> Option<Self> {
         let report = &trainer.config().report;
+        // A resumed run keeps the best it had.
+        let best = fs::read(run_dir.root.join(BEST_DIR).join(BEST_EVAL))
+            .ok()
+            .and_then(|text| serde_json::from_slice::<EvalResult>(&text).ok())
+            .map(|e| e.mean_return);
         (report.eval_episodes > 0).then(|| EvalSchedule {
             interval: report.eval_interval(trainer.config().train.total_steps),
             last_version: None,
+            best,
         })
     }
 
@@ -188,8 +197,40 @@ impl EvalSchedule {
         run_dir.write_eval(&result)?;
         trainer.publish_eval(version, result.mean_return);
         self.last_version = Some(version);
+        // Version 0, evaluated before the first update, has no training state to checkpoint.
+        let trained = trainer.progress().global_step > 0;
+        if trained && self.best.is_none_or(|b| result.mean_return > b) {
+            self.best = Some(result.mean_return);
+            save_best(trainer, run_dir, &result)?;
+        }
         Ok(())
     }
+}
+
+/// Replaces `best/` with a checkpoint of the trainer's current version: written beside it
+/// first and renamed into place, so a crash leaves the old or the new one whole.
+fn save_best(trainer: &Trainer, run_dir: &RunDir, result: &EvalResult) -> Result<(), RuntimeError> {
+    let best = run_dir.root.join(BEST_DIR);
+    let staged = run_dir.root.join(format!("{BEST_DIR}.new"));
+    let old = run_dir.root.join(format!("{BEST_DIR}.old"));
+    for stale in [&staged, &old] {
+        if stale.exists() {
+            fs::remove_dir_all(stale).map_err(|e| RuntimeError::io(stale, e))?;
+        }
+    }
+    trainer.flush_ledger()?;
+    save_checkpoint(trainer, &staged)?;
+    let eval_path = staged.join(BEST_EVAL);
+    let text = serde_json::to_vec_pretty(result).expect("an evaluation serialises");
+    fs::write(&eval_path, text).map_err(|e| RuntimeError::io(&eval_path, e))?;
+    if best.exists() {
+        fs::rename(&best, &old).map_err(|e| RuntimeError::io(&best, e))?;
+    }
+    fs::rename(&staged, &best).map_err(|e| RuntimeError::io(&staged, e))?;
+    if old.exists() {
+        fs::remove_dir_all(&old).map_err(|e| RuntimeError::io(&old, e))?;
+    }
+    Ok(())
 }
 
 /// Trains until the budget is spent, the task is solved (if asked) or the trainer's stop
@@ -221,7 +262,7 @@ pub fn train(
         trainer.attach_ledger(ledger)?;
     }
     let every = trainer.config().train.checkpoint_every;
-    let mut evals = EvalSchedule::new(trainer);
+    let mut evals = EvalSchedule::new(trainer, run_dir);
     if let Some(e) = evals.as_mut() {
         let step = trainer.progress().global_step;
         if step == 0 {

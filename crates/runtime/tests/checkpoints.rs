@@ -70,3 +70,46 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
+
+#[test]
+fn the_best_evaluated_version_is_checkpointed_in_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("run");
+    let mut c = preset("cartpole").unwrap();
+    c.train.total_steps = 20 * 256;
+    c.report.eval_every = 512;
+    c.report.eval_episodes = 3;
+    let mut t = Trainer::new(c.clone()).unwrap();
+    let mut rd = RunDir::create(&run_dir, &t).unwrap();
+    run::train(&mut t, &mut rd, &mut |_| {}).unwrap();
+    let evals: Vec<strata_runtime::EvalResult> = fs::read_to_string(run_dir.join("eval.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The first evaluation with the highest return among trained versions.
+    let best = evals
+        .iter()
+        .filter(|e| e.policy_version > 0)
+        .fold(None::<&strata_runtime::EvalResult>, |b, e| match b {
+            Some(b) if b.mean_return >= e.mean_return => Some(b),
+            _ => Some(e),
+        })
+        .unwrap();
+    let saved: strata_runtime::EvalResult =
+        serde_json::from_slice(&fs::read(run_dir.join("best/eval.json")).unwrap()).unwrap();
+    assert_eq!(saved.policy_version, best.policy_version);
+    assert_eq!(saved.mean_return, best.mean_return);
+    let mut policy = load_policy(&run_dir.join("best")).unwrap();
+    assert_eq!(policy.policy_version, best.policy_version);
+    let again = evaluate(&mut policy, 3, c.report.eval_seed(c.train.seed), true).unwrap();
+    assert_eq!(
+        again.returns, best.returns,
+        "the checkpoint is the version evaluated"
+    );
+    assert!(!run_dir.join("best.new").exists() && !run_dir.join("best.old").exists());
+    assert_eq!(
+        strata_runtime::find_version(&run_dir, best.policy_version).unwrap(),
+        run_dir.join("best")
+    );
+}
