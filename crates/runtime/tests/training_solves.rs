@@ -1,7 +1,7 @@
 //! Every built-in env's preset solves its task within the budget, in deterministic
 //! mode, for the listed seeds. Budgets are env steps, never wall-clock time.
 
-use strata_runtime::{preset, Trainer};
+use strata_runtime::{preset, run, RunDir, Trainer};
 
 /// Trains `env`'s preset with `seed` for up to `budget` steps in deterministic mode.
 fn train(env: &str, seed: u64, budget: u64, stop_when_solved: bool) -> Trainer {
@@ -64,9 +64,39 @@ fn acrobot_solves_within_300k_steps() {
     solves("acrobot", 1, 300_000);
 }
 
+/// MountainCarContinuous with gSDE: training's own episodes solve it, and the best
+/// evaluated version within the preset's 100k steps (`best/`) scores >= 90 on fresh greedy
+/// episodes it was not chosen on.
+fn mountaincar_best_version_solves(seed: u64) {
+    let mut config = preset("mountaincar-continuous").unwrap();
+    config.train.seed = seed;
+    config.train.deterministic = true;
+    let mut trainer = Trainer::new(config).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut run_dir = RunDir::create(dir.path(), &trainer).unwrap();
+    let summary = run::train(&mut trainer, &mut run_dir, &mut |_| {}).unwrap();
+    assert!(
+        summary.solved,
+        "seed {seed}: training episodes never reached 90"
+    );
+    let mut best = strata_runtime::load_policy(&dir.path().join("best")).unwrap();
+    let fresh = strata_runtime::evaluate(&mut best, 20, 777, true).unwrap();
+    assert!(
+        fresh.mean_return >= 90.0,
+        "seed {seed}: best version {} scores {} on fresh episodes",
+        best.policy_version,
+        fresh.mean_return
+    );
+}
+
 #[test]
-fn mountaincar_continuous_solves_within_300k_steps() {
-    solves("mountaincar-continuous", 1, 300_000);
+fn mountaincar_continuous_best_version_solves_seed_1() {
+    mountaincar_best_version_solves(1);
+}
+
+#[test]
+fn mountaincar_continuous_best_version_solves_seed_4() {
+    mountaincar_best_version_solves(4);
 }
 
 /// Trains `env`'s preset for `budget` steps (deterministic) and returns the greedy success
