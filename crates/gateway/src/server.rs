@@ -290,7 +290,8 @@ struct Limits {
 
 /// The size of a request's head as sent: request line and header lines.
 fn head_bytes(req: &axum::extract::Request) -> usize {
-    let line = req.method().as_str().len() + req.uri().to_string().len() + 11;
+    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + target + 11;
     let headers: usize = req
         .headers()
         .iter()
