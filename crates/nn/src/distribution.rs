@@ -218,6 +218,28 @@ mod tests {
     use rand_xoshiro::Xoshiro256PlusPlus;
     use std::f32::consts::PI;
 
+    /// Checks each `analytic[k]` against the central difference of `f` in coordinate `k`
+    /// of `x`.
+    fn check_against_differences<const N: usize>(
+        x: [f32; N],
+        analytic: &[f32],
+        tolerance: f64,
+        what: &str,
+        f: impl Fn(&[f32; N]) -> f64,
+    ) {
+        for k in 0..N {
+            let (mut up, mut down) = (x, x);
+            up[k] += 1e-2;
+            down[k] -= 1e-2;
+            let numeric = (f(&up) - f(&down)) / 2e-2;
+            assert!(
+                (numeric - f64::from(analytic[k])).abs() < tolerance,
+                "{what} {k}: numeric {numeric} vs analytic {}",
+                analytic[k]
+            );
+        }
+    }
+
     #[test]
     fn categorical_gradients_match_finite_differences() {
         let logits = [0.3_f32, -1.2, 0.7, 0.1];
@@ -254,22 +276,8 @@ mod tests {
         };
         let (mut gm, mut gs) = ([0.0; 2], [0.0; 2]);
         gaussian_eval(&mean, &log_std, &action, wl, we, &mut gm, &mut gs);
-        for j in 0..2 {
-            let (mut up, mut down) = (mean, mean);
-            up[j] += 1e-2;
-            down[j] -= 1e-2;
-            let numeric = (f(&up, &log_std) - f(&down, &log_std)) / 2e-2;
-            assert!((numeric - f64::from(gm[j])).abs() < 1e-3);
-            let (mut up, mut down) = (log_std, log_std);
-            up[j] += 1e-2;
-            down[j] -= 1e-2;
-            let numeric = (f(&mean, &up) - f(&mean, &down)) / 2e-2;
-            assert!(
-                (numeric - f64::from(gs[j])).abs() < 2e-3,
-                "{numeric} vs {}",
-                gs[j]
-            );
-        }
+        check_against_differences(mean, &gm, 1e-3, "mean", |m| f(m, &log_std));
+        check_against_differences(log_std, &gs, 2e-3, "log_std", |ls| f(&mean, ls));
     }
 
     #[test]
@@ -305,34 +313,14 @@ mod tests {
         let f = |m: &[f32], ls: &[f32]| {
             let (mut gm, mut gs, mut v) = ([0.0; 2], [0.0; 6], [0.0; 2]);
             let (lp, h) = sde_eval(m, &latent, ls, &action, 0.0, 0.0, &mut gm, &mut gs, &mut v);
-            wl * lp + we * h
+            f64::from(wl * lp + we * h)
         };
         let (mut gm, mut gs) = ([0.0; 2], [0.0; 6]);
         sde_eval(
             &mean, &latent, &log_std, &action, wl, we, &mut gm, &mut gs, &mut var,
         );
-        for j in 0..2 {
-            let (mut up, mut down) = (mean, mean);
-            up[j] += 1e-2;
-            down[j] -= 1e-2;
-            let numeric = (f(&up, &log_std) - f(&down, &log_std)) / 2e-2;
-            assert!(
-                (numeric - gm[j]).abs() < 2e-3,
-                "mean {j}: {numeric} vs {}",
-                gm[j]
-            );
-        }
-        for k in 0..6 {
-            let (mut up, mut down) = (log_std, log_std);
-            up[k] += 1e-2;
-            down[k] -= 1e-2;
-            let numeric = (f(&mean, &up) - f(&mean, &down)) / 2e-2;
-            assert!(
-                (numeric - gs[k]).abs() < 2e-3,
-                "log_std {k}: {numeric} vs {}",
-                gs[k]
-            );
-        }
+        check_against_differences(mean, &gm, 2e-3, "mean", |m| f(m, &log_std));
+        check_against_differences(log_std, &gs, 2e-3, "log_std", |ls| f(&mean, ls));
         // Sampled actions have the variance the log-prob assumes.
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
         let n = 20_000;
