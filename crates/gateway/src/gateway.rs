@@ -883,7 +883,7 @@ impl Gateway {
             bucket,
             at_ns: now_ns(),
         };
-        self.ledger.record_duplicate_durable(row)?;
+        self.ledger.record_duplicate(row)?;
         Ok(())
     }
 

@@ -391,28 +391,20 @@ impl Ledger {
     }
 
     /// Records a repeated idempotency key that the caller recognised itself (a retried
-    /// report the gateway already stored); the sample is not stored again.
+    /// report the gateway already stored; the sample is not stored again), returning once
+    /// the record is durable: it joins the writer's next group commit (a flush), so an
+    /// agent told "duplicate" can rely on the record surviving a crash.
     ///
     /// # Errors
-    /// [`LedgerError::Rejected`] for an empty key, or a writer failure.
+    /// [`LedgerError::Rejected`] for an empty key, or a writer or storage failure (then
+    /// nothing is promised).
     pub fn record_duplicate(&self, row: DuplicateRecord) -> Result<(), LedgerError> {
         Self::check_duplicate(&row)?;
-        self.send(Message::Duplicate(row))
-    }
-
-    /// As [`Ledger::record_duplicate`], returning once the record is durable: it joins the
-    /// writer's next group commit (a flush), so an agent told "duplicate" can rely on the
-    /// record surviving a crash.
-    ///
-    /// # Errors
-    /// As [`Ledger::record_duplicate`], or the storage failure (then nothing is promised).
-    pub fn record_duplicate_durable(&self, row: DuplicateRecord) -> Result<(), LedgerError> {
-        Self::check_duplicate(&row)?;
         let (reply, answer) = sync_channel(1);
-        self.send(Message::DurableDuplicate(row, reply))?;
+        self.send(Message::Duplicate(row, reply))?;
         answer
             .recv_timeout(self.send_timeout * 6)
-            .map_err(|_| LedgerError::Writer("no answer to a durable duplicate record".into()))?
+            .map_err(|_| LedgerError::Writer("no answer to a duplicate record".into()))?
             .map_err(LedgerError::Storage)
     }
 

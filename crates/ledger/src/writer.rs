@@ -23,9 +23,8 @@ pub(crate) enum Message {
     DurableSamples(Box<SampleBatch>, SyncSender<Result<(), String>>),
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
-    Duplicate(DuplicateRecord),
     /// A duplicate to make durable before replying: it joins the next group commit.
-    DurableDuplicate(DuplicateRecord, SyncSender<Result<(), String>>),
+    Duplicate(DuplicateRecord, SyncSender<Result<(), String>>),
     Generation(GenerationRecord),
     /// Write everything buffered; answer when it is durable (or why not).
     Flush(SyncSender<Result<(), String>>),
@@ -233,11 +232,13 @@ impl Writer {
                 }
             }
             Message::Invalidate(inv) => self.record_invalidation(inv),
-            Message::Duplicate(d) => self.buffer_duplicate(d),
-            // Buffered like any duplicate, then answered as a flush is: once the files
-            // holding it are synced (duplicates are retries, rare enough to pay a flush).
-            Message::DurableDuplicate(d, reply) => {
-                self.buffer_duplicate(d);
+            // Buffered like the duplicates the writer detects itself, then answered as a
+            // flush is: once the files holding it are synced (duplicates are retries, rare
+            // enough to pay a flush).
+            Message::Duplicate(d, reply) => {
+                self.note_buffered(1);
+                self.shared.stats.lock().expect("stats").duplicates += 1;
+                self.duplicates.push(d);
                 return Some(Message::Flush(reply));
             }
             Message::Generation(g) => {
@@ -255,12 +256,6 @@ impl Writer {
         crate::compact::compact(&self.storage)
             .map(|_| ())
             .map_err(|e| e.to_string())
-    }
-
-    fn buffer_duplicate(&mut self, d: DuplicateRecord) {
-        self.note_buffered(1);
-        self.shared.stats.lock().expect("stats").duplicates += 1;
-        self.duplicates.push(d);
     }
 
     fn note_buffered(&mut self, rows: usize) {
