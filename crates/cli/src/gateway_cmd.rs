@@ -44,6 +44,14 @@ pub struct GatewayArgs {
     /// HTTP worker threads.
     #[arg(long, default_value_t = 2)]
     http_threads: usize,
+    /// Connections served at once; more are answered 503 (lowered to fit the open-files
+    /// limit).
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Close a connection that sends no complete request head for this long (idle
+    /// keep-alive and half-sent heads alike).
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout_secs: f64,
 }
 
 impl GatewayArgs {
@@ -60,6 +68,14 @@ impl GatewayArgs {
         s.rate_limit = self.rate_limit;
         s.agent_tokens = self.agent_tokens;
         s.http_threads = self.http_threads;
+        s.max_connections = self.max_connections;
+        if !(self.header_timeout_secs.is_finite() && self.header_timeout_secs > 0.0) {
+            anyhow::bail!(
+                "--header-timeout-secs must be a positive number of seconds, got {}",
+                self.header_timeout_secs
+            );
+        }
+        s.header_read_timeout = Duration::from_secs_f64(self.header_timeout_secs);
         s.validate()?;
         Ok(s)
     }

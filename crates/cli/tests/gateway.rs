@@ -288,3 +288,26 @@ fn fleet_runs_against_a_served_gateway() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--tokens"));
 }
+
+#[test]
+fn serve_refuses_bad_connection_limits_naming_them() {
+    for (flag, value, needle) in [
+        ("--max-connections", "0", "max_connections"),
+        ("--header-timeout-secs", "0", "--header-timeout-secs"),
+        ("--header-timeout-secs", "nan", "--header-timeout-secs"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["serve", "--addr", "127.0.0.1:0", flag, value, "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        assert!(stderr.contains(needle), "{flag} {value}: {stderr}");
+        assert!(
+            !dir.path().join("tokens.json").exists(),
+            "nothing is created for a refused start"
+        );
+    }
+}
