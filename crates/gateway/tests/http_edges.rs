@@ -197,7 +197,8 @@ fn every_error_answer_is_json_naming_the_problem() {
 fn idle_and_half_sent_connections_are_closed_and_the_cap_answers_503() {
     let h = Harness::start(|s| {
         s.max_connections = 4;
-        s.header_read_timeout = Duration::from_secs(1);
+        // Long enough that a loaded machine still opens all five before any is closed.
+        s.header_read_timeout = Duration::from_secs(3);
     });
     let addr = h.server().addr();
     let opened = Instant::now();
@@ -222,7 +223,7 @@ fn idle_and_half_sent_connections_are_closed_and_the_cap_answers_503() {
             "a connection outlived the head deadline"
         );
     }
-    assert!(opened.elapsed() >= Duration::from_millis(900));
+    assert!(opened.elapsed() >= Duration::from_millis(2900));
 
     // The cap's places are free again: a keep-alive client is served, then its idle
     // connection is closed in turn.
