@@ -42,7 +42,9 @@ def main():
                      "--set", "ledger.enabled=false", *args.extra]
             if args.steps:
                 train += ["--max-steps", str(args.steps)]
-            subprocess.run(train, check=True, stdout=subprocess.DEVNULL)
+            trained = subprocess.run(train, capture_output=True, text=True)
+            if trained.returncode != 0:
+                sys.exit(f"seed {seed}: strata train failed:\n{trained.stderr}")
             summary = json.loads(Path(str(run) + ".json").read_text())
             evals = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
             best = json.loads((run / "best" / "eval.json").read_text())
