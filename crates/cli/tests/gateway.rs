@@ -52,6 +52,11 @@ fn serve(dir: &Path) -> (Child, String) {
     }
 }
 
+/// The tokens a served gateway wrote into its directory.
+fn tokens_of(dir: &Path) -> TokensFile {
+    serde_json::from_slice(&std::fs::read(dir.join("tokens.json")).unwrap()).unwrap()
+}
+
 /// Waits for `child` to exit, at most `limit`.
 fn exit_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
@@ -96,8 +101,7 @@ fn retry<T>(
 fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, first_url) = serve(dir.path());
-    let tokens: TokensFile =
-        serde_json::from_slice(&std::fs::read(dir.path().join("tokens.json")).unwrap()).unwrap();
+    let tokens = tokens_of(dir.path());
     let url = Arc::new(RwLock::new(first_url));
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
@@ -194,9 +198,7 @@ fn sigterm_as_soon_as_the_port_accepts_stops_cleanly_every_time() {
     for round in 0..20 {
         let (mut child, url) = serve(dir.path());
         if round % 4 == 3 {
-            let tokens: TokensFile =
-                serde_json::from_slice(&std::fs::read(dir.path().join("tokens.json")).unwrap())
-                    .unwrap();
+            let tokens = tokens_of(dir.path());
             let status =
                 Client::new(&url, tokens.operator()).get::<serde_json::Value>("/v1/status");
             assert!(status.is_ok(), "{status:?}");
@@ -212,8 +214,7 @@ fn sigterm_as_soon_as_the_port_accepts_stops_cleanly_every_time() {
 fn a_duplicate_answer_is_durable_before_it_is_sent() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, url) = serve(dir.path());
-    let tokens: TokensFile =
-        serde_json::from_slice(&std::fs::read(dir.path().join("tokens.json")).unwrap()).unwrap();
+    let tokens = tokens_of(dir.path());
     let client = Client::new(&url, &tokens.agent_tokens()[0].1);
     let e: EpisodeInfo = client.post("/v1/episodes", &json!({})).unwrap();
     let act = json!({"observation": [0.0, 0.1, 0.0, -0.1], "env_seq": 0, "idempotency_key": "k"});
