@@ -14,8 +14,9 @@ use strata_env::NormalizerStats;
 use strata_nn::{ActorCritic, NamedTensor};
 
 use crate::buffer::WorkerState;
+use crate::factory::build_model;
 use crate::records::Progress;
-use crate::trainer::{build_model, ResumePoint, Trainer};
+use crate::trainer::{ResumePoint, Trainer};
 use crate::{RunConfig, RuntimeError};
 
 /// Bumped when the layout changes incompatibly.

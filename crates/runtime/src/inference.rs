@@ -15,9 +15,9 @@ use std::time::Duration;
 use rand::SeedableRng;
 use strata_nn::{ActorCritic, SampleRng};
 
+use crate::factory::build_model;
 use crate::policy_store::{PolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
-use crate::trainer::build_model;
 use crate::RunConfig;
 
 /// One group's request and answer.

@@ -42,6 +42,7 @@ pub mod checkpoint;
 mod config;
 mod error;
 mod eval;
+mod factory;
 mod inference;
 mod learner_pool;
 mod ledger_link;
@@ -67,6 +68,7 @@ pub use config::{
 };
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
+pub use factory::{build_envs, build_model, build_ppo};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;
@@ -74,5 +76,5 @@ pub use records::{
     AdmissionCounts, InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord,
 };
 pub use run::RunDir;
-pub use trainer::{build_envs, build_model, build_ppo, Trainer};
+pub use trainer::Trainer;
 pub use worker::{WorkerCommand, WorkerEvent};

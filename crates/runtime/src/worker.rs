@@ -13,10 +13,10 @@ use strata_nn::SampleRng;
 use strata_nn::{ActorCritic, SdeHold};
 
 use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
+use crate::factory::{build_envs, build_model, sde_noise_len};
 use crate::inference::InferenceClient;
 use crate::policy_store::{PolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
-use crate::trainer::{build_envs, build_model};
 use crate::RunConfig;
 
 /// Learner -> worker.
@@ -220,7 +220,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
     // gSDE: each env's exploration matrix, drawn from its group's RNG and held for a
     // fragment or an episode (empty without gSDE); a resumed worker continues with the
     // matrices it had.
-    let sde_len = crate::trainer::sde_noise_len(&config).map_err(|e| e.to_string())?;
+    let sde_len = sde_noise_len(&config).map_err(|e| e.to_string())?;
     let sde_hold = config.network.sde_hold;
     let mut sde_noise: Vec<Vec<f32>> = vec![vec![0.0; gm * sde_len]; groups];
     let mut sde_drawn = false;
