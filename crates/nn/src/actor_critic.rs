@@ -1,7 +1,6 @@
 //! The actor-critic model PPO trains: separate policy and value MLPs, a categorical or
 //! diagonal-Gaussian head, all parameters in one flat vector with one Adam.
 
-use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +8,7 @@ use crate::activation::Activation;
 use crate::adam::Adam;
 use crate::distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
-    gaussian_sample, sde_eval, sde_sample,
+    gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
 use crate::mlp::{Mlp, MlpCache};
 use crate::NnError;
@@ -218,8 +217,9 @@ struct PolicySide {
     /// Actions of the last evaluated minibatch.
     actions: Vec<f32>,
     d_log_std_scratch: Vec<f32>,
-    /// The latent width of gSDE (the last hidden layer's), when it is on.
-    sde_latent: Option<usize>,
+    /// Whether the Gaussian head explores with gSDE (its latent width is the last hidden
+    /// layer's, read off the cache).
+    sde: bool,
 }
 
 /// The value network with its per-batch scratch space.
@@ -275,7 +275,7 @@ impl PolicySide {
                     entropy[i] = h;
                 }
             }
-            Head::Gaussian { dim } if self.sde_latent.is_some() => {
+            Head::Gaussian { dim } if self.sde => {
                 means.extend_from_slice(&outputs[..batch * k]);
                 let latent = self.cache.hidden_output();
                 let width = latent.len() / batch;
@@ -348,7 +348,7 @@ impl PolicySide {
                     );
                 }
             }
-            Head::Gaussian { dim } if self.sde_latent.is_some() => {
+            Head::Gaussian { dim } if self.sde => {
                 let latent = self.cache.hidden_output();
                 let width = latent.len() / batch;
                 let mut variance = vec![0.0; dim];
@@ -470,7 +470,7 @@ impl MlpActorCritic {
                 d_out: Vec::new(),
                 actions: Vec::new(),
                 d_log_std_scratch: Vec::new(),
-                sde_latent: (sde_len > 0).then(|| sde_len / head.action_dim()),
+                sde: sde_len > 0,
             },
             value: ValueSide {
                 mlp: value,
@@ -562,7 +562,7 @@ impl ActorCritic for MlpActorCritic {
         let log_std = &self.params[v_end..];
         let sde_len = log_std.len();
         let (mut eps, mut variance) = (Vec::new(), Vec::new());
-        if let (Some(_), Head::Gaussian { dim }) = (self.policy.sde_latent, self.head) {
+        if let (true, Head::Gaussian { dim }) = (self.policy.sde, self.head) {
             eps.resize(sde_len, 0.0);
             variance.resize(dim, 0.0);
         }
@@ -573,13 +573,11 @@ impl ActorCritic for MlpActorCritic {
             for i in row..row + len {
                 let dist = &out[i * k..(i + 1) * k];
                 match self.head {
-                    Head::Gaussian { dim } if self.policy.sde_latent.is_some() => {
+                    Head::Gaussian { dim } if self.policy.sde => {
                         let latent = self.policy.cache.hidden_output();
                         let width = latent.len() / batch;
                         let matrix = if sde_noise.is_empty() {
-                            for e in &mut eps {
-                                *e = rng.sample(rand_distr::StandardNormal);
-                            }
+                            standard_normals(&mut eps, rng);
                             &eps[..]
                         } else {
                             &sde_noise[i * sde_len..(i + 1) * sde_len]

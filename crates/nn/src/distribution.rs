@@ -119,6 +119,14 @@ pub fn gaussian_eval(
     log_prob
 }
 
+/// Fills `out` with standard normals from `rng` (a gSDE exploration matrix).
+#[inline]
+pub fn standard_normals<R: Rng + ?Sized>(out: &mut [f32], rng: &mut R) {
+    for x in out {
+        *x = rng.sample(StandardNormal);
+    }
+}
+
 /// Variance floor of a gSDE Gaussian (SB3 adds the same), so a latent row of zeros still
 /// gives a proper distribution.
 const SDE_EPS: f32 = 1e-6;

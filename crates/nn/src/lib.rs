@@ -35,7 +35,7 @@ pub use actor_critic::{
 pub use adam::Adam;
 pub use distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
-    gaussian_sample,
+    gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
 pub use mlp::{Mlp, MlpCache};
 

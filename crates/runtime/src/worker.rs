@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use strata_env::{derive_seed, StepBatch, VecEnv};
 use strata_nn::SampleRng;
-use strata_nn::{ActorCritic, SdeHold};
+use strata_nn::{standard_normals, ActorCritic, SdeHold};
 
 use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 use crate::factory::{build_envs, build_model, sde_noise_len};
@@ -332,7 +332,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         f.provenance.recorded = record_provenance;
         if !sde_drawn || sde_hold == SdeHold::Fragment {
             for (noise, rng) in sde_noise.iter_mut().zip(rngs.iter_mut()) {
-                draw_standard_normals(noise, rng);
+                standard_normals(noise, rng);
             }
             sde_drawn = true;
         }
@@ -421,13 +421,6 @@ struct StepContext<'a> {
     sde_hold: SdeHold,
 }
 
-/// Fills `out` with standard normals from `rng` (a gSDE exploration matrix).
-fn draw_standard_normals(out: &mut [f32], rng: &mut SampleRng) {
-    for x in out {
-        *x = rng.sample(rand_distr::StandardNormal);
-    }
-}
-
 /// With gSDE matrices held per episode, an env whose episode just ended gets a new one.
 fn redraw_for_ended_episodes(
     ctx: &StepContext<'_>,
@@ -440,7 +433,7 @@ fn redraw_for_ended_episodes(
     }
     for (i, row) in noise.chunks_exact_mut(ctx.sde_len).enumerate() {
         if batch.terminated[i] || batch.truncated[i] {
-            draw_standard_normals(row, rng);
+            standard_normals(row, rng);
         }
     }
 }
