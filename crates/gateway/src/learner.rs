@@ -15,10 +15,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use strata_algo::{Ppo, RolloutBuffer};
-use strata_ledger::{now_ns, DecisionKind, DecisionRecord, SampleFacts};
-use strata_nn::ActorCritic;
-use strata_runtime::provenance::{admit, kl_estimate};
+use strata_algo::RolloutBuffer;
+use strata_runtime::learner_core::id_runs;
+use strata_runtime::{Correction, LearnerCore, RowSpan, SampleGroup};
 
 use crate::api::Channel;
 use crate::gateway::Gateway;
@@ -116,9 +115,9 @@ struct UpdateLine {
     version: u64,
     rows: usize,
     segments: usize,
-    trained: usize,
-    down_weighted: usize,
-    dropped: usize,
+    trained: u64,
+    down_weighted: u64,
+    dropped: u64,
     invalidated_skipped: usize,
     mean_age_versions: f64,
     mean_kl: f64,
@@ -160,8 +159,7 @@ pub fn spawn(
 
 struct Learner {
     gateway: Arc<Gateway>,
-    model: Box<dyn ActorCritic>,
-    ppo: Ppo,
+    core: LearnerCore,
     waiting: Vec<Segment>,
     rows_waiting: usize,
     base_version: u64,
@@ -172,9 +170,10 @@ struct Learner {
 impl Learner {
     fn new(gateway: Arc<Gateway>, params: &[f32]) -> Result<Self, String> {
         let run = &gateway.settings.run;
-        let mut model = strata_runtime::build_model(run).map_err(|e| e.to_string())?;
-        model.set_flat_params(params).map_err(|e| e.to_string())?;
-        let ppo = strata_runtime::build_ppo(run).map_err(|e| e.to_string())?;
+        let mut core = LearnerCore::new(run, 0).map_err(|e| e.to_string())?;
+        core.model_mut()
+            .set_flat_params(params)
+            .map_err(|e| e.to_string())?;
         let log_path = gateway.settings.dir.join("learner.jsonl");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -185,8 +184,7 @@ impl Learner {
         let base_version = gateway.status().latest;
         Ok(Learner {
             gateway,
-            model,
-            ppo,
+            core,
             waiting: Vec::new(),
             rows_waiting: 0,
             base_version,
@@ -222,7 +220,7 @@ impl Learner {
             return;
         };
         match self.gateway.policies.get(version) {
-            Ok(p) => match self.model.set_flat_params(&p.params) {
+            Ok(p) => match self.core.model_mut().set_flat_params(&p.params) {
                 Ok(()) => {
                     self.base_version = version;
                     tracing::info!(
@@ -255,10 +253,10 @@ impl Learner {
         if rows == 0 {
             return Ok(());
         }
-        let run = self.gateway.settings.run.clone();
-        let (od, ad) = (self.model.obs_dim(), segments[0].action_dim);
+        let (od, ad) = (self.core.model().obs_dim(), segments[0].action_dim);
         debug_assert_eq!(od, segments[0].obs_dim);
         let mut buf = RolloutBuffer::new(1, rows, od, ad);
+        let mut groups = Vec::with_capacity(segments.len());
         let mut at = 0;
         for s in &segments {
             let n = s.len();
@@ -274,72 +272,32 @@ impl Learner {
                 buf.truncated[last] = true;
                 buf.final_values[last] = s.bootstrap;
             }
+            groups.push(SampleGroup {
+                rows: RowSpan::contiguous(at, n),
+                version: s.version,
+                bucket: s.bucket.clone(),
+                sample_runs: id_runs(&s.sample_ids),
+                completed_ns: s.completed_at_ns,
+            });
             at += n;
         }
-        let behaviour = buf.log_probs.clone();
-        buf.make_proximal(self.model.as_mut(), run.runtime.max_is_weight as f32);
+        // Agents sample with older versions: always decoupled PPO.
+        self.core.prepare(&mut buf, Correction::Decoupled);
         let rules = self.gateway.active_rules().map_err(|e| e.message)?;
         let update = self.updates + 1;
-        let (mut trained, mut down, mut dropped) = (0, 0, 0);
-        let (mut age_sum, mut kl_sum) = (0.0, 0.0);
-        let mut decisions = Vec::new();
-        let mut at = 0;
-        let now = now_ns();
-        for s in &segments {
-            let n = s.len();
-            let kl = kl_estimate(
-                behaviour[at..at + n]
-                    .iter()
-                    .copied()
-                    .zip(buf.log_probs[at..at + n].iter().copied()),
-            );
-            let age_versions = self.base_version.saturating_sub(s.version);
-            let age_seconds = (now - s.completed_at_ns).max(0) as f64 / 1e9;
-            let admission = admit(
-                &rules.rules,
-                SampleFacts {
-                    age_versions,
-                    age_seconds,
-                    kl: Some(kl),
-                },
-            );
-            buf.admission[at..at + n].fill(admission.weight);
-            match admission.decision {
-                DecisionKind::Trained => trained += n,
-                DecisionKind::DownWeighted => down += n,
-                DecisionKind::Dropped => dropped += n,
-            }
-            age_sum += age_versions as f64 * n as f64;
-            kl_sum += kl * n as f64;
-            for (first, last) in runs(&s.sample_ids) {
-                decisions.push(DecisionRecord {
-                    first_sample: first,
-                    last_sample: last,
-                    bucket: s.bucket.clone(),
-                    policy_version: s.version,
-                    learner_version: self.base_version,
-                    update,
-                    rules_version: rules.version,
-                    rules_hash: rules.hash.clone(),
-                    decision: admission.decision,
-                    weight: admission.weight,
-                    kl: Some(kl),
-                    age_versions,
-                    age_seconds,
-                    decided_at_ns: now,
-                });
-            }
-            at += n;
-        }
-        buf.compute_advantages(run.ppo.gamma as f32, run.ppo.gae_lambda as f32);
-        let stats = if trained + down > 0 {
-            Some(self.ppo.update(self.model.as_mut(), &buf, 1.0))
-        } else {
-            None
-        };
+        let admitted = self.core.admit(
+            &mut buf,
+            &groups,
+            &rules.rules,
+            Some(&rules),
+            self.base_version,
+            update,
+        );
+        let counts = &admitted.counts;
+        let stats = (counts.trained + counts.down_weighted > 0).then(|| self.core.train(&buf, 1.0));
         self.gateway
             .ledger
-            .append_decisions(decisions)
+            .append_decisions(admitted.decisions)
             .map_err(|e| e.to_string())?;
         let channel = match self.gateway.settings.release {
             ReleaseMode::Canary => Channel::Canary,
@@ -347,7 +305,7 @@ impl Learner {
         };
         let version = self
             .gateway
-            .publish_params(self.model.flat_params().to_vec(), channel, "learner")
+            .publish_params(self.core.params().to_vec(), channel, "learner")
             .map_err(|e| e.message)?;
         self.base_version = version;
         self.updates = update;
@@ -360,12 +318,12 @@ impl Learner {
             version,
             rows,
             segments: segments.len(),
-            trained,
-            down_weighted: down,
-            dropped,
+            trained: counts.trained,
+            down_weighted: counts.down_weighted,
+            dropped: counts.dropped,
             invalidated_skipped: skipped.iter().map(Segment::len).sum(),
-            mean_age_versions: age_sum / rows as f64,
-            mean_kl: kl_sum / rows as f64,
+            mean_age_versions: admitted.age_versions_sum / rows as f64,
+            mean_kl: admitted.kl_sum / rows as f64,
             policy_loss: stats.as_ref().map_or(0.0, |s| s.policy_loss),
             value_loss: stats.as_ref().map_or(0.0, |s| s.value_loss),
             approx_kl: stats.as_ref().map_or(0.0, |s| s.approx_kl),
@@ -377,29 +335,5 @@ impl Learner {
             let _ = f.write_all(&text);
         }
         Ok(())
-    }
-}
-
-/// Consecutive runs `(first, last)` of ascending ids.
-fn runs(ids: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &id in ids {
-        match out.last_mut() {
-            Some((_, last)) if *last + 1 == id => *last = id,
-            _ => out.push((id, id)),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn runs_group_consecutive_ids() {
-        assert_eq!(
-            super::runs(&[3, 4, 5, 9, 11, 12]),
-            [(3, 5), (9, 9), (11, 12)]
-        );
-        assert!(super::runs(&[]).is_empty());
     }
 }

@@ -125,8 +125,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
 /// # Errors
 /// [`RuntimeError::Io`] naming the file that could not be written.
 pub fn save_checkpoint(trainer: &Trainer, dir: &Path) -> Result<(), RuntimeError> {
-    let weights =
-        tensors_to_bytes(&trainer.model.tensors()).map_err(|e| RuntimeError::checkpoint(dir, e))?;
+    let weights = tensors_to_bytes(&trainer.core.model().tensors())
+        .map_err(|e| RuntimeError::checkpoint(dir, e))?;
     let meta = CheckpointMeta {
         format_version: FORMAT_VERSION,
         config: trainer.config.clone(),
@@ -142,7 +142,7 @@ pub fn save_checkpoint(trainer: &Trainer, dir: &Path) -> Result<(), RuntimeError
             .ok_or_else(|| {
                 RuntimeError::checkpoint(dir, "no update has completed yet: nothing to checkpoint")
             })?,
-        ppo_rng: trainer.ppo.rng().clone(),
+        ppo_rng: trainer.core.ppo().rng().clone(),
         weights_sha256: sha256_hex(&weights),
     };
     let parent = dir.parent().unwrap_or(Path::new("."));

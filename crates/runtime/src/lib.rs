@@ -44,6 +44,7 @@ mod error;
 mod eval;
 mod factory;
 mod inference;
+pub mod learner_core;
 mod learner_pool;
 mod ledger_link;
 mod live;
@@ -69,6 +70,7 @@ pub use config::{
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
 pub use factory::{build_envs, build_model, build_ppo};
+pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
 pub use presets::preset;

@@ -1,9 +1,8 @@
-//! The learner's side of provenance and admission: which episode and trajectory each
-//! consumed step belongs to, the ledger rows of a fragment, and the admission decision for
-//! a fragment (per DESIGN.md, all steps of a fragment share one policy version).
+//! The learner's side of provenance: which episode and trajectory each consumed step
+//! belongs to, and the ledger rows of a fragment.
 
 use serde::{Deserialize, Serialize};
-use strata_ledger::{Admission, AdmissionRules, SampleBatch, SampleFacts};
+use strata_ledger::SampleBatch;
 
 use crate::buffer::Fragment;
 
@@ -41,21 +40,6 @@ impl LedgerCursor {
             self.trajectory[e] = NONE;
         }
     }
-}
-
-/// What the learner knows of one consumed fragment, for its admission decision.
-#[derive(Clone, Copy, Debug)]
-pub struct FragmentInfo {
-    /// Producing worker.
-    pub worker: usize,
-    /// Producing version.
-    pub version: u64,
-    /// First sample id (ids are consecutive within the fragment), when a ledger is kept.
-    pub first_sample: Option<u64>,
-    /// Steps in the fragment (all envs).
-    pub samples: u64,
-    /// Latest completion time of its steps (ns since the epoch).
-    pub completed_ns: i64,
 }
 
 /// Appends fragment `f` of worker `w` (envs `w * m ..`) to `out`, env by env so each
@@ -115,45 +99,5 @@ pub fn append_fragment(
                 cursor.trajectory[env] = NONE;
             }
         }
-    }
-}
-
-/// KL(behaviour || current) estimated from log-prob pairs of the same actions
-/// (`(r - 1) - ln r`, r = current / behaviour: unbiased and never negative).
-pub fn kl_estimate(behaviour: impl Iterator<Item = (f32, f32)>) -> f64 {
-    let (mut sum, mut n) = (0.0f64, 0usize);
-    for (b, c) in behaviour {
-        let log_ratio = f64::from(c - b);
-        sum += log_ratio.exp_m1() - log_ratio;
-        n += 1;
-    }
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
-    }
-}
-
-/// The admission decision for a fragment; errors are reported, and the fragment trained
-/// on, only if the rules cannot decide (which `decide` rules out for measured facts).
-pub fn admit(rules: &AdmissionRules, facts: SampleFacts) -> Admission {
-    rules.decide(facts).unwrap_or_else(|e| {
-        tracing::error!(component = "learner", error = %e, "admission could not decide; training on the samples");
-        Admission {
-            decision: strata_ledger::DecisionKind::Trained,
-            weight: 1.0,
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kl_estimate_is_zero_on_policy_and_positive_off_it() {
-        assert_eq!(kl_estimate([(-0.5f32, -0.5f32); 4].into_iter()), 0.0);
-        let kl = kl_estimate([(-0.7f32, -0.6f32), (-0.2, -0.4)].into_iter());
-        assert!(kl > 0.0 && kl < 0.05, "{kl}");
     }
 }

@@ -9,22 +9,20 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use strata_algo::{Ppo, RolloutBuffer};
+use strata_algo::RolloutBuffer;
 use strata_env::NormalizerStats;
-use strata_ledger::{DecisionKind, DecisionRecord, SampleFacts};
 use strata_nn::ActorCritic;
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
-use crate::config::{Inference, OffPolicy};
+use crate::config::Inference;
 use crate::eval::{evaluate_model, EvalResult, PinnedVersion};
-use crate::factory::{build_model, build_ppo, initial_normalizer};
+use crate::factory::initial_normalizer;
 use crate::inference::{spawn_server, InferenceSlots, ServerSetup};
-use crate::learner_pool::LearnerPool;
+use crate::learner_core::{Correction, LearnerCore, RowSpan, SampleGroup};
 use crate::ledger_link::LedgerLink;
 use crate::live::{LearnerView, LedgerView, LiveHandle};
 use crate::policy_store::{PolicyStore, PublishedPolicy};
-use crate::provenance::{admit, kl_estimate, FragmentInfo};
-use crate::records::{AdmissionCounts, InvalidFragment, Progress, Summary, UpdateRecord};
+use crate::records::{InvalidFragment, Progress, Summary, UpdateRecord};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::wiring::{Central, Wiring};
 use crate::worker::{WorkerCommand, WorkerEvent};
@@ -34,16 +32,14 @@ use crate::{RunConfig, RuntimeError};
 pub struct Trainer {
     pub(crate) config: RunConfig,
     pub(crate) config_hash: String,
-    pub(crate) model: Box<dyn ActorCritic>,
-    pub(crate) ppo: Ppo,
+    /// Model, optimiser and update threads: admission, correction and the PPO update.
+    pub(crate) core: LearnerCore,
     pub(crate) rollout: RolloutBuffer,
     pub(crate) progress: Progress,
     /// Normalisation statistics owned by the learner, published with every version.
     pub(crate) normalizer: NormalizerStats,
     /// Each worker's state after its last consumed fragment (for checkpoints).
     pub(crate) worker_states: Vec<Option<WorkerState>>,
-    /// Runs the PPO update; its thread count is `train.learner_threads`.
-    learner_pool: LearnerPool,
     threshold: f64,
     wiring: Wiring,
     /// Fragments that arrived ahead of their turn: (fragment index, worker) -> slot.
@@ -56,9 +52,7 @@ pub struct Trainer {
     episode_lengths: Vec<u32>,
     lags: Vec<u64>,
     /// The fragments of the batch being assembled, for admission.
-    fragments: Vec<FragmentInfo>,
-    /// Behaviour log-probs, kept when the off-policy correction replaces them.
-    behaviour_log_probs: Vec<f32>,
+    fragments: Vec<SampleGroup>,
     /// The sample ledger, when the run keeps one.
     ledger: Option<LedgerLink>,
     /// What the live view shows of the learner, refreshed after every update.
@@ -92,18 +86,18 @@ impl Trainer {
         resume: Option<ResumePoint>,
     ) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let mut model = build_model(&config)?;
+        // The update's threads are pinned after the workers' CPUs.
+        let mut core = LearnerCore::new(&config, config.runtime.workers)?;
         let spec = strata_env::spec_for(&config.env.name)?;
         let (workers, n) = (config.runtime.workers, config.env.num_envs);
         let per_worker_envs = n / workers;
         let lag = config.effective_lag();
         let mut progress = Progress::default();
         let mut normalizer = initial_normalizer(&config, spec.obs_dim());
-        let mut ppo = build_ppo(&config)?;
         let mut config_hash = config.config_hash();
         let mut starts: Vec<Option<WorkerState>> = vec![None; workers];
         if let Some(r) = resume {
-            model.load_tensors(&r.model_tensors)?;
+            core.model_mut().load_tensors(&r.model_tensors)?;
             if r.workers.len() != workers {
                 return Err(RuntimeError::Config(format!(
                     "the checkpoint has {} worker states, the config {workers} workers",
@@ -112,13 +106,13 @@ impl Trainer {
             }
             progress = r.progress;
             normalizer = r.normalizer;
-            ppo.set_rng(r.ppo_rng);
+            core.ppo_mut().set_rng(r.ppo_rng);
             config_hash = r.config_hash;
             starts = r.workers.into_iter().map(Some).collect();
         }
         let initial = PublishedPolicy::new(
             progress.policy_version,
-            model.flat_params().to_vec(),
+            core.params().to_vec(),
             normalizer.clone(),
         );
         // Enough history for a worker `lag` versions behind to find its exact version.
@@ -208,21 +202,14 @@ impl Trainer {
             let handle = wiring.spawn_worker(id, 0, start, 0, &slots)?;
             wiring.workers.push(handle);
         }
-        let learner_pool = LearnerPool::new(
-            config.train.learner_threads,
-            &config.runtime.pin_cpus,
-            workers,
-        )?;
         let mut trainer = Trainer {
             config_hash,
             rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
-            ppo,
+            core,
             threshold: spec.reward_threshold,
-            model,
             progress,
             normalizer,
             worker_states: vec![None; workers],
-            learner_pool,
             wiring,
             early: BTreeMap::new(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -232,7 +219,6 @@ impl Trainer {
             episode_lengths: Vec::new(),
             lags: Vec::with_capacity(workers),
             fragments: Vec::with_capacity(workers),
-            behaviour_log_probs: Vec::new(),
             ledger: None,
             live: Arc::new(Mutex::new(LearnerView::default())),
             dropped_samples: 0,
@@ -316,7 +302,7 @@ impl Trainer {
 
     /// The model being trained.
     pub fn model(&self) -> &dyn ActorCritic {
-        self.model.as_ref()
+        self.core.model()
     }
 
     /// The policy version each worker has adopted.
@@ -533,11 +519,20 @@ impl Trainer {
             }
             self.lags.push(version - f.version);
             let first_sample = self.ledger.as_mut().map(|l| l.add_fragment(&f, w));
-            self.fragments.push(FragmentInfo {
-                worker: w,
+            let samples = (f.steps * m) as u64;
+            self.fragments.push(SampleGroup {
+                rows: RowSpan {
+                    first: w * m,
+                    width: m,
+                    stride: n,
+                    count: f.steps,
+                },
                 version: f.version,
-                first_sample,
-                samples: (f.steps * m) as u64,
+                bucket: self.config.ledger.bucket.clone(),
+                sample_runs: first_sample
+                    .map(|first| (first, first + samples - 1))
+                    .into_iter()
+                    .collect(),
                 completed_ns: f.provenance.completed_ns.iter().copied().max().unwrap_or(0),
             });
             if w == 0 {
@@ -556,76 +551,6 @@ impl Trainer {
         self.normalizer.merge(&delta);
         self.progress.global_step += (self.rollout.n_steps * n) as u64;
         Ok(())
-    }
-
-    /// Applies the admission rules to every fragment of the batch: sets the rollout's
-    /// admission weights and returns the counts and (with a ledger) the decision records.
-    fn admit(&mut self, lagged: bool) -> (AdmissionCounts, Vec<DecisionRecord>) {
-        let learner_version = self.progress.policy_version;
-        let (n, m, steps) = (
-            self.config.env.num_envs,
-            self.config.env.num_envs / self.config.runtime.workers,
-            self.rollout.n_steps,
-        );
-        let rules = &self.config.admission;
-        let versioned = self.ledger.as_ref().map(|l| l.rules().clone());
-        let mut counts = AdmissionCounts {
-            rules_hash: versioned
-                .as_ref()
-                .map_or_else(|| rules.hash(), |v| v.hash.clone()),
-            rules_version: versioned.as_ref().map(|v| v.version),
-            ..AdmissionCounts::default()
-        };
-        let mut decisions = Vec::new();
-        let now = strata_ledger::now_ns();
-        for info in &self.fragments {
-            let rows = |t: usize| t * n + info.worker * m..t * n + (info.worker + 1) * m;
-            let age_versions = learner_version - info.version;
-            let kl = if age_versions == 0 || !lagged {
-                0.0
-            } else {
-                let (b, c) = (&self.behaviour_log_probs, &self.rollout.log_probs);
-                kl_estimate((0..steps).flat_map(|t| rows(t).map(|i| (b[i], c[i]))))
-            };
-            let age_seconds = if info.completed_ns > 0 {
-                (now - info.completed_ns).max(0) as f64 * 1e-9
-            } else {
-                0.0
-            };
-            let facts = SampleFacts {
-                age_versions,
-                age_seconds,
-                kl: Some(kl),
-            };
-            let a = admit(rules, facts);
-            for t in 0..steps {
-                self.rollout.admission[rows(t)].fill(a.weight);
-            }
-            match a.decision {
-                DecisionKind::Trained => counts.trained += info.samples,
-                DecisionKind::DownWeighted => counts.down_weighted += info.samples,
-                DecisionKind::Dropped => counts.dropped += info.samples,
-            }
-            if let (Some(first), Some(v)) = (info.first_sample, &versioned) {
-                decisions.push(DecisionRecord {
-                    first_sample: first,
-                    last_sample: first + info.samples - 1,
-                    bucket: self.config.ledger.bucket.clone(),
-                    policy_version: info.version,
-                    learner_version,
-                    update: self.progress.updates + 1,
-                    rules_version: v.version,
-                    rules_hash: v.hash.clone(),
-                    decision: a.decision,
-                    weight: a.weight,
-                    kl: Some(kl),
-                    age_versions,
-                    age_seconds,
-                    decided_at_ns: now,
-                });
-            }
-        }
-        (counts, decisions)
     }
 
     /// Records every sample, decision and published version in `ledger` from now on.
@@ -689,7 +614,8 @@ impl Trainer {
         let m = n / self.config.runtime.workers;
         if !self.final_rows.is_empty() {
             self.scratch_values.resize(self.final_rows.len(), 0.0);
-            self.model
+            self.core
+                .model_mut()
                 .values(&self.scratch_obs, &mut self.scratch_values);
             for (k, &row) in self.final_rows.iter().enumerate() {
                 self.rollout.final_values[row] = self.scratch_values[k];
@@ -702,7 +628,8 @@ impl Trainer {
                 .expect("set when the fragment was consumed");
             self.scratch_obs.extend_from_slice(&state.obs[..m * od]);
         }
-        self.model
+        self.core
+            .model_mut()
             .values(&self.scratch_obs, &mut self.rollout.last_values);
         self.scratch_obs.clear();
     }
@@ -719,49 +646,35 @@ impl Trainer {
         self.collect()?;
         let t0 = Instant::now();
         self.bootstrap_values();
-        let (gamma, lambda) = (
-            self.config.ppo.gamma as f32,
-            self.config.ppo.gae_lambda as f32,
-        );
-        let r = &self.config.runtime;
-        // Inside the learner pool: evaluation runs the two networks side by side.
-        let (rollout, model) = (&mut self.rollout, self.model.as_mut());
         let lagged = self.lags.iter().any(|l| *l > 0);
-        if lagged {
-            // The correction replaces them with the current policy's; admission compares.
-            self.behaviour_log_probs.clone_from(&rollout.log_probs);
-        }
-        match (lagged, r.off_policy) {
-            (false, _) => rollout.compute_advantages(gamma, lambda),
-            (true, OffPolicy::Decoupled) => {
-                let max_weight = r.max_is_weight as f32;
-                self.learner_pool
-                    .install(|| rollout.make_proximal(model, max_weight));
-                rollout.compute_advantages(gamma, lambda);
-            }
-            (true, OffPolicy::Vtrace) => {
-                let (rho, c) = (r.vtrace_rho_bar as f32, r.vtrace_c_bar as f32);
-                self.learner_pool
-                    .install(|| rollout.vtrace_targets(model, gamma, rho, c));
-            }
-        }
-        let (admission, decisions) = self.admit(lagged);
-        let (ppo, model, rollout) = (&mut self.ppo, self.model.as_mut(), &self.rollout);
-        let stats = self
-            .learner_pool
-            .install(|| ppo.update(model, rollout, progress_remaining.max(0.0)));
+        let correction = if lagged {
+            Correction::Configured
+        } else {
+            Correction::None
+        };
+        self.core.prepare(&mut self.rollout, correction);
+        let versioned = self.ledger.as_ref().map(LedgerLink::rules);
+        let admitted = self.core.admit(
+            &mut self.rollout,
+            &self.fragments,
+            &self.config.admission,
+            versioned,
+            self.progress.policy_version,
+            self.progress.updates + 1,
+        );
+        let stats = self.core.train(&self.rollout, progress_remaining.max(0.0));
         let t1 = Instant::now();
         let next = self.progress.policy_version + 1;
         self.wiring
             .store
             .publish(PublishedPolicy::new(
                 next,
-                self.model.flat_params().to_vec(),
+                self.core.params().to_vec(),
                 self.normalizer.clone(),
             ))
             .map_err(|e| RuntimeError::Config(format!("publishing policy version {next}: {e}")))?;
         if let Some(link) = self.ledger.as_mut() {
-            link.finish_update(decisions, next)
+            link.finish_update(admitted.decisions, next)
                 .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
             link.save_to(&mut self.progress);
         }
@@ -785,7 +698,7 @@ impl Trainer {
         {
             p.solved_at = Some((p.global_step, p.wall_seconds));
         }
-        self.dropped_samples += admission.dropped;
+        self.dropped_samples += admitted.counts.dropped;
         self.publish_live(false);
         let p = &self.progress;
         let lengths = &self.episode_lengths;
@@ -804,7 +717,7 @@ impl Trainer {
             policy_lag_avg: lags.iter().sum::<u64>() as f64 / lags.len().max(1) as f64,
             policy_lag_max: lags.iter().copied().max().unwrap_or(0),
             invalid_fragments: p.invalid_fragments.len(),
-            admission,
+            admission: admitted.counts,
             time: p.time,
             ppo: stats,
         })
@@ -829,7 +742,7 @@ impl Trainer {
             policy_version: self.progress.policy_version,
             normalizer: &self.normalizer,
         };
-        let mut result = evaluate_model(self.model.as_mut(), &pinned, episodes, seed, true)?;
+        let mut result = evaluate_model(self.core.model_mut(), &pinned, episodes, seed, true)?;
         result.global_step = Some(self.progress.global_step);
         let seconds = started.elapsed().as_secs_f64();
         self.progress.time.eval += seconds;
