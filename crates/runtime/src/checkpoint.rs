@@ -135,6 +135,7 @@ pub fn save_checkpoint(trainer: &Trainer, dir: &Path) -> Result<(), RuntimeError
         progress: trainer.progress.clone(),
         normalizer: trainer.normalizer.clone(),
         workers: trainer
+            .collector
             .worker_states
             .iter()
             .cloned()

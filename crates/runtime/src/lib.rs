@@ -39,6 +39,7 @@
 
 mod buffer;
 pub mod checkpoint;
+mod collector;
 mod config;
 mod error;
 mod eval;

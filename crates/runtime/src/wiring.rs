@@ -1,16 +1,19 @@
 //! All wiring in one place: the worker threads, the central inference thread and every
 //! queue between them and the learner, each with its capacity and who sends what to whom.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
-use crate::inference::{InferenceClient, InferenceSlots, ReplyQueues, Request};
-use crate::policy_store::PolicyStore;
-use crate::telemetry::{Heartbeat, Watchdog};
+use crate::config::Inference;
+use crate::inference::{
+    spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
+};
+use crate::policy_store::{PolicyStore, PublishedPolicy};
+use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::worker::{self, Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
 
@@ -66,6 +69,111 @@ pub(crate) struct Central {
 }
 
 impl Wiring {
+    /// Creates the buffer, the policy store (holding `initial`), every queue, the watchdog
+    /// and (with central inference) the inference thread, then starts one worker per entry
+    /// of `starts` (from its saved state, or fresh).
+    ///
+    /// # Errors
+    /// An env error, or [`RuntimeError::Config`] when a thread cannot start.
+    pub(crate) fn start(
+        config: &RunConfig,
+        initial: PublishedPolicy,
+        starts: Vec<Option<WorkerState>>,
+    ) -> Result<Wiring, RuntimeError> {
+        let spec = strata_env::spec_for(&config.env.name)?;
+        let workers = config.runtime.workers;
+        let per_worker_envs = config.env.num_envs / workers;
+        let lag = config.effective_lag();
+        // Enough history for a worker `lag` versions behind to find its exact version.
+        let store = Arc::new(
+            PolicyStore::new(initial, workers, lag as usize + 2)
+                .map_err(|e| RuntimeError::Config(e.to_string()))?,
+        );
+        // One slot per fragment a worker may have in flight: the current one plus `lag`.
+        let slots_per_worker = lag as usize + 1;
+        let buffer = Arc::new(ExperienceBuffer::new(
+            workers,
+            slots_per_worker,
+            config.ppo.n_steps,
+            per_worker_envs,
+            spec.obs_dim(),
+            spec.action_dim(),
+            config.runtime.debug_buffer,
+        ));
+        let wait_timeout = Duration::from_secs_f64(config.runtime.wait_timeout_secs);
+        let (event_tx, events) = sync_channel(workers * slots_per_worker);
+        let epoch = Instant::now();
+        let learner_beat = Heartbeat::new("learner", epoch);
+        let beats = Arc::new(Mutex::new(vec![Arc::clone(&learner_beat)]));
+        let watchdog = Watchdog::start(
+            Arc::clone(&beats),
+            Duration::from_secs_f64(config.runtime.silent_after_secs),
+        )
+        .map_err(|e| RuntimeError::Config(format!("cannot start the watchdog: {e}")))?;
+        let central = if config.runtime.inference == Inference::Central {
+            let groups = config.groups_per_worker();
+            let slots = Arc::new(InferenceSlots::new(
+                workers,
+                groups,
+                per_worker_envs / groups,
+                spec.obs_dim(),
+                spec.action_dim(),
+            ));
+            let (requests, requests_rx) = sync_channel(workers * groups);
+            let replies = Arc::new(Mutex::new(Vec::with_capacity(workers)));
+            let exit = Arc::new(AtomicBool::new(false));
+            let heartbeat = Heartbeat::new("inference", epoch);
+            beats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(0, Arc::clone(&heartbeat));
+            let handle = spawn_server(ServerSetup {
+                config: Arc::new(config.clone()),
+                slots: Arc::clone(&slots),
+                store: Arc::clone(&store),
+                requests: requests_rx,
+                replies: Arc::clone(&replies),
+                exit: Arc::clone(&exit),
+                heartbeat,
+                wait_timeout,
+                versions_kept: lag as usize + 2,
+            })
+            .map_err(|e| RuntimeError::Config(format!("cannot start the inference thread: {e}")))?;
+            Some(Central {
+                slots,
+                requests,
+                replies,
+                exit,
+                handle: Some(handle),
+            })
+        } else {
+            None
+        };
+        let mut wiring = Wiring {
+            central,
+            config: Arc::new(config.clone()),
+            buffer: Arc::clone(&buffer),
+            store: Arc::clone(&store),
+            events,
+            event_tx,
+            workers: Vec::with_capacity(workers),
+            retired: Vec::new(),
+            quarantined: Vec::new(),
+            beats,
+            learner_beat,
+            _watchdog: watchdog,
+            epoch,
+            lag,
+            wait_timeout,
+        };
+        for (id, start) in starts.into_iter().enumerate() {
+            let slots: Vec<SlotId> = buffer.owned_by(id).collect();
+            let handle = wiring.spawn_worker(id, 0, start, 0, &slots)?;
+            wiring.workers.push(handle);
+        }
+        Ok(wiring)
+    }
+
     /// Starts worker `id` (incarnation `generation`) owning `slots`.
     pub(crate) fn spawn_worker(
         &self,
@@ -156,5 +264,48 @@ impl Wiring {
                 worker: slot.worker,
                 error: "its slot queue is full or closed (slot accounting broke)".into(),
             })
+    }
+
+    /// Stops every worker (abandoning fragments in progress) and joins them, each within
+    /// `runtime.wait_timeout_secs`; a thread stuck inside an env beyond that is reported
+    /// and left to end with the process.
+    pub(crate) fn shutdown(&mut self) {
+        for w in &self.workers {
+            let _ = w.commands.try_send(WorkerCommand::Exit);
+        }
+        // Closing the store and the slot queues wakes every waiting worker at once.
+        self.store.close();
+        let handles: Vec<(String, JoinHandle<()>)> = self
+            .workers
+            .drain(..)
+            .map(|w| (w.heartbeat.name.clone(), w.handle))
+            .chain(
+                self.retired
+                    .drain(..)
+                    .map(|h| ("retired worker".to_string(), h)),
+            )
+            .collect();
+        for (name, handle) in handles {
+            let deadline = Instant::now() + self.wait_timeout;
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if handle.is_finished() {
+                if handle.join().is_err() {
+                    tracing::error!(component = "learner", thread = %name, "thread panicked outside its guard");
+                }
+            } else {
+                tracing::error!(component = "learner", thread = %name, waited = ?self.wait_timeout, "thread did not stop; left to end with the process");
+            }
+        }
+        if let Some(c) = &mut self.central {
+            c.exit.store(true, Ordering::Relaxed);
+            if let Some(handle) = c.handle.take() {
+                if handle.join().is_err() {
+                    tracing::error!(component = "learner", "the inference thread panicked");
+                }
+            }
+        }
+        self.learner_beat.beat(Activity::Stopped);
     }
 }

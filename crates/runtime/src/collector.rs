@@ -1,0 +1,309 @@
+//! The collector: assembles each update's batch from the workers' fragments. It waits for
+//! one fragment per worker in a fixed order (keeping early ones for their turn), restarts
+//! failed or silent workers (recording their fragment invalid), copies the fragments into
+//! the rollout and hands the ledger their provenance.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strata_algo::RolloutBuffer;
+use strata_env::NormalizerStats;
+
+use crate::buffer::{SlotId, WorkerState};
+use crate::learner_core::{RowSpan, SampleGroup};
+use crate::ledger_link::LedgerLink;
+use crate::records::{InvalidFragment, Progress};
+use crate::telemetry::Activity;
+use crate::wiring::Wiring;
+use crate::worker::{WorkerCommand, WorkerEvent};
+use crate::RuntimeError;
+
+/// What collecting updates besides the rollout: the run's counters and the ledger.
+pub(crate) struct Books<'a> {
+    pub(crate) progress: &'a mut Progress,
+    pub(crate) ledger: &'a mut Option<LedgerLink>,
+}
+
+/// The workers, their queues, and what the last batch held.
+pub(crate) struct Collector {
+    pub(crate) wiring: Wiring,
+    /// Fragments that arrived ahead of their turn: (fragment index, worker) -> slot.
+    early: BTreeMap<(u64, usize), SlotId>,
+    /// Set from outside (Ctrl-C) to stop the run at the next wait.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Each worker's state after its last consumed fragment (for checkpoints).
+    pub(crate) worker_states: Vec<Option<WorkerState>>,
+    /// Rollout rows of truncated (not terminated) steps, and their final observations.
+    pub(crate) final_rows: Vec<usize>,
+    pub(crate) final_obs: Vec<f32>,
+    /// Lengths of the episodes that ended in the batch.
+    pub(crate) episode_lengths: Vec<u32>,
+    /// Policy lag of each worker's fragment.
+    pub(crate) lags: Vec<u64>,
+    /// Each fragment of the batch as a sample group, for admission.
+    pub(crate) fragments: Vec<SampleGroup>,
+}
+
+impl Collector {
+    /// Collects from the workers `wiring` started.
+    pub(crate) fn new(wiring: Wiring) -> Self {
+        let workers = wiring.config.runtime.workers;
+        Collector {
+            early: BTreeMap::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            worker_states: vec![None; workers],
+            final_rows: Vec::with_capacity(wiring.config.env.num_envs),
+            final_obs: Vec::new(),
+            episode_lengths: Vec::new(),
+            lags: Vec::with_capacity(workers),
+            fragments: Vec::with_capacity(workers),
+            wiring,
+        }
+    }
+
+    /// Fragments waiting for their turn.
+    pub(crate) fn early_fragments(&self) -> usize {
+        self.early.len()
+    }
+
+    /// Consumes one fragment from every worker, in worker order, into the rollout.
+    pub(crate) fn collect(
+        &mut self,
+        rollout: &mut RolloutBuffer,
+        normalizer: &mut NormalizerStats,
+        books: &mut Books<'_>,
+    ) -> Result<(), RuntimeError> {
+        let config = Arc::clone(&self.wiring.config);
+        let (n, od, ad) = (config.env.num_envs, rollout.obs_dim, rollout.action_dim);
+        let m = n / config.runtime.workers;
+        let index = books.progress.updates;
+        let version = books.progress.policy_version;
+        self.episode_lengths.clear();
+        self.lags.clear();
+        self.final_rows.clear();
+        self.final_obs.clear();
+        self.fragments.clear();
+        rollout.weights.fill(1.0);
+        let mut delta = NormalizerStats::default();
+        let mut waited = Duration::ZERO;
+        for w in 0..config.runtime.workers {
+            let t0 = Instant::now();
+            let slot = self.wait_fragment(w, index, books)?;
+            waited += t0.elapsed();
+            let buffer = Arc::clone(&self.wiring.buffer);
+            let mut f = buffer.lock(slot);
+            let r = &mut *rollout;
+            for t in 0..f.steps {
+                let (src, dst) = (t * m, t * n + w * m);
+                r.obs[dst * od..(dst + m) * od].copy_from_slice(&f.obs[src * od..(src + m) * od]);
+                r.actions[dst * ad..(dst + m) * ad]
+                    .copy_from_slice(&f.actions[src * ad..(src + m) * ad]);
+                r.log_probs[dst..dst + m].copy_from_slice(&f.log_probs[src..src + m]);
+                r.values[dst..dst + m].copy_from_slice(&f.values[src..src + m]);
+                r.rewards[dst..dst + m].copy_from_slice(&f.rewards[src..src + m]);
+                r.terminated[dst..dst + m].copy_from_slice(&f.terminated[src..src + m]);
+                r.truncated[dst..dst + m].copy_from_slice(&f.truncated[src..src + m]);
+                for i in 0..m {
+                    if f.truncated[src + i] && !f.terminated[src + i] {
+                        self.final_rows.push(dst + i);
+                        self.final_obs
+                            .extend_from_slice(&f.final_obs[(src + i) * od..(src + i + 1) * od]);
+                    }
+                }
+            }
+            for ep in &f.episodes {
+                books.progress.episodes += 1;
+                books.progress.recent_returns.push_back(ep.episode_return);
+                if books.progress.recent_returns.len() > config.train.solve_window {
+                    books.progress.recent_returns.pop_front();
+                }
+                self.episode_lengths.push(ep.length);
+            }
+            self.lags.push(version - f.version);
+            let first_sample = books.ledger.as_mut().map(|l| l.add_fragment(&f, w));
+            let samples = (f.steps * m) as u64;
+            self.fragments.push(SampleGroup {
+                rows: RowSpan {
+                    first: w * m,
+                    width: m,
+                    stride: n,
+                    count: f.steps,
+                },
+                version: f.version,
+                bucket: config.ledger.bucket.clone(),
+                sample_runs: first_sample
+                    .map(|first| (first, first + samples - 1))
+                    .into_iter()
+                    .collect(),
+                completed_ns: f.provenance.completed_ns.iter().copied().max().unwrap_or(0),
+            });
+            if w == 0 {
+                delta = f.stats_delta.clone();
+            } else {
+                delta.merge(&f.stats_delta);
+            }
+            books.progress.time.env_step += f.env_seconds;
+            books.progress.time.inference += f.inference_seconds;
+            self.worker_states[w] = f.end_state.take();
+            drop(f);
+            // The worker holds at most its other slots: this hand-back cannot block.
+            self.wiring.give_back(slot)?;
+        }
+        books.progress.time.buffer_wait += waited.as_secs_f64();
+        normalizer.merge(&delta);
+        books.progress.global_step += (rollout.n_steps * n) as u64;
+        Ok(())
+    }
+
+    /// Waits for worker `w`'s fragment number `index`. Handles what arrives meanwhile:
+    /// fragments of other workers are kept for their turn, stale incarnations' slots are
+    /// recycled, failed or silent workers are restarted. Every wait is bounded and logged.
+    fn wait_fragment(
+        &mut self,
+        worker: usize,
+        index: u64,
+        books: &mut Books<'_>,
+    ) -> Result<SlotId, RuntimeError> {
+        let started = Instant::now();
+        let poll = self.wiring.wait_timeout.min(Duration::from_millis(200));
+        let restart_after = Duration::from_secs_f64(self.wiring.config.runtime.restart_after_secs);
+        let mut next_report = self.wiring.wait_timeout;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(RuntimeError::Interrupted);
+            }
+            if let Some(slot) = self.early.remove(&(index, worker)) {
+                return Ok(slot);
+            }
+            self.wiring.learner_beat.beat(Activity::WaitingForFragments);
+            match self.wiring.events.recv_timeout(poll) {
+                Ok(WorkerEvent::FragmentReady {
+                    slot,
+                    index: i,
+                    generation,
+                }) => {
+                    let w = &mut self.wiring.workers[slot.worker];
+                    if generation == w.generation {
+                        w.next_fragment = i + 1;
+                        self.early.insert((i, slot.worker), slot);
+                    } else {
+                        self.wiring.give_back(slot)?;
+                    }
+                }
+                Ok(WorkerEvent::Abandoned { slot, .. }) => self.wiring.give_back(slot)?,
+                Ok(WorkerEvent::Failed {
+                    worker: w,
+                    generation,
+                    error,
+                    holding,
+                }) => {
+                    if generation == self.wiring.workers[w].generation {
+                        self.restart_worker(w, &error, true, books)?;
+                    } else if let Some(slot) = holding {
+                        self.wiring.give_back(slot)?;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let (silence, activity) = self.wiring.workers[worker].heartbeat.silence();
+                    // Only a worker stuck in its own work is restarted; one waiting for a
+                    // policy or a slot waits on the learner.
+                    let working = matches!(activity, Activity::Collecting | Activity::Starting);
+                    if silence > restart_after && working {
+                        let reason =
+                            format!("silent for {silence:.1?} while {}", activity.describe());
+                        self.restart_worker(worker, &reason, false, books)?;
+                    } else if started.elapsed() >= next_report {
+                        tracing::warn!(
+                            component = "learner",
+                            worker,
+                            fragment = index,
+                            waited = ?started.elapsed(),
+                            worker_activity = activity.describe(),
+                            "still waiting for a fragment"
+                        );
+                        next_report += self.wiring.wait_timeout;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(RuntimeError::Worker {
+                        worker,
+                        error: "all workers are gone".into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Replaces worker `w` after a failure (`failed`) or silence: the fragment it was writing is
+    /// recorded invalid (never silently dropped), a new incarnation starts on fresh envs and
+    /// continues the fragment numbering. Stops the run after too many restarts.
+    fn restart_worker(
+        &mut self,
+        w: usize,
+        reason: &str,
+        failed: bool,
+        books: &mut Books<'_>,
+    ) -> Result<(), RuntimeError> {
+        let old = &self.wiring.workers[w];
+        if old.restarts >= self.wiring.config.runtime.max_worker_restarts {
+            return Err(RuntimeError::Worker {
+                worker: w,
+                error: format!("{reason} (after {} restarts)", old.restarts),
+            });
+        }
+        let fragment = old.next_fragment;
+        let version = self.wiring.store.worker_versions()[w];
+        tracing::error!(
+            component = "learner",
+            worker = w,
+            generation = old.generation,
+            fragment,
+            reason,
+            "restarting worker; its fragment in progress is recorded invalid"
+        );
+        books.progress.invalid_fragments.push(InvalidFragment {
+            worker: w,
+            generation: old.generation,
+            fragment,
+            policy_version: version,
+            reason: reason.to_string(),
+            at_step: books.progress.global_step,
+        });
+        let _ = old.commands.try_send(WorkerCommand::Exit);
+        // Slots the old incarnation cannot give back now: one it still writes (if alive),
+        // those holding finished fragments awaiting their turn.
+        if !failed {
+            // A stuck worker still holds its slot; it comes back in an `Abandoned` (or
+            // stale) event when the thread wakes. A failed one has released it already.
+            self.wiring.quarantined.extend(old.holding.get(w));
+        }
+        let pending: Vec<SlotId> = self
+            .early
+            .iter()
+            .filter(|((_, ww), _)| *ww == w)
+            .map(|(_, s)| *s)
+            .collect();
+        let quarantined = &self.wiring.quarantined;
+        let slots: Vec<SlotId> = self
+            .wiring
+            .buffer
+            .owned_by(w)
+            .filter(|s| !pending.contains(s) && !quarantined.contains(s))
+            .collect();
+        let (generation, restarts) = (old.generation + 1, old.restarts + 1);
+        if let Some(link) = books.ledger.as_mut() {
+            let m = self.wiring.config.env.num_envs / self.wiring.config.runtime.workers;
+            link.abandon(w * m..(w + 1) * m);
+        }
+        let mut replacement = self
+            .wiring
+            .spawn_worker(w, generation, None, fragment, &slots)?;
+        replacement.restarts = restarts;
+        let old = std::mem::replace(&mut self.wiring.workers[w], replacement);
+        self.wiring.retired.push(old.handle);
+        Ok(())
+    }
+}
