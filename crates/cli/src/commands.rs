@@ -315,9 +315,10 @@ fn train(args: TrainArgs) -> Result<()> {
             if args.config.env.is_some() || args.config.config.is_some() {
                 bail!("--resume takes the env and config from the checkpoint; drop --env/--config");
             }
-            let checkpoint = strata_runtime::read_checkpoint(path)?;
-            let wanted = apply_overrides(checkpoint.meta.config, &args.config)?;
-            Trainer::resume(path, Some(wanted))?
+            let mut state = strata_runtime::read_checkpoint(path)?.into_state();
+            let wanted = apply_overrides(state.config.clone(), &args.config)?;
+            state.config = state.config.resumed_with(wanted)?;
+            Trainer::from_state(state)?
         }
         None => Trainer::new(build_config(&args.config)?)?,
     };

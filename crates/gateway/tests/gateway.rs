@@ -418,7 +418,7 @@ fn canary_samples_go_to_their_own_bucket_and_rollback_restores_rules() {
     let mut trainer = strata_runtime::Trainer::new(config).unwrap();
     trainer.iterate().unwrap();
     let ckpt = h.dir.path().join("ckpt");
-    strata_runtime::save_checkpoint(&trainer, &ckpt).unwrap();
+    strata_runtime::save_checkpoint(&trainer.state().unwrap(), &ckpt).unwrap();
     drop(trainer);
     let rules_v0 = op.get::<ReleaseStatus>("/v1/status").unwrap().rules_version;
     let r2: ReleaseStatus = op

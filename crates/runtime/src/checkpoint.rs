@@ -16,7 +16,6 @@ use strata_nn::{ActorCritic, NamedTensor};
 use crate::buffer::WorkerState;
 use crate::factory::build_model;
 use crate::records::Progress;
-use crate::trainer::{ResumePoint, Trainer};
 use crate::{RunConfig, RuntimeError};
 
 /// Bumped when the layout changes incompatibly.
@@ -27,6 +26,26 @@ const META: &str = "meta.json";
 pub(crate) const BEST_DIR: &str = "best";
 /// That version's evaluation, beside it.
 pub(crate) const BEST_EVAL: &str = "eval.json";
+
+/// A trainer's whole state between two updates: what a checkpoint stores and what a
+/// resumed run starts from. The checkpoint module knows this snapshot, not the trainer.
+#[derive(Clone, Debug)]
+pub struct TrainerState {
+    /// The run's config.
+    pub config: RunConfig,
+    /// The run's config hash (kept on resume: the annealing horizon is part of it).
+    pub config_hash: String,
+    /// Counters and statistics; `progress.policy_version` is the weights' version.
+    pub progress: Progress,
+    /// The learner's normalisation statistics (published with the policy).
+    pub normalizer: NormalizerStats,
+    /// Each worker's envs, observations and RNG after its last consumed fragment.
+    pub workers: Vec<WorkerState>,
+    /// Minibatch-shuffling RNG.
+    pub ppo_rng: Xoshiro256PlusPlus,
+    /// Weights and optimiser state, by name.
+    pub tensors: Vec<NamedTensor>,
+}
 
 /// Everything but the weights.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -120,30 +139,22 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
     f.sync_all().map_err(|e| RuntimeError::io(path, e))
 }
 
-/// Writes `trainer`'s full state to `dir` (replacing an older checkpoint there).
+/// Writes a trainer's state (`Trainer::state`) to `dir`, replacing an older checkpoint
+/// there only once the new one is complete.
 ///
 /// # Errors
 /// [`RuntimeError::Io`] naming the file that could not be written.
-pub fn save_checkpoint(trainer: &Trainer, dir: &Path) -> Result<(), RuntimeError> {
-    let weights = tensors_to_bytes(&trainer.core.model().tensors())
-        .map_err(|e| RuntimeError::checkpoint(dir, e))?;
+pub fn save_checkpoint(state: &TrainerState, dir: &Path) -> Result<(), RuntimeError> {
+    let weights = tensors_to_bytes(&state.tensors).map_err(|e| RuntimeError::checkpoint(dir, e))?;
     let meta = CheckpointMeta {
         format_version: FORMAT_VERSION,
-        config: trainer.config.clone(),
-        config_hash: trainer.config_hash.clone(),
-        policy_version: trainer.progress.policy_version,
-        progress: trainer.progress.clone(),
-        normalizer: trainer.normalizer.clone(),
-        workers: trainer
-            .collector
-            .worker_states
-            .iter()
-            .cloned()
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                RuntimeError::checkpoint(dir, "no update has completed yet: nothing to checkpoint")
-            })?,
-        ppo_rng: trainer.core.ppo().rng().clone(),
+        config: state.config.clone(),
+        config_hash: state.config_hash.clone(),
+        policy_version: state.progress.policy_version,
+        progress: state.progress.clone(),
+        normalizer: state.normalizer.clone(),
+        workers: state.workers.clone(),
+        ppo_rng: state.ppo_rng.clone(),
         weights_sha256: sha256_hex(&weights),
     };
     let parent = dir.parent().unwrap_or(Path::new("."));
@@ -174,6 +185,22 @@ pub struct LoadedCheckpoint {
     pub meta: CheckpointMeta,
     /// Tensors by name.
     pub tensors: Vec<NamedTensor>,
+}
+
+impl LoadedCheckpoint {
+    /// The trainer state it holds, to resume from.
+    pub fn into_state(self) -> TrainerState {
+        let m = self.meta;
+        TrainerState {
+            config: m.config,
+            config_hash: m.config_hash,
+            progress: m.progress,
+            normalizer: m.normalizer,
+            workers: m.workers,
+            ppo_rng: m.ppo_rng,
+            tensors: self.tensors,
+        }
+    }
 }
 
 /// Resolves `path` to a checkpoint directory: itself, or `path/checkpoint` for a run dir.
@@ -222,47 +249,6 @@ pub fn read_checkpoint(path: &Path) -> Result<LoadedCheckpoint, RuntimeError> {
         tensors_from_bytes(&weights).map_err(|e| RuntimeError::checkpoint(&weights_path, e))?;
     meta.config.validate()?;
     Ok(LoadedCheckpoint { meta, tensors })
-}
-
-impl Trainer {
-    /// Continues a run from a checkpoint exactly where it stopped. `config`, when given,
-    /// replaces run-control settings (budget, stopping, checkpointing); the policy-defining
-    /// parts must match the checkpoint's.
-    ///
-    /// # Errors
-    /// A checkpoint error, or [`RuntimeError::Config`] when `config` changes what defines
-    /// the policy.
-    pub fn resume(path: &Path, config: Option<RunConfig>) -> Result<Self, RuntimeError> {
-        let loaded = read_checkpoint(path)?;
-        let meta = loaded.meta;
-        let mut run_config = meta.config.clone();
-        if let Some(c) = config {
-            if c.env != run_config.env
-                || c.ppo != run_config.ppo
-                || c.network != run_config.network
-                || c.train.seed != run_config.train.seed
-                || c.runtime.workers != run_config.runtime.workers
-                || c.runtime.mode != run_config.runtime.mode
-                || c.effective_lag() != run_config.effective_lag()
-            {
-                return Err(RuntimeError::Config("--resume keeps the checkpoint's env, ppo, network, seed, workers, mode and lag; only train.* run-control keys and runtime timeouts may change".into()));
-            }
-            run_config.train = c.train;
-            run_config.runtime = c.runtime;
-        }
-        Trainer::start(
-            run_config,
-            Some(ResumePoint {
-                model_tensors: loaded.tensors,
-                progress: meta.progress,
-                normalizer: meta.normalizer,
-                workers: meta.workers,
-                ppo_rng: meta.ppo_rng,
-                // The annealing horizon is part of the identity: keep the original hash.
-                config_hash: meta.config_hash,
-            }),
-        )
-    }
 }
 
 /// A trained policy ready for evaluation: its config, model and (frozen) env wrappers.

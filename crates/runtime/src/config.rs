@@ -349,6 +349,28 @@ impl RunConfig {
         Ok(())
     }
 
+    /// This checkpointed config with `wanted`'s run-control settings (`train.*`,
+    /// `runtime.*` timeouts and threads), for `--resume`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] when `wanted` changes what defines the policy: env, PPO,
+    /// network, seed, workers, mode or lag.
+    pub fn resumed_with(mut self, wanted: RunConfig) -> Result<RunConfig, RuntimeError> {
+        if wanted.env != self.env
+            || wanted.ppo != self.ppo
+            || wanted.network != self.network
+            || wanted.train.seed != self.train.seed
+            || wanted.runtime.workers != self.runtime.workers
+            || wanted.runtime.mode != self.runtime.mode
+            || wanted.effective_lag() != self.effective_lag()
+        {
+            return Err(RuntimeError::Config("--resume keeps the checkpoint's env, ppo, network, seed, workers, mode and lag; only train.* run-control keys and runtime timeouts may change".into()));
+        }
+        self.train = wanted.train;
+        self.runtime = wanted.runtime;
+        Ok(self)
+    }
+
     /// Checks every range and cross-field constraint.
     ///
     /// # Errors

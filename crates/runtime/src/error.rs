@@ -20,6 +20,9 @@ pub enum RuntimeError {
     /// A checkpoint is missing, unreadable or does not fit.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint { path: PathBuf, reason: String },
+    /// A checkpoint was asked for before the first update (no worker state yet).
+    #[error("nothing to checkpoint yet: no update has completed")]
+    NothingToSave,
     /// Model tensors do not fit the architecture.
     #[error("model: {0}")]
     Model(#[from] NnError),

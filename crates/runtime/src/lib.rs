@@ -62,7 +62,8 @@ mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
-    find_version, load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, Policy,
+    find_version, load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, LoadedCheckpoint,
+    Policy, TrainerState,
 };
 pub use config::{
     EnvConfig, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,

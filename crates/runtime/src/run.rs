@@ -219,7 +219,7 @@ fn save_best(trainer: &Trainer, run_dir: &RunDir, result: &EvalResult) -> Result
         }
     }
     trainer.flush_ledger()?;
-    save_checkpoint(trainer, &staged)?;
+    save_checkpoint(&trainer.state()?, &staged)?;
     let eval_path = staged.join(BEST_EVAL);
     let text = serde_json::to_vec_pretty(result).expect("an evaluation serialises");
     fs::write(&eval_path, text).map_err(|e| RuntimeError::io(&eval_path, e))?;
@@ -294,7 +294,7 @@ pub fn train(
                 .join(format!("step-{}", record.global_step));
             // Everything up to the checkpoint is durable in the ledger before it is written.
             trainer.flush_ledger()?;
-            save_checkpoint(trainer, &dir)?;
+            save_checkpoint(&trainer.state()?, &dir)?;
         }
     }
     if let Some(e) = evals.as_mut() {
@@ -302,7 +302,7 @@ pub fn train(
     }
     run_dir.flush()?;
     trainer.flush_ledger()?;
-    save_checkpoint(trainer, &run_dir.checkpoint_dir())?;
+    save_checkpoint(&trainer.state()?, &run_dir.checkpoint_dir())?;
     trainer.publish_live(true);
     if let Some(stats) = trainer.close_ledger()? {
         tracing::info!(

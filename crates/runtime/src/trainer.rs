@@ -2,6 +2,7 @@
 //! assemble one fragment per worker, bootstraps values, lets the [`LearnerCore`] correct,
 //! admit and train, publishes the next policy version and keeps the run's counters.
 
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -11,6 +12,7 @@ use strata_env::NormalizerStats;
 use strata_nn::ActorCritic;
 
 use crate::buffer::WorkerState;
+use crate::checkpoint::{read_checkpoint, TrainerState};
 use crate::collector::{Books, Collector};
 use crate::eval::{evaluate_model, EvalResult, PinnedVersion};
 use crate::factory::initial_normalizer;
@@ -45,16 +47,6 @@ pub struct Trainer {
     dropped_samples: u64,
 }
 
-/// What a resumed run starts from.
-pub(crate) struct ResumePoint {
-    pub model_tensors: Vec<strata_nn::NamedTensor>,
-    pub progress: Progress,
-    pub normalizer: NormalizerStats,
-    pub workers: Vec<WorkerState>,
-    pub ppo_rng: rand_xoshiro::Xoshiro256PlusPlus,
-    pub config_hash: String,
-}
-
 impl Trainer {
     /// A new run at step 0 with version-0 weights; starts the worker threads.
     ///
@@ -64,11 +56,55 @@ impl Trainer {
         Self::start(config, None)
     }
 
-    /// Wires the buffer, policy store, queues and workers, from scratch or a resume point.
-    pub(crate) fn start(
-        config: RunConfig,
-        resume: Option<ResumePoint>,
-    ) -> Result<Self, RuntimeError> {
+    /// Continues a run from a checkpoint exactly where it stopped. `config`, when given,
+    /// replaces run-control settings (budget, stopping, checkpointing, runtime timeouts);
+    /// the policy-defining parts must match the checkpoint's.
+    ///
+    /// # Errors
+    /// A checkpoint error, or [`RuntimeError::Config`] when `config` changes what defines
+    /// the policy.
+    pub fn resume(path: &Path, config: Option<RunConfig>) -> Result<Self, RuntimeError> {
+        let mut state = read_checkpoint(path)?.into_state();
+        if let Some(wanted) = config {
+            state.config = state.config.resumed_with(wanted)?;
+        }
+        Self::from_state(state)
+    }
+
+    /// Continues from a saved state (a checkpoint read with [`read_checkpoint`]).
+    ///
+    /// # Errors
+    /// As [`Trainer::new`], or when the state does not fit its config.
+    pub fn from_state(state: TrainerState) -> Result<Self, RuntimeError> {
+        Self::start(state.config.clone(), Some(state))
+    }
+
+    /// The state a checkpoint saves: weights, optimiser, counters, normaliser and every
+    /// worker's envs after its last consumed fragment.
+    ///
+    /// # Errors
+    /// [`RuntimeError::NothingToSave`] before the first update.
+    pub fn state(&self) -> Result<TrainerState, RuntimeError> {
+        let workers = self
+            .collector
+            .worker_states
+            .iter()
+            .cloned()
+            .collect::<Option<Vec<_>>>()
+            .ok_or(RuntimeError::NothingToSave)?;
+        Ok(TrainerState {
+            config: self.config.clone(),
+            config_hash: self.config_hash.clone(),
+            progress: self.progress.clone(),
+            normalizer: self.normalizer.clone(),
+            workers,
+            ppo_rng: self.core.ppo().rng().clone(),
+            tensors: self.core.model().tensors(),
+        })
+    }
+
+    /// Wires the buffer, policy store, queues and workers, from scratch or a saved state.
+    fn start(config: RunConfig, resume: Option<TrainerState>) -> Result<Self, RuntimeError> {
         config.validate()?;
         // The update's threads are pinned after the workers' CPUs.
         let mut core = LearnerCore::new(&config, config.runtime.workers)?;
@@ -79,7 +115,7 @@ impl Trainer {
         let mut config_hash = config.config_hash();
         let mut starts: Vec<Option<WorkerState>> = vec![None; workers];
         if let Some(r) = resume {
-            core.model_mut().load_tensors(&r.model_tensors)?;
+            core.model_mut().load_tensors(&r.tensors)?;
             if r.workers.len() != workers {
                 return Err(RuntimeError::Config(format!(
                     "the checkpoint has {} worker states, the config {workers} workers",

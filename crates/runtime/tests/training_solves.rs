@@ -104,7 +104,7 @@ fn mountaincar_continuous_best_version_solves_seed_4() {
 fn success_rate_after(env: &str, seed: u64, budget: u64) -> f64 {
     let trainer = train(env, seed, budget, false);
     let dir = tempfile::tempdir().unwrap();
-    strata_runtime::save_checkpoint(&trainer, dir.path()).unwrap();
+    strata_runtime::save_checkpoint(&trainer.state().unwrap(), dir.path()).unwrap();
     drop(trainer);
     let mut policy = strata_runtime::load_policy(dir.path()).unwrap();
     let result = strata_runtime::evaluate(&mut policy, 200, 99, true).unwrap();
