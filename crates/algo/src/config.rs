@@ -29,7 +29,9 @@ pub struct PpoConfig {
     pub ent_coef: f64,
     /// Value loss coefficient.
     pub vf_coef: f64,
-    /// Global gradient-norm clip (off when absent).
+    /// Global gradient-norm clip (off when absent). Absent from a file means off, like
+    /// every optional key, although the default clips at 0.5.
+    #[serde(default)]
     pub max_grad_norm: Option<f64>,
     /// Normalise advantages per minibatch.
     pub norm_adv: bool,

@@ -9,9 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use strata_runtime::{
-    evaluate, find_version, load_policy, preset, run, RunConfig, RunDir, Trainer,
-};
+use strata_runtime::{evaluate, find_version, load_policy, run, RunConfig, RunDir, Trainer};
 
 /// Strata: asynchronous reinforcement learning with provenance for every sample.
 #[derive(Parser, Debug)]
@@ -220,60 +218,19 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// Recursively lays `over` onto `base`.
-fn merge(base: &mut toml::Table, over: toml::Table) {
-    for (k, v) in over {
-        match (base.get_mut(&k), v) {
-            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
-            (_, v) => {
-                base.insert(k, v);
-            }
-        }
-    }
-}
-
 /// The config a command line asks for: the env's preset, then the config file, then
-/// `--set`, then flags.
+/// `--set` (one function, [`RunConfig::layered`]), then the flag shortcuts.
 pub(crate) fn build_config(args: &ConfigArgs) -> Result<RunConfig> {
-    let file: Option<toml::Table> = match &args.config {
-        Some(path) => {
-            let text = fs::read_to_string(path)
-                .with_context(|| format!("cannot read config file {}", path.display()))?;
-            Some(
-                toml::from_str(&text)
-                    .with_context(|| format!("config file {} is not valid TOML", path.display()))?,
-            )
-        }
-        None => None,
-    };
-    let file_env = file
-        .as_ref()
-        .and_then(|t| t.get("env"))
-        .and_then(|e| e.get("name"))
-        .and_then(|n| n.as_str())
-        .map(str::to_string);
-    let env = args
-        .env
-        .clone()
-        .or(file_env)
-        .unwrap_or_else(|| "cartpole".into());
-    let Some(mut config) = preset(&env) else {
-        bail!(
-            "unknown env `{env}` (known: {})",
-            strata_env::env_names().join(", ")
-        );
-    };
-    if let (Some(table), Some(path)) = (file, &args.config) {
-        let mut doc = toml::Table::try_from(&config).context("serialising the preset")?;
-        merge(&mut doc, table);
-        config = RunConfig::from_table(doc)
-            .with_context(|| format!("in config file {}", path.display()))?;
-        config.env.name.clone_from(&env);
-    }
-    apply_overrides(config, args)
+    let file = args
+        .config
+        .as_deref()
+        .map(strata_runtime::ConfigFile::read)
+        .transpose()?;
+    let config = RunConfig::layered(args.env.as_deref(), file.as_ref(), &args.sets)?;
+    apply_flags(config, args)
 }
 
-/// Applies `--set` and the flag shortcuts to `config`, then validates it.
+/// Applies `--set` to a checkpoint's config, then the flag shortcuts.
 fn apply_overrides(mut config: RunConfig, args: &ConfigArgs) -> Result<RunConfig> {
     for set in &args.sets {
         let Some((key, value)) = set.split_once('=') else {
@@ -281,6 +238,11 @@ fn apply_overrides(mut config: RunConfig, args: &ConfigArgs) -> Result<RunConfig
         };
         config.set(key.trim(), value.trim())?;
     }
+    apply_flags(config, args)
+}
+
+/// Applies the flag shortcuts (`--seed`, `--max-steps`, ...) to `config`, then validates it.
+fn apply_flags(mut config: RunConfig, args: &ConfigArgs) -> Result<RunConfig> {
     if let Some(seed) = args.seed {
         config.train.seed = seed;
     }

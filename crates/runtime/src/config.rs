@@ -273,82 +273,7 @@ pub struct RunConfig {
     pub report: ReportSettings,
 }
 
-impl Default for RunConfig {
-    fn default() -> Self {
-        crate::presets::preset("cartpole").expect("the default preset exists")
-    }
-}
-
 impl RunConfig {
-    /// Parses TOML text; unknown keys and wrong types are errors naming the key.
-    ///
-    /// # Errors
-    /// [`RuntimeError::Config`] describing the problem.
-    pub fn from_toml(text: &str) -> Result<Self, RuntimeError> {
-        serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            // Without a key the problem is the text itself: keep its line and column.
-            RuntimeError::Config(if key == "." {
-                inner.to_string()
-            } else {
-                format!("`{key}`: {}", inner.message())
-            })
-        })
-    }
-
-    /// A config from a TOML table (a preset with a file laid over it, say); a value of the
-    /// wrong type is an error naming its dotted key.
-    ///
-    /// # Errors
-    /// [`RuntimeError::Config`] naming the key and what was wrong.
-    pub fn from_table(table: toml::Table) -> Result<Self, RuntimeError> {
-        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            RuntimeError::Config(format!("`{key}`: {}", e.into_inner().message()))
-        })
-    }
-
-    /// The config as TOML.
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a RunConfig always serialises")
-    }
-
-    /// Sets one dotted key (`ppo.learning_rate`) from text parsed as a TOML value (a bare
-    /// word is a string; `none` clears an optional key).
-    ///
-    /// # Errors
-    /// [`RuntimeError::Config`] naming the key when it does not exist or the value does not
-    /// fit its type.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), RuntimeError> {
-        let mut doc = toml::Table::try_from(&*self).expect("a RunConfig always serialises");
-        let parts: Vec<&str> = key.split('.').collect();
-        let (last, path) = parts.split_last().expect("split yields at least one part");
-        let mut table = &mut doc;
-        for part in path {
-            table = match table.get_mut(*part).and_then(toml::Value::as_table_mut) {
-                Some(t) => t,
-                None => {
-                    return Err(RuntimeError::Config(format!(
-                        "unknown config key `{key}` (no section `{part}`)"
-                    )))
-                }
-            };
-        }
-        if value == "none" {
-            table.remove(*last);
-        } else {
-            let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
-                .ok()
-                .and_then(|mut t| t.remove("v"))
-                .unwrap_or_else(|| toml::Value::String(value.to_string()));
-            table.insert((*last).to_string(), parsed);
-        }
-        *self = Self::from_table(doc)
-            .map_err(|e| RuntimeError::Config(format!("cannot set `{key}` = {value}: {e}")))?;
-        Ok(())
-    }
-
     /// This checkpointed config with `wanted`'s run-control settings (`train.*`,
     /// `runtime.*` timeouts and threads), for `--resume`.
     ///
@@ -619,63 +544,6 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn set_changes_one_key_and_names_unknown_ones() {
-        let mut c = RunConfig::default();
-        c.set("ppo.learning_rate", "0.002").unwrap();
-        assert_eq!(c.ppo.learning_rate, 0.002);
-        c.set("ppo.target_kl", "0.01").unwrap();
-        assert_eq!(c.ppo.target_kl, Some(0.01));
-        c.set("ppo.target_kl", "none").unwrap();
-        assert_eq!(c.ppo.target_kl, None);
-        c.set("env.name", "pendulum").unwrap();
-        assert_eq!(c.env.name, "pendulum");
-        c.set("network.policy_hidden", "[32, 32]").unwrap();
-        assert_eq!(c.network.policy_hidden, vec![32, 32]);
-        let err = c.set("ppo.learning_rat", "1").unwrap_err().to_string();
-        assert!(err.contains("learning_rat"), "{err}");
-        let err = c.set("nope.x", "1").unwrap_err().to_string();
-        assert!(err.contains("nope"), "{err}");
-        let err = c.set("ppo.n_epochs", "many").unwrap_err().to_string();
-        assert!(err.contains("n_epochs"), "{err}");
-    }
-
-    #[test]
-    fn toml_round_trips_and_rejects_unknown_keys() {
-        let c = RunConfig::default();
-        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
-        let err = RunConfig::from_toml("[ppo]\nlearning_rte = 1.0\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("learning_rte"), "{err}");
-    }
-
-    #[test]
-    fn a_value_of_the_wrong_type_names_its_key() {
-        let err = RunConfig::from_toml("[ppo]\nn_epochs = \"x\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("`ppo.n_epochs`") && err.contains("string"),
-            "{err}"
-        );
-        let mut table = toml::Table::try_from(RunConfig::default()).unwrap();
-        table["env"]
-            .as_table_mut()
-            .unwrap()
-            .insert("num_envs".into(), toml::Value::Boolean(true));
-        let err = RunConfig::from_table(table).unwrap_err().to_string();
-        assert!(err.contains("`env.num_envs`"), "{err}");
-        let err = RunConfig::default()
-            .set("train.total_steps", "\"many\"")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("`train.total_steps`"), "{err}");
-        // A syntax error keeps its position in the text.
-        let err = RunConfig::from_toml("[ppo\n").unwrap_err().to_string();
-        assert!(err.contains("line 1"), "{err}");
-    }
 
     #[test]
     fn validation_names_the_key() {

@@ -11,6 +11,12 @@ pub enum RuntimeError {
     /// The config text could not be parsed or a key does not exist.
     #[error("config: {0}")]
     Config(String),
+    /// A config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    ConfigFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A config value is out of range.
     #[error("invalid config: {0}")]
     InvalidConfig(InvalidConfig),

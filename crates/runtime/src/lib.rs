@@ -45,6 +45,7 @@ mod error;
 mod eval;
 mod factory;
 mod inference;
+mod layers;
 pub mod learner_core;
 mod learner_pool;
 mod ledger_link;
@@ -72,10 +73,11 @@ pub use config::{
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
 pub use factory::{build_envs, build_model, build_ppo};
+pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
-pub use presets::preset;
+pub use presets::{preset, DEFAULT_ENV};
 pub use records::{
     AdmissionCounts, InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord,
 };

@@ -30,6 +30,16 @@ fn assemble(
     }
 }
 
+/// The env of a config that names none.
+pub const DEFAULT_ENV: &str = "cartpole";
+
+/// The one default config: the preset of [`DEFAULT_ENV`].
+impl Default for RunConfig {
+    fn default() -> Self {
+        preset(DEFAULT_ENV).expect("the default env has a preset")
+    }
+}
+
 /// The preset for a built-in env, or `None` for an unknown name.
 pub fn preset(env: &str) -> Option<RunConfig> {
     let base = |num_envs: usize, normalize: bool, total_steps: u64| {

@@ -117,7 +117,7 @@ fn read_config(
         .next()
         .and_then(|l| l.strip_prefix("# config hash "))
         .map(|h| h.trim().to_string());
-    match RunConfig::from_toml(&text) {
+    match RunConfig::from_saved_toml(&text) {
         Ok(c) => (Some(c), hash),
         Err(e) => {
             problems.push(format!("{}: not a valid run config: {e}", path.display()));
