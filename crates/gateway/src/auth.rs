@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ApiError, GatewayError};
+use crate::error::{GatewayError, RequestError};
 
 /// What a token may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,25 +176,25 @@ impl Auth {
     /// Checks an `Authorization` header value against `role` and the rate limit.
     ///
     /// # Errors
-    /// 401 without a known bearer token, 403 for the wrong role, 429 over the limit.
-    pub fn check(&self, header: Option<&str>, role: Role) -> Result<Caller, ApiError> {
+    /// `Unauthenticated` without a known bearer token, `Forbidden` for the wrong role, `RateLimited` over the limit.
+    pub fn check(&self, header: Option<&str>, role: Role) -> Result<Caller, RequestError> {
         let token = header
             .and_then(|h| h.strip_prefix("Bearer "))
             .ok_or_else(|| {
-                ApiError::unauthorized("missing `Authorization: Bearer <token>` header")
+                RequestError::unauthenticated("missing `Authorization: Bearer <token>` header")
             })?;
         let caller = self
             .by_token
             .get(token.trim())
-            .ok_or_else(|| ApiError::unauthorized("unknown token"))?;
+            .ok_or_else(|| RequestError::unauthenticated("unknown token"))?;
         if role == Role::Operator && caller.role != Role::Operator {
-            return Err(ApiError::forbidden(format!(
+            return Err(RequestError::forbidden(format!(
                 "{} is an agent: this needs operator credentials",
                 caller.name
             )));
         }
         if role == Role::Agent && caller.role != Role::Agent {
-            return Err(ApiError::forbidden(format!(
+            return Err(RequestError::forbidden(format!(
                 "{} is an operator: agent endpoints need an agent token",
                 caller.name
             )));
@@ -203,7 +203,7 @@ impl Auth {
         Ok(caller.clone())
     }
 
-    fn take(&self, name: &str) -> Result<(), ApiError> {
+    fn take(&self, name: &str) -> Result<(), RequestError> {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().expect("rate buckets");
         let b = buckets.entry(name.to_string()).or_insert(Bucket {
@@ -213,7 +213,7 @@ impl Auth {
         b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.rate).min(self.burst);
         b.at = now;
         if b.tokens < 1.0 {
-            return Err(ApiError::too_many(format!(
+            return Err(RequestError::rate_limited(format!(
                 "{name} is over its rate limit of {} requests/s",
                 self.rate
             )));
@@ -237,26 +237,30 @@ mod tests {
         let auth = Auth::new(&file, 1.0, 2.0);
         let agent = format!("Bearer {}", file.agents["agent-0"]);
         let op = format!("Bearer {}", file.operator());
-        assert_eq!(auth.check(None, Role::Agent).unwrap_err().status, 401);
-        assert_eq!(
-            auth.check(Some("Bearer nope"), Role::Agent)
-                .unwrap_err()
-                .status,
-            401
-        );
-        assert_eq!(
-            auth.check(Some(&agent), Role::Operator).unwrap_err().status,
-            403
-        );
+        use crate::error::RequestError as E;
+        assert!(matches!(
+            auth.check(None, Role::Agent),
+            Err(E::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            auth.check(Some("Bearer nope"), Role::Agent),
+            Err(E::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            auth.check(Some(&agent), Role::Operator),
+            Err(E::Forbidden(_))
+        ));
         assert_eq!(
             auth.check(Some(&op), Role::Operator).unwrap().name,
             "operator"
         );
         assert!(auth.check(Some(&agent), Role::Agent).is_ok());
         assert!(auth.check(Some(&agent), Role::Agent).is_ok());
-        assert_eq!(
-            auth.check(Some(&agent), Role::Agent).unwrap_err().status,
-            429,
+        assert!(
+            matches!(
+                auth.check(Some(&agent), Role::Agent),
+                Err(E::RateLimited(_))
+            ),
             "burst of 2 spent"
         );
         let names: Vec<String> = file.agent_tokens().into_iter().map(|(n, _)| n).collect();

@@ -1,70 +1,93 @@
-//! Errors: what an HTTP client sees ([`ApiError`]) and what stops the gateway
-//! ([`GatewayError`]).
+//! Errors: why an operation was refused ([`RequestError`], which the server maps to HTTP
+//! statuses) and what stops the gateway ([`GatewayError`]).
 
-/// A request the gateway refuses or could not serve: an HTTP status and a message naming
-/// the problem.
+/// Why the gateway refused an operation or could not serve it, in the domain's words.
+/// The core never speaks HTTP: the server alone maps each kind to a status code.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{status}: {message}")]
-pub struct ApiError {
-    /// HTTP status code.
-    pub status: u16,
-    /// What was wrong.
-    pub message: String,
+pub enum RequestError {
+    /// Malformed or invalid input.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// No token, or one the gateway does not know.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    /// The caller's role or ownership does not allow it.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// An unknown episode, action, version, trajectory or sample.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Not allowed in the current state (an outstanding action, an ended episode, ...).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Over the caller's rate limit.
+    #[error("rate limited: {0}")]
+    RateLimited(String),
+    /// The gateway could not serve it now (storage failed, the learner is gone); nothing
+    /// was acknowledged.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
-impl ApiError {
-    /// 400: malformed or invalid input.
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, message)
+impl RequestError {
+    /// [`RequestError::Invalid`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        RequestError::Invalid(message.into())
     }
 
-    /// 401: no or unknown token.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(401, message)
+    /// [`RequestError::Unauthenticated`].
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        RequestError::Unauthenticated(message.into())
     }
 
-    /// 403: the token's role or owner does not allow this.
+    /// [`RequestError::Forbidden`].
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, message)
+        RequestError::Forbidden(message.into())
     }
 
-    /// 404: unknown episode, action or version.
+    /// [`RequestError::NotFound`].
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(404, message)
+        RequestError::NotFound(message.into())
     }
 
-    /// 409: not allowed in the current state.
+    /// [`RequestError::Conflict`].
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(409, message)
+        RequestError::Conflict(message.into())
     }
 
-    /// 429: over the rate limit.
-    pub fn too_many(message: impl Into<String>) -> Self {
-        Self::new(429, message)
+    /// [`RequestError::RateLimited`].
+    pub fn rate_limited(message: impl Into<String>) -> Self {
+        RequestError::RateLimited(message.into())
     }
 
-    /// 500/503: the gateway failed (storage, a worker gone).
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(503, message)
+    /// [`RequestError::Unavailable`].
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        RequestError::Unavailable(message.into())
     }
 
-    pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
+    /// What was wrong, without the kind.
+    pub fn message(&self) -> &str {
+        match self {
+            RequestError::Invalid(m)
+            | RequestError::Unauthenticated(m)
+            | RequestError::Forbidden(m)
+            | RequestError::NotFound(m)
+            | RequestError::Conflict(m)
+            | RequestError::RateLimited(m)
+            | RequestError::Unavailable(m) => m,
         }
     }
 }
 
-impl From<strata_ledger::LedgerError> for ApiError {
+impl From<strata_ledger::LedgerError> for RequestError {
     fn from(e: strata_ledger::LedgerError) -> Self {
         match e {
-            strata_ledger::LedgerError::Rejected(m) => ApiError::bad_request(m),
+            strata_ledger::LedgerError::Rejected(m) => RequestError::Invalid(m),
             strata_ledger::LedgerError::UnknownPolicyVersion(_)
             | strata_ledger::LedgerError::UnknownRulesVersion(_) => {
-                ApiError::not_found(e.to_string())
+                RequestError::NotFound(e.to_string())
             }
-            other => ApiError::internal(other.to_string()),
+            other => RequestError::Unavailable(other.to_string()),
         }
     }
 }

@@ -7,13 +7,14 @@
 //! PPO: agents sample with older versions), applies the admission rules per segment,
 //! records the decisions in the ledger, runs the PPO update and publishes the parameters.
 
+use std::collections::HashSet;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Serialize;
 use strata_algo::RolloutBuffer;
 use strata_runtime::learner_core::id_runs;
@@ -21,90 +22,34 @@ use strata_runtime::{Correction, LearnerCore, RowSpan, SampleGroup};
 
 use crate::api::Channel;
 use crate::gateway::Gateway;
+use crate::segment::{LearnerMessage, Segment};
 use crate::settings::ReleaseMode;
 
-/// Consecutive reported steps of one trajectory.
-#[derive(Clone, Debug)]
-pub struct Segment {
-    /// The trajectory.
-    pub trajectory: u64,
-    /// The version that produced it.
-    pub version: u64,
-    /// Its ledger bucket.
-    pub bucket: String,
-    obs_dim: usize,
-    action_dim: usize,
-    /// Sample ids, in order.
-    pub sample_ids: Vec<u64>,
-    obs: Vec<f32>,
-    actions: Vec<f32>,
-    log_probs: Vec<f32>,
-    values: Vec<f32>,
-    rewards: Vec<f32>,
-    /// Completion time of the last step.
-    pub completed_at_ns: i64,
-    /// Ended in a terminal state (else the value is bootstrapped).
-    pub terminated: bool,
-    /// V(observation after the last step), when not terminal.
-    pub bootstrap: f32,
+/// Trajectories invalidated lately, whose segments the learner drops (waiting ones at once,
+/// later ones on arrival). Bounded: a trajectory's segments arrive within an episode, so
+/// the oldest entries can be forgotten.
+#[derive(Default)]
+struct RecentlyInvalid {
+    set: HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
 }
 
-impl Segment {
-    /// An empty segment.
-    pub fn new(
-        trajectory: u64,
-        version: u64,
-        bucket: &str,
-        obs_dim: usize,
-        action_dim: usize,
-    ) -> Self {
-        Segment {
-            trajectory,
-            version,
-            bucket: bucket.to_string(),
-            obs_dim,
-            action_dim,
-            sample_ids: Vec::new(),
-            obs: Vec::new(),
-            actions: Vec::new(),
-            log_probs: Vec::new(),
-            values: Vec::new(),
-            rewards: Vec::new(),
-            completed_at_ns: 0,
-            terminated: false,
-            bootstrap: 0.0,
+impl RecentlyInvalid {
+    const CAPACITY: usize = 1 << 16;
+
+    fn insert(&mut self, trajectory: u64) {
+        if self.set.insert(trajectory) {
+            self.order.push_back(trajectory);
+            if self.order.len() > Self::CAPACITY {
+                let oldest = self.order.pop_front().expect("non-empty");
+                self.set.remove(&oldest);
+            }
         }
     }
 
-    /// Steps held.
-    pub fn len(&self) -> usize {
-        self.sample_ids.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.sample_ids.is_empty()
-    }
-
-    /// Adds a step.
-    #[allow(clippy::too_many_arguments)]
-    pub fn push(
-        &mut self,
-        sample_id: u64,
-        obs: &[f32],
-        action: &[f32],
-        log_prob: f32,
-        value: f32,
-        reward: f32,
-        completed_at_ns: i64,
-    ) {
-        self.sample_ids.push(sample_id);
-        self.obs.extend_from_slice(obs);
-        self.actions.extend_from_slice(action);
-        self.log_probs.push(log_prob);
-        self.values.push(value);
-        self.rewards.push(reward);
-        self.completed_at_ns = completed_at_ns;
+    /// Whether `trajectory` was invalidated lately.
+    fn contains(&self, trajectory: u64) -> bool {
+        self.set.contains(&trajectory)
     }
 }
 
@@ -127,20 +72,19 @@ struct UpdateLine {
     seconds: f64,
 }
 
-/// Starts the learner thread; it stops when `stop` is set or the queue closes.
+/// Starts the learner thread; it stops when its queue is closed and empty.
 ///
 /// # Errors
 /// The thread could not be spawned, or the starting parameters could not be loaded.
 pub fn spawn(
     gateway: Arc<Gateway>,
-    rx: Receiver<Segment>,
-    stop: Arc<AtomicBool>,
+    rx: Receiver<LearnerMessage>,
 ) -> std::io::Result<JoinHandle<()>> {
     let start = gateway.status().latest;
     let params = gateway
         .policies
         .get(start)
-        .map_err(|e| std::io::Error::other(e.message))?
+        .map_err(|e| std::io::Error::other(e.to_string()))?
         .params
         .clone();
     std::thread::Builder::new()
@@ -153,7 +97,7 @@ pub fn spawn(
                     return;
                 }
             };
-            learner.run(&rx, &stop);
+            learner.run(&rx);
         })
 }
 
@@ -162,6 +106,9 @@ struct Learner {
     core: LearnerCore,
     waiting: Vec<Segment>,
     rows_waiting: usize,
+    /// Trajectories invalidated lately, and the rows dropped for them since the last update.
+    invalidated: RecentlyInvalid,
+    rows_skipped: usize,
     base_version: u64,
     updates: u64,
     log: Option<std::fs::File>,
@@ -187,22 +134,30 @@ impl Learner {
             core,
             waiting: Vec::new(),
             rows_waiting: 0,
+            invalidated: RecentlyInvalid::default(),
+            rows_skipped: 0,
             base_version,
             updates: 0,
             log,
         })
     }
 
-    fn run(&mut self, rx: &Receiver<Segment>, stop: &AtomicBool) {
+    fn run(&mut self, rx: &Receiver<LearnerMessage>) {
         let run = &self.gateway.settings.run;
         let batch = run.ppo.n_steps * run.env.num_envs;
-        while !stop.load(Ordering::Relaxed) {
-            self.apply_rollback();
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(seg) => {
-                    self.rows_waiting += seg.len();
-                    self.waiting.push(seg);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(LearnerMessage::Segment(seg)) => {
+                    let seg = *seg;
+                    if self.invalidated.contains(seg.trajectory) {
+                        self.rows_skipped += seg.len();
+                    } else {
+                        self.rows_waiting += seg.len();
+                        self.waiting.push(seg);
+                    }
                 }
+                Ok(LearnerMessage::Rollback(version)) => self.apply_rollback(version),
+                Ok(LearnerMessage::Invalidated(trajectory)) => self.drop_trajectory(trajectory),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -215,10 +170,16 @@ impl Learner {
         }
     }
 
-    fn apply_rollback(&mut self) {
-        let Some(version) = self.gateway.reset_learner.lock().expect("reset").take() else {
-            return;
-        };
+    /// Forgets the waiting segments of an invalidated trajectory, and its later ones.
+    fn drop_trajectory(&mut self, trajectory: u64) {
+        self.invalidated.insert(trajectory);
+        let before = self.rows_waiting;
+        self.waiting.retain(|s| s.trajectory != trajectory);
+        self.rows_waiting = self.waiting.iter().map(Segment::len).sum();
+        self.rows_skipped += before - self.rows_waiting;
+    }
+
+    fn apply_rollback(&mut self, version: u64) {
         match self.gateway.policies.get(version) {
             Ok(p) => match self.core.model_mut().set_flat_params(&p.params) {
                 Ok(()) => {
@@ -234,7 +195,7 @@ impl Learner {
                 }
             },
             Err(e) => {
-                tracing::error!(component = "learner", error = %e.message, "rollback version unreadable")
+                tracing::error!(component = "learner", error = %e, "rollback version unreadable")
             }
         }
     }
@@ -243,12 +204,7 @@ impl Learner {
         let t0 = Instant::now();
         let segments = std::mem::take(&mut self.waiting);
         self.rows_waiting = 0;
-        let (segments, skipped): (Vec<Segment>, Vec<Segment>) = {
-            let invalid = self.gateway.invalidated.lock().expect("invalidated");
-            segments
-                .into_iter()
-                .partition(|s| !invalid.contains(s.trajectory))
-        };
+        let skipped = std::mem::take(&mut self.rows_skipped);
         let rows: usize = segments.iter().map(Segment::len).sum();
         if rows == 0 {
             return Ok(());
@@ -283,7 +239,7 @@ impl Learner {
         }
         // Agents sample with older versions: always decoupled PPO.
         self.core.prepare(&mut buf, Correction::Decoupled);
-        let rules = self.gateway.active_rules().map_err(|e| e.message)?;
+        let rules = self.gateway.active_rules().map_err(|e| e.to_string())?;
         let update = self.updates + 1;
         let admitted = self.core.admit(
             &mut buf,
@@ -306,7 +262,7 @@ impl Learner {
         let version = self
             .gateway
             .publish_params(self.core.params().to_vec(), channel, "learner")
-            .map_err(|e| e.message)?;
+            .map_err(|e| e.to_string())?;
         self.base_version = version;
         self.updates = update;
         self.gateway
@@ -321,7 +277,7 @@ impl Learner {
             trained: counts.trained,
             down_weighted: counts.down_weighted,
             dropped: counts.dropped,
-            invalidated_skipped: skipped.iter().map(Segment::len).sum(),
+            invalidated_skipped: skipped,
             mean_age_versions: admitted.age_versions_sum / rows as f64,
             mean_kl: admitted.kl_sum / rows as f64,
             policy_loss: stats.as_ref().map_or(0.0, |s| s.policy_loss),
@@ -335,5 +291,23 @@ impl Learner {
             let _ = f.write_all(&text);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod recently_invalid_tests {
+    use super::RecentlyInvalid;
+
+    #[test]
+    fn recently_invalid_forgets_the_oldest_beyond_its_capacity() {
+        let mut r = RecentlyInvalid::default();
+        let n = RecentlyInvalid::CAPACITY as u64;
+        for t in 0..=n {
+            r.insert(t);
+            r.insert(t); // repeats change nothing
+        }
+        assert!(!r.contains(0), "the oldest is forgotten");
+        assert!(r.contains(1) && r.contains(n));
+        assert_eq!(r.order.len(), RecentlyInvalid::CAPACITY);
     }
 }

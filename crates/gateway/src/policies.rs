@@ -10,7 +10,7 @@ use strata_nn::{ActorCritic, NamedTensor};
 use strata_runtime::checkpoint::{tensors_from_bytes, tensors_to_bytes};
 use strata_runtime::RunConfig;
 
-use crate::error::{ApiError, GatewayError};
+use crate::error::{GatewayError, RequestError};
 
 /// One served version: its parameters and a model to act with.
 pub struct Served {
@@ -104,8 +104,8 @@ impl PolicyStore {
     /// A stored version, loaded from disk if it left the cache.
     ///
     /// # Errors
-    /// 404 for a version never stored; 503 for an unreadable file.
-    pub fn get(&self, version: u64) -> Result<Arc<Served>, ApiError> {
+    /// `NotFound` for a version never stored; `Unavailable` for an unreadable file.
+    pub fn get(&self, version: u64) -> Result<Arc<Served>, RequestError> {
         if let Some(s) = self.cache.read().expect("policy cache").get(&version) {
             return Ok(s.clone());
         }
@@ -113,20 +113,27 @@ impl PolicyStore {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ApiError::not_found(format!(
+                return Err(RequestError::not_found(format!(
                     "unknown policy version {version}"
                 )))
             }
-            Err(e) => return Err(ApiError::internal(format!("{}: {e}", path.display()))),
+            Err(e) => {
+                return Err(RequestError::unavailable(format!(
+                    "{}: {e}",
+                    path.display()
+                )))
+            }
         };
         let tensors = tensors_from_bytes(&bytes)
-            .map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+            .map_err(|e| RequestError::unavailable(format!("{}: {e}", path.display())))?;
         let params = tensors
             .into_iter()
             .find(|t| t.name == "params")
-            .ok_or_else(|| ApiError::internal(format!("{}: no `params` tensor", path.display())))?
+            .ok_or_else(|| {
+                RequestError::unavailable(format!("{}: no `params` tensor", path.display()))
+            })?
             .data;
         self.cache_params(version, params)
-            .map_err(|e| ApiError::internal(e.to_string()))
+            .map_err(|e| RequestError::unavailable(e.to_string()))
     }
 }

@@ -3,7 +3,6 @@
 //! `connections`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -18,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::auth::{Caller, Role};
-use crate::error::{ApiError, GatewayError};
+use crate::error::{GatewayError, RequestError};
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::settings::GatewaySettings;
@@ -26,14 +25,31 @@ use crate::settings::GatewaySettings;
 /// The OpenAPI description of the API.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        json_response(
-            status,
-            &serde_json::json!({ "error": self.message, "status": self.status }),
-        )
+/// The one place a refusal becomes an HTTP status.
+fn status_of(e: &RequestError) -> StatusCode {
+    match e {
+        RequestError::Invalid(_) => StatusCode::BAD_REQUEST,
+        RequestError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        RequestError::Forbidden(_) => StatusCode::FORBIDDEN,
+        RequestError::NotFound(_) => StatusCode::NOT_FOUND,
+        RequestError::Conflict(_) => StatusCode::CONFLICT,
+        RequestError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+        RequestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
+}
+
+impl IntoResponse for RequestError {
+    fn into_response(self) -> Response {
+        json_error(status_of(&self), self.message())
+    }
+}
+
+/// An error answer: JSON `{error, status}`.
+fn json_error(status: StatusCode, message: &str) -> Response {
+    json_response(
+        status,
+        &serde_json::json!({ "error": message, "status": status.as_u16() }),
+    )
 }
 
 fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
@@ -41,25 +57,25 @@ fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
-type Reply = Result<Response, ApiError>;
+type Reply = Result<Response, RequestError>;
 
 fn ok<T: Serialize>(body: &T) -> Reply {
     Ok(json_response(StatusCode::OK, body))
 }
 
-fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, RequestError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
     parse_required(body)
 }
 
-fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
     serde_json::from_slice(body).map_err(|e| {
         let non_finite = non_finite_literal(body, &e)
             .map(|word| format!(" ({word} is a non-finite number, which JSON cannot carry and the gateway does not accept)"))
             .unwrap_or_default();
-        ApiError::bad_request(format!("invalid JSON body: {e}{non_finite}"))
+        RequestError::invalid(format!("invalid JSON body: {e}{non_finite}"))
     })
 }
 
@@ -85,21 +101,21 @@ fn non_finite_literal(body: &[u8], e: &serde_json::Error) -> Option<&'static str
     })
 }
 
-fn id(text: &str, what: &str) -> Result<u64, ApiError> {
+fn id(text: &str, what: &str) -> Result<u64, RequestError> {
     text.parse()
-        .map_err(|_| ApiError::bad_request(format!("{what} id {text:?} is not a number")))
+        .map_err(|_| RequestError::invalid(format!("{what} id {text:?} is not a number")))
 }
 
 type Gw = State<Arc<Gateway>>;
 
-fn caller(g: &Gateway, headers: &HeaderMap, role: Option<Role>) -> Result<Caller, ApiError> {
+fn caller(g: &Gateway, headers: &HeaderMap, role: Option<Role>) -> Result<Caller, RequestError> {
     let h = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match role {
         Some(role) => g.auth.check(h, role),
         None => g.auth.check(h, Role::Agent).or_else(|e| {
-            if e.status == 403 {
+            if matches!(e, RequestError::Forbidden(_)) {
                 g.auth.check(h, Role::Operator)
             } else {
                 Err(e)
@@ -110,11 +126,11 @@ fn caller(g: &Gateway, headers: &HeaderMap, role: Option<Role>) -> Result<Caller
 
 /// Runs blocking work (durable appends, synced journal writes) off the async workers.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
+    f: impl FnOnce() -> Result<T, RequestError> + Send + 'static,
+) -> Result<T, RequestError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
+        .map_err(|e| RequestError::unavailable(format!("request task failed: {e}")))?
 }
 
 async fn start_episode(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
@@ -166,8 +182,8 @@ async fn as_operator<B: Send + 'static, T: Serialize + Send + 'static>(
     g: Arc<Gateway>,
     headers: &HeaderMap,
     body: &Bytes,
-    parse: fn(&Bytes) -> Result<B, ApiError>,
-    op: impl FnOnce(&Gateway, &Caller, B) -> Result<T, ApiError> + Send + 'static,
+    parse: fn(&Bytes) -> Result<B, RequestError>,
+    op: impl FnOnce(&Gateway, &Caller, B) -> Result<T, RequestError> + Send + 'static,
 ) -> Reply {
     let c = caller(&g, headers, Some(Role::Operator))?;
     let req = parse(body)?;
@@ -274,8 +290,8 @@ async fn track(
     response
 }
 
-async fn not_found() -> ApiError {
-    ApiError::not_found("no such endpoint (see /openapi.json)")
+async fn not_found() -> RequestError {
+    RequestError::not_found("no such endpoint (see /openapi.json)")
 }
 
 /// Most header lines a request may carry (a JSON 431 past it).
@@ -311,14 +327,13 @@ async fn json_errors(
     let size = head_bytes(&req);
     let lines = req.headers().len();
     if size > limits.max_header_bytes || lines > MAX_HEADER_COUNT {
-        return ApiError::new(
-            431,
-            format!(
+        return json_error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &format!(
                 "request head is {size} bytes in {lines} header lines; the limit is {} bytes and {MAX_HEADER_COUNT} lines",
                 limits.max_header_bytes
             ),
-        )
-        .into_response();
+        );
     }
     // Cheap clones (shared bytes), kept only to word a 405.
     let (method, uri) = (req.method().clone(), req.uri().clone());
@@ -353,7 +368,7 @@ async fn json_errors(
         _ if !text.is_empty() => text,
         _ => status.canonical_reason().unwrap_or("error").to_string(),
     };
-    let mut answer = ApiError::new(status.as_u16(), message).into_response();
+    let mut answer = json_error(status, &message);
     if let Some(allow) = allow {
         answer.headers_mut().insert(header::ALLOW, allow);
     }
@@ -409,7 +424,6 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 pub struct Server {
     addr: SocketAddr,
     gateway: Arc<Gateway>,
-    stop: Arc<AtomicBool>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     http: Option<JoinHandle<()>>,
     learner: Option<JoinHandle<()>>,
@@ -426,12 +440,11 @@ impl Server {
         let addr = settings.addr;
         let dir = settings.dir.clone();
         let gateway = Arc::new(Gateway::open(settings)?);
-        let stop = Arc::new(AtomicBool::new(false));
         let learner = if gateway.learns() {
-            let (tx, rx) = std::sync::mpsc::sync_channel(gateway.settings.learner_queue);
+            let (tx, rx) = crossbeam_channel::bounded(gateway.settings.learner_queue);
             gateway.attach_learner(tx);
             Some(
-                crate::learner::spawn(gateway.clone(), rx, stop.clone())
+                crate::learner::spawn(gateway.clone(), rx)
                     .map_err(|e| GatewayError::io("learner thread", e))?,
             )
         } else {
@@ -462,20 +475,20 @@ impl Server {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(gateway.clone());
         let reaper_gateway = gateway.clone();
-        let reaper_stop = stop.clone();
         let http = std::thread::Builder::new()
             .name("strata-gateway".into())
             .spawn(move || {
                 runtime.block_on(async move {
+                    // Ends with the runtime, when serving stops.
                     tokio::spawn(async move {
                         let mut tick = tokio::time::interval(Duration::from_secs(1));
-                        while !reaper_stop.load(Ordering::Relaxed) {
+                        loop {
                             tick.tick().await;
                             let g = reaper_gateway.clone();
                             let _ = tokio::task::spawn_blocking(move || {
                                 g.reap_idle();
                                 if let Err(e) = g.compact_journal() {
-                                    tracing::error!(component = "gateway", error = %e.message, "journal compaction failed");
+                                    tracing::error!(component = "gateway", error = %e, "journal compaction failed");
                                 }
                             })
                             .await;
@@ -492,7 +505,6 @@ impl Server {
         Ok(Server {
             addr: bound,
             gateway,
-            stop,
             shutdown: Some(tx),
             http: Some(http),
             learner,
@@ -528,7 +540,6 @@ impl Server {
     }
 
     fn shutdown_inner(&mut self) -> Result<(), GatewayError> {
-        self.stop.store(true, Ordering::Relaxed);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -538,8 +549,12 @@ impl Server {
                 result = Err(GatewayError::Config("http server panicked".into()));
             }
         }
+        // No request can reach the learner now: closing its queue stops it.
+        self.gateway.detach_learner();
         if let Some(h) = self.learner.take() {
-            let _ = h.join();
+            if h.join().is_err() {
+                result = Err(GatewayError::Config("the learner thread panicked".into()));
+            }
         }
         self.gateway.ledger.flush()?;
         result

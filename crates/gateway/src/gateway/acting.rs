@@ -1,0 +1,289 @@
+//! Acting: an action from the episode's pinned version, the same answer for the same
+//! idempotency key; re-checks that abort or hold an action whose view went stale.
+
+use super::*;
+
+impl Gateway {
+    pub(super) fn check_vector(&self, name: &str, v: &[f32]) -> Result<(), RequestError> {
+        if v.len() != self.obs_dim {
+            return Err(RequestError::invalid(format!(
+                "{name} has {} values; the policy expects {}",
+                v.len(),
+                self.obs_dim
+            )));
+        }
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(RequestError::invalid(format!(
+                "{name}[{i}] is not a finite number"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn side_effect(&self, action_type: &str) -> Result<SideEffect, RequestError> {
+        self.settings
+            .side_effects
+            .get(action_type)
+            .copied()
+            .ok_or_else(|| {
+                let known: Vec<&str> = self
+                    .settings
+                    .side_effects
+                    .keys()
+                    .map(|k| k.as_str())
+                    .collect();
+                RequestError::invalid(format!(
+                    "unknown action_type {action_type:?} (known: {})",
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// Chooses an action with the episode's pinned version. The same idempotency key gets
+    /// the same answer; one action per episode is outstanding at a time.
+    ///
+    /// # Errors
+    /// `Invalid` bad observation or action type; `NotFound`/`Forbidden` episode; `Conflict` wrong state.
+    pub fn act(
+        &self,
+        caller: &Caller,
+        id: u64,
+        req: ActRequest,
+    ) -> Result<ActResponse, RequestError> {
+        self.counters.acts.fetch_add(1, Ordering::Relaxed);
+        self.check_vector("observation", &req.observation)?;
+        if req.idempotency_key.is_empty() {
+            return Err(RequestError::invalid("idempotency_key is empty"));
+        }
+        let action_type = req.action_type.clone().unwrap_or_else(|| "default".into());
+        let side_effect = self.side_effect(&action_type)?;
+        if let Some(t) = req.context.as_ref().and_then(|c| c.target.as_ref()) {
+            if t.iter().any(|x| !x.is_finite()) {
+                return Err(RequestError::invalid(
+                    "context.target holds a non-finite number",
+                ));
+            }
+        }
+        let key = agent_key(&caller.name, &req.idempotency_key);
+        let (version, trajectory) = {
+            let mut state = self.state.lock().expect("state");
+            if let Some(a) = state
+                .action_keys
+                .get(&key)
+                .and_then(|a| state.actions.get(a))
+            {
+                if a.episode != id {
+                    return Err(RequestError::conflict(format!(
+                        "idempotency key {:?} was used for episode {}",
+                        req.idempotency_key, a.episode
+                    )));
+                }
+                return Ok(a.answer.clone());
+            }
+            let e = Self::own(&mut state, caller, id)?;
+            Self::check_active(e)?;
+            if let Some(p) = e.pending {
+                return Err(RequestError::conflict(format!(
+                    "episode {id} has action {p} outstanding: report it first"
+                )));
+            }
+            (e.version, e.trajectory)
+        };
+        let policy = self.policies.get(version)?;
+        let mut action = vec![0.0; self.action_dim];
+        let (mut log_prob, mut value) = ([0.0f32], [0.0f32]);
+        {
+            let seed = xxhash_rust::xxh3::xxh3_64(key.as_bytes()) ^ self.settings.run.train.seed;
+            let mut rng = SampleRng::seed_from_u64(seed);
+            let mut model = policy.model.lock().expect("model");
+            model.act(
+                &req.observation,
+                &mut rng,
+                &[],
+                &mut action,
+                &mut log_prob,
+                &mut value,
+            );
+        }
+        let mut state = self.state.lock().expect("state");
+        if let Some(a) = state
+            .action_keys
+            .get(&key)
+            .and_then(|a| state.actions.get(a))
+        {
+            return Ok(a.answer.clone()); // a concurrent retry won
+        }
+        let action_id = state.next_action;
+        let e = Self::own(&mut state, caller, id)?;
+        if e.pending.is_some() || e.version != version || e.trajectory != trajectory {
+            return Err(RequestError::conflict(format!(
+                "episode {id} changed while acting: retry"
+            )));
+        }
+        e.pending = Some(action_id);
+        e.last_seq = Some(req.env_seq);
+        e.last_activity_ns = now_ns();
+        state.next_action += 1;
+        let answer = ActResponse {
+            action_id,
+            action,
+            policy_version: version,
+            config_hash: self.config_hash.clone(),
+            issued_at_ns: now_ns(),
+            side_effect,
+            trajectory_id: trajectory,
+        };
+        let rec = ActionRec {
+            answer: answer.clone(),
+            episode: id,
+            key: req.idempotency_key,
+            action_type,
+            obs: req.observation,
+            log_prob: log_prob[0],
+            value: value[0],
+            env_seq: req.env_seq,
+            context: req.context,
+            status: ActionStatus::Pending,
+        };
+        state.remember(rec.clone(), self.settings.remembered_actions);
+        self.journal_action(&state, rec)?;
+        Ok(answer)
+    }
+
+    pub(super) fn owned_action<'a>(
+        state: &'a mut State,
+        caller: &Caller,
+        action: u64,
+    ) -> Result<&'a mut ActionRec, RequestError> {
+        let a = state
+            .actions
+            .get(&action)
+            .ok_or_else(|| RequestError::not_found(format!("unknown action {action}")))?;
+        let episode = a.episode;
+        Self::own(state, caller, episode)?;
+        Ok(state.actions.get_mut(&action).expect("checked"))
+    }
+
+    /// Compares the agent's current view with the one the action was chosen on.
+    ///
+    /// # Errors
+    /// `NotFound`/`Forbidden` action; `Conflict` an action no longer outstanding; `Invalid` a bad view.
+    pub fn recheck(
+        &self,
+        caller: &Caller,
+        action: u64,
+        req: RecheckRequest,
+    ) -> Result<RecheckResponse, RequestError> {
+        let mut state = self.state.lock().expect("state");
+        let a = Self::owned_action(&mut state, caller, action)?;
+        if a.status != ActionStatus::Pending {
+            return Err(RequestError::conflict(format!(
+                "action {action} is not outstanding ({:?})",
+                a.status
+            )));
+        }
+        let context = a.context.clone().unwrap_or_default();
+        let episode = a.episode;
+        if let Some(extra) = req.ui_top_level.as_ref().and_then(|now| {
+            let before = context.ui_top_level.clone().unwrap_or_default();
+            now.iter().find(|el| !before.contains(el)).cloned()
+        }) {
+            a.status = ActionStatus::Cancelled;
+            let rec = a.clone();
+            // A person will step in: the trajectory is recorded as interrupted (so the
+            // hold shows in the ledger) and the episode resumes on a new one.
+            let text = format!(
+                "action {action}: unexpected top-level element {extra:?}; held for an operator"
+            );
+            self.invalidate_and_restart(
+                &mut state,
+                episode,
+                ReasonCode::HumanInterrupt,
+                &text,
+                "gateway",
+            )?;
+            let e = state.episodes.get_mut(&episode).expect("episode");
+            e.status = EpisodeStatus::AwaitingConfirmation;
+            self.counters.holds.fetch_add(1, Ordering::Relaxed);
+            self.journal_action(&state, rec)?;
+            return Ok(RecheckResponse {
+                verdict: Verdict::NeedsHuman,
+                reason: format!(
+                    "unexpected top-level element {extra:?}: episode {episode} awaits an operator's confirmation"
+                ),
+            });
+        }
+        if let (Some(before), Some(now)) = (&context.target, &req.target) {
+            if before.len() != now.len() || now.iter().any(|x| !x.is_finite()) {
+                return Err(RequestError::invalid(format!(
+                    "target must hold {} finite numbers",
+                    before.len()
+                )));
+            }
+            let moved = before
+                .iter()
+                .zip(now)
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum::<f32>()
+                .sqrt();
+            if moved > self.settings.recheck_threshold {
+                a.status = ActionStatus::Aborted;
+                let rec = a.clone();
+                let text = format!(
+                    "action {action}: target moved {moved:.4} (threshold {}) before it executed",
+                    self.settings.recheck_threshold
+                );
+                self.invalidate_and_restart(
+                    &mut state,
+                    episode,
+                    ReasonCode::ObservationStale,
+                    &text,
+                    "gateway",
+                )?;
+                self.counters.aborts.fetch_add(1, Ordering::Relaxed);
+                self.journal_action(&state, rec)?;
+                return Ok(RecheckResponse {
+                    verdict: Verdict::Abort,
+                    reason: text,
+                });
+            }
+        }
+        Ok(RecheckResponse {
+            verdict: Verdict::Proceed,
+            reason: "the view matches the one the action was chosen on".into(),
+        })
+    }
+
+    /// Invalidates an episode's current trajectory in the ledger and starts a new one; its
+    /// outstanding action (if any) is cancelled.
+    pub(super) fn invalidate_and_restart(
+        &self,
+        state: &mut State,
+        episode: u64,
+        reason: ReasonCode,
+        text: &str,
+        author: &str,
+    ) -> Result<(), RequestError> {
+        let old = state.episodes[&episode].trajectory;
+        self.ledger.invalidate(Invalidation {
+            target: Target::Trajectory { id: old },
+            reason,
+            text: text.to_string(),
+            author: author.to_string(),
+            rules_version: self.ledger.current().map_or(0, |(_, r)| r.version),
+            at_ns: now_ns(),
+        })?;
+        self.tell_learner(LearnerMessage::Invalidated(old))?;
+        self.rows.lock().expect("rows").remove(&old);
+        let next = state.next_trajectory;
+        state.next_trajectory += 1;
+        let e = state.episodes.get_mut(&episode).expect("episode");
+        e.trajectory = next;
+        if let Some(a) = e.pending.take().and_then(|p| state.actions.get_mut(&p)) {
+            if matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut) {
+                a.status = ActionStatus::Cancelled;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,91 @@
+//! Learner intake: reported steps gathered per trajectory and cut into segments, and the
+//! one queue that carries them, rollbacks and invalidations to the learner in order.
+
+use std::time::Duration;
+
+use crossbeam_channel::{SendTimeoutError, TrySendError};
+
+use super::*;
+
+/// How long a rollback or an invalidation waits for room in a full learner queue (the
+/// learner empties it between updates, which take well under this).
+const CONTROL_SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Gateway {
+    /// Connects the learner's queue.
+    pub(crate) fn attach_learner(&self, tx: Sender<LearnerMessage>) {
+        *self.learner_tx.lock().expect("learner tx") = Some(tx);
+    }
+
+    /// Closes the learner's queue: the learner trains on what it holds and stops.
+    pub(crate) fn detach_learner(&self) {
+        self.learner_tx.lock().expect("learner tx").take();
+    }
+
+    /// Tells the learner of a rollback or an invalidation; these are never dropped: a full
+    /// queue is waited on (bounded), and the operation fails if the learner cannot take it.
+    pub(super) fn tell_learner(&self, message: LearnerMessage) -> Result<(), RequestError> {
+        let Some(tx) = self.learner_tx.lock().expect("learner tx").clone() else {
+            return Ok(()); // no learner: nothing trains on the samples
+        };
+        match tx.send_timeout(message, CONTROL_SEND_TIMEOUT) {
+            Ok(()) | Err(SendTimeoutError::Disconnected(_)) => Ok(()),
+            Err(SendTimeoutError::Timeout(m)) => Err(RequestError::unavailable(format!(
+                "the learner's queue stayed full for {CONTROL_SEND_TIMEOUT:?}; it did not take {m:?}"
+            ))),
+        }
+    }
+
+    /// Adds a reported step to its trajectory's rows; returns how many it holds.
+    pub(super) fn add_row(
+        &self,
+        a: &ActionRec,
+        r: &SampleRecord,
+        trajectory: u64,
+        version: u64,
+        bucket: &str,
+    ) -> usize {
+        let mut rows = self.rows.lock().expect("rows");
+        let seg = rows.entry(trajectory).or_insert_with(|| {
+            Segment::new(trajectory, version, bucket, self.obs_dim, self.action_dim)
+        });
+        seg.push(
+            r.sample_id,
+            &a.obs,
+            &a.answer.action,
+            a.log_prob,
+            a.value,
+            r.reward,
+            r.completed_at_ns,
+        );
+        seg.len()
+    }
+
+    /// Hands a trajectory's rows to the learner. `bootstrap`: `None` to discard them,
+    /// `Some(None)` after a terminal state, `Some(Some(obs))` to bootstrap V(obs).
+    pub(super) fn cut(&self, state: &State, episode: u64, bootstrap: Option<Option<&[f32]>>) {
+        let e = &state.episodes[&episode];
+        let Some(mut seg) = self.rows.lock().expect("rows").remove(&e.trajectory) else {
+            return;
+        };
+        let Some(bootstrap) = bootstrap else { return };
+        seg.terminated = bootstrap.is_none();
+        if let Some(obs) = bootstrap {
+            if let Ok(policy) = self.policies.get(seg.version) {
+                let mut v = [0.0f32];
+                policy.model.lock().expect("model").values(obs, &mut v);
+                seg.bootstrap = v[0];
+            }
+        }
+        let tx = self.learner_tx.lock().expect("learner tx");
+        if let Some(tx) = tx.as_ref() {
+            // Segments are the one thing dropped under load (counted): agents keep going.
+            if let Err(TrySendError::Full(_)) = tx.try_send(LearnerMessage::Segment(Box::new(seg)))
+            {
+                self.counters
+                    .segments_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Operators' invalidations of trajectories or sample ranges this gateway issued.
+
+use super::*;
+
+impl Gateway {
+    /// Records an operator's invalidation.
+    ///
+    /// # Errors
+    /// `Invalid` for a bad target, reason or empty text; `NotFound` for a trajectory or sample this
+    /// gateway never issued.
+    pub fn invalidate(
+        &self,
+        caller: &Caller,
+        req: InvalidateRequest,
+    ) -> Result<serde_json::Value, RequestError> {
+        let target = match (req.trajectory, req.first_sample) {
+            (Some(id), None) => Target::Trajectory { id },
+            (None, Some(first)) => {
+                let last = req.last_sample.unwrap_or(first);
+                if last < first {
+                    return Err(RequestError::invalid(format!(
+                        "last_sample {last} < first_sample {first}"
+                    )));
+                }
+                Target::Samples { first, last }
+            }
+            _ => {
+                return Err(RequestError::invalid(
+                    "give either `trajectory` or `first_sample` (with optional `last_sample`)",
+                ))
+            }
+        };
+        self.require_known(target)?;
+        let reason = match req.reason.as_deref() {
+            None => ReasonCode::Operator,
+            Some(r) => ReasonCode::parse(r).map_err(RequestError::invalid)?,
+        };
+        if req.text.trim().is_empty() {
+            return Err(RequestError::invalid("text is empty: say why"));
+        }
+        self.ledger.invalidate(Invalidation {
+            target,
+            reason,
+            text: req.text,
+            author: caller.name.clone(),
+            rules_version: self.ledger.current().map_or(0, |(_, r)| r.version),
+            at_ns: now_ns(),
+        })?;
+        if let Target::Trajectory { id } = target {
+            self.tell_learner(LearnerMessage::Invalidated(id))?;
+        }
+        Ok(serde_json::json!({ "invalidated": target }))
+    }
+
+    /// Refuses a target this gateway never issued: trajectories are numbered from 1 in
+    /// order (the journal keeps the counter across restarts), samples by the ledger.
+    pub(super) fn require_known(&self, target: Target) -> Result<(), RequestError> {
+        match target {
+            Target::Trajectory { id } => {
+                let next = self.state.lock().expect("state").next_trajectory;
+                if id == 0 || id >= next {
+                    return Err(RequestError::not_found(if next <= 1 {
+                        format!("no trajectory {id}: this gateway has issued none yet")
+                    } else {
+                        format!(
+                            "no trajectory {id}: this gateway has issued trajectories 1 to {}",
+                            next - 1
+                        )
+                    }));
+                }
+            }
+            Target::Samples { last, .. } => {
+                let next = self.ledger.next_sample_id();
+                if last >= next {
+                    return Err(RequestError::not_found(if next == 0 {
+                        format!("no sample {last}: the ledger holds none yet")
+                    } else {
+                        format!(
+                            "no sample {last}: the ledger's sample ids go up to {}",
+                            next - 1
+                        )
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+}

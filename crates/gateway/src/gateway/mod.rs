@@ -1,0 +1,169 @@
+//! The gateway's operations, independent of HTTP: episodes pinned to versions, acts with
+//! idempotency, re-checks, durable reports, side-effect-aware replay, and the operator's
+//! release controls. Every state change is journalled before it is answered.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use rand::SeedableRng;
+use strata_ledger::{
+    now_ns, Invalidation, Ledger, LedgerConfig, LedgerData, ReasonCode, SampleBatch, SampleRecord,
+    Target,
+};
+use strata_nn::{Head, SampleRng};
+
+use crate::api::*;
+use crate::auth::{Auth, Caller, TokensFile};
+use crate::error::{GatewayError, RequestError};
+use crate::journal::Journal;
+use crossbeam_channel::Sender;
+
+use crate::policies::PolicyStore;
+use crate::segment::{LearnerMessage, Segment};
+use crate::settings::{GatewaySettings, ReleaseMode};
+use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, State};
+
+mod acting;
+mod episodes;
+mod intake;
+mod invalidation;
+mod recovery;
+mod release;
+mod reporting;
+
+/// The bucket canary samples go to.
+pub const CANARY_BUCKET: &str = "canary";
+
+/// Counters for status and benchmarks.
+#[derive(Default)]
+pub struct Counters {
+    /// Acts answered (retries included).
+    pub acts: AtomicU64,
+    /// Reports stored.
+    pub reports: AtomicU64,
+    /// Reports answered as duplicates.
+    pub duplicates: AtomicU64,
+    /// Re-check aborts.
+    pub aborts: AtomicU64,
+    /// Re-checks that put an episode on hold.
+    pub holds: AtomicU64,
+    /// Segments the learner's full queue could not take.
+    pub segments_dropped: AtomicU64,
+    /// Learner updates.
+    pub updates: AtomicU64,
+}
+
+/// A running gateway's state and operations.
+pub struct Gateway {
+    pub(crate) settings: GatewaySettings,
+    config_hash: String,
+    obs_dim: usize,
+    action_dim: usize,
+    pub(crate) ledger: Ledger,
+    journal: Journal,
+    state: Mutex<State>,
+    /// Training rows per trajectory, gathered until it is cut.
+    rows: Mutex<std::collections::HashMap<u64, Segment>>,
+    pub(crate) policies: PolicyStore,
+    pub(crate) auth: Auth,
+    pub(crate) tokens: TokensFile,
+    /// The learner's one queue (segments, rollbacks, invalidations); closing it stops
+    /// the learner.
+    learner_tx: Mutex<Option<Sender<LearnerMessage>>>,
+    /// The admission-rules version the learner applies and new versions are bound to.
+    active_rules: Mutex<u64>,
+    /// Counters.
+    pub counters: Counters,
+    /// Size of the journal's last snapshot.
+    snapshot_bytes: AtomicU64,
+}
+
+impl Gateway {
+    /// The config hash of the served model.
+    pub fn config_hash(&self) -> &str {
+        &self.config_hash
+    }
+
+    /// Observation width.
+    pub fn obs_dim(&self) -> usize {
+        self.obs_dim
+    }
+
+    /// The tokens in use.
+    pub fn tokens(&self) -> &TokensFile {
+        &self.tokens
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Bytes in the journal now.
+    pub fn journal_size(&self) -> u64 {
+        self.journal.size()
+    }
+
+    fn journal(&self, event: &Event, sync: bool) -> Result<(), RequestError> {
+        self.journal
+            .append(event, sync)
+            .map_err(|e| RequestError::unavailable(e.to_string()))
+    }
+
+    /// Journals an action's record with its episode's (both may have changed).
+    fn journal_action(&self, state: &State, action: ActionRec) -> Result<(), RequestError> {
+        let episode = state.episodes[&action.episode].clone();
+        self.journal(
+            &Event::ActionEpisode {
+                action: Box::new(action),
+                episode,
+            },
+            false,
+        )
+    }
+
+    fn journal_episode(&self, state: &State, id: u64) -> Result<(), RequestError> {
+        self.journal(
+            &Event::Episode {
+                episode: state.episodes[&id].clone(),
+                next_trajectory: state.next_trajectory,
+            },
+            false,
+        )
+    }
+
+    fn info(&self, e: &EpisodeRec) -> EpisodeInfo {
+        EpisodeInfo {
+            episode_id: e.id,
+            policy_version: e.version,
+            config_hash: self.config_hash.clone(),
+            channel: e.channel,
+            bucket: e.bucket.clone(),
+            trajectory_id: e.trajectory,
+            status: e.status,
+            steps: e.steps,
+            pending_action: e.pending,
+            obs_dim: self.obs_dim,
+            action_dim: self.action_dim,
+        }
+    }
+
+    fn stable_bucket(&self) -> String {
+        self.settings.run.ledger.bucket.clone()
+    }
+
+    /// Whether new versions come from the learner.
+    pub fn learns(&self) -> bool {
+        self.settings.release != ReleaseMode::Manual
+    }
+}
+
+/// The idempotency key stored in the ledger: agents' keys are their own, so the agent's
+/// name scopes them.
+fn ledger_key(agent: &str, key: &str) -> String {
+    format!("{agent}/{key}")
+}
+
+#[cfg(test)]
+mod tests;

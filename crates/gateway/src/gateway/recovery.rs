@@ -1,0 +1,168 @@
+//! Recovery: opening the gateway's directory after a start or a crash (tokens, policies,
+//! ledger, journal replay) and settling reports that were durable but not yet journalled;
+//! compacting the journal so the next recovery stays short.
+
+use super::*;
+
+impl Gateway {
+    /// Opens the gateway's directory: tokens, policies (version 0 is a fresh model), the
+    /// ledger (recovered) and the journal (replayed, so open episodes continue).
+    ///
+    /// # Errors
+    /// Invalid settings, or unreadable state.
+    pub fn open(settings: GatewaySettings) -> Result<Gateway, GatewayError> {
+        settings.validate()?;
+        let dir = settings.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|e| GatewayError::io(&dir, e))?;
+        let tokens = TokensFile::load_or_create(&dir.join("tokens.json"), settings.agent_tokens)?;
+        let auth = Auth::new(&tokens, settings.rate_limit, settings.rate_burst);
+        let run = &settings.run;
+        let config_hash = run.config_hash();
+        let spec =
+            strata_env::spec_for(&run.env.name).map_err(strata_runtime::RuntimeError::from)?;
+        let model = strata_runtime::build_model(run)?;
+        let action_dim = match model.head() {
+            Head::Categorical { .. } => 1,
+            Head::Gaussian { dim } => dim,
+        };
+        let policies = PolicyStore::open(&dir.join("policies"), run, 64)?;
+        if !policies.exists(0) {
+            policies.insert(0, model.flat_params().to_vec())?;
+        }
+        let location = run
+            .ledger
+            .location
+            .clone()
+            .unwrap_or_else(|| dir.join("ledger").display().to_string());
+        let mut ledger_config = LedgerConfig::new(location);
+        ledger_config.flush_rows = run.ledger.flush_rows;
+        ledger_config.flush_interval =
+            std::time::Duration::from_secs_f64(run.ledger.flush_interval_secs);
+        let ledger = Ledger::open(&ledger_config)?;
+        let active_rules = match ledger.current() {
+            Some((_, rules)) => rules.version,
+            None => {
+                let rules = ledger.register_rules(&run.admission)?;
+                ledger.bind(0, &config_hash, rules.version, "publish", "gateway")?;
+                rules.version
+            }
+        };
+        let keep = settings.remembered_actions;
+        let journal_path = dir.join("journal.jsonl");
+        let mut state = State::new(0, settings.cooldown_secs, settings.canary_fraction);
+        Journal::replay(&journal_path, |e: Event| state.apply(e, keep))?;
+        let journal = Journal::rewrite(
+            &journal_path,
+            &Event::Snapshot {
+                state: Box::new(state.clone()),
+            },
+        )?;
+        if !state.episodes.is_empty() {
+            tracing::info!(
+                component = "gateway",
+                episodes = state.episodes.len(),
+                actions = state.actions.len(),
+                "journal replayed"
+            );
+        }
+        let gateway = Gateway {
+            config_hash,
+            obs_dim: spec.obs_dim(),
+            action_dim,
+            ledger,
+            journal,
+            state: Mutex::new(state),
+            rows: Mutex::new(Default::default()),
+            policies,
+            auth,
+            tokens,
+            learner_tx: Mutex::new(None),
+            active_rules: Mutex::new(active_rules),
+            counters: Counters::default(),
+            snapshot_bytes: AtomicU64::new(0),
+            settings,
+        };
+        gateway.settle_reports_in_flight()?;
+        Ok(gateway)
+    }
+
+    /// After a crash, an action may be durable in the ledger but not yet journalled as
+    /// reported: find those by idempotency key so a retried report is a duplicate.
+    pub(super) fn settle_reports_in_flight(&self) -> Result<(), GatewayError> {
+        let mut state = self.state.lock().expect("state");
+        let pending: std::collections::HashMap<String, u64> = state
+            .actions
+            .values()
+            .filter(|a| matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut))
+            .map(|a| {
+                let agent = state
+                    .episodes
+                    .get(&a.episode)
+                    .map_or("", |e| e.agent.as_str());
+                (ledger_key(agent, &a.key), a.answer.action_id)
+            })
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let data = LedgerData::read(self.ledger.storage())?;
+        for b in &data.samples {
+            for i in 0..b.len() {
+                let Some(key) = &b.idempotency_key[i] else {
+                    continue;
+                };
+                let Some(&action) = pending.get(key) else {
+                    continue;
+                };
+                let a = state.actions.get_mut(&action).expect("pending action");
+                if a.answer.policy_version == b.policy_version[i] {
+                    a.status = ActionStatus::Reported {
+                        sample: b.sample_id[i],
+                    };
+                    let episode = a.episode;
+                    if let Some(e) = state.episodes.get_mut(&episode) {
+                        if e.pending == Some(action) {
+                            e.pending = None;
+                            e.steps += 1;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the journal as one snapshot once it holds more than
+    /// `journal_compact_bytes` and four times the last snapshot (serving pauses only while
+    /// the state is cloned and the records appended meanwhile are copied); returns whether
+    /// it did.
+    ///
+    /// # Errors
+    /// The write failure (the old journal stays in use).
+    pub fn compact_journal(&self) -> Result<bool, RequestError> {
+        let bound = self
+            .settings
+            .journal_compact_bytes
+            .max(4 * self.snapshot_bytes.load(Ordering::Relaxed));
+        if self.journal.size() < bound {
+            return Ok(false);
+        }
+        // Every record is appended under the state lock, so the state and the journal's
+        // size taken together agree: what is appended later is copied after the snapshot.
+        let (snapshot, taken_at) = {
+            let state = self.state.lock().expect("state");
+            (
+                Event::Snapshot {
+                    state: Box::new(state.clone()),
+                },
+                self.journal.size(),
+            )
+        };
+        self.journal
+            .compact(&snapshot, taken_at)
+            .map_err(|e| RequestError::unavailable(e.to_string()))?;
+        self.snapshot_bytes
+            .store(self.journal.size(), Ordering::Relaxed);
+        Ok(true)
+    }
+}

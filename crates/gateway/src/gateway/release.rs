@@ -1,0 +1,307 @@
+//! Release control: versions published (by the learner or from a checkpoint), cooldown,
+//! canary share, promotion and rollback, and the admission rules versions are bound to.
+
+use super::*;
+
+impl Gateway {
+    /// The release state.
+    pub fn status(&self) -> ReleaseStatus {
+        let now = now_ns();
+        let mut state = self.state.lock().expect("state");
+        state.release.refresh(now);
+        let r = &state.release;
+        ReleaseStatus {
+            stable: r.stable,
+            candidate: r.candidate,
+            canary_fraction: r.canary_fraction,
+            cooldown_secs: r.cooldown_secs,
+            pending: r
+                .pending
+                .iter()
+                .map(|p| {
+                    (
+                        p.version,
+                        p.channel,
+                        (p.ready_at_ns - now).max(0) as f64 / 1e9,
+                    )
+                })
+                .collect(),
+            latest: r.latest,
+            open_episodes: state
+                .episodes
+                .values()
+                .filter(|e| e.status != EpisodeStatus::Ended)
+                .count(),
+            updates: self.counters.updates.load(Ordering::Relaxed),
+            rules_version: *self.active_rules.lock().expect("rules"),
+        }
+    }
+
+    /// Applies an operator's change to the release under the state lock, journals the new
+    /// release (synced) and answers the resulting status.
+    pub(super) fn change_release(
+        &self,
+        change: impl FnOnce(&Self, &mut State) -> Result<(), RequestError>,
+    ) -> Result<ReleaseStatus, RequestError> {
+        {
+            let mut state = self.state.lock().expect("state");
+            change(self, &mut state)?;
+            self.journal_release(&state)?;
+        }
+        Ok(self.status())
+    }
+
+    /// `NotFound` unless `version` was published.
+    pub(super) fn require_version(&self, version: u64) -> Result<(), RequestError> {
+        if self.policies.exists(version) {
+            Ok(())
+        } else {
+            Err(RequestError::not_found(format!(
+                "unknown policy version {version}"
+            )))
+        }
+    }
+
+    pub(super) fn journal_release(&self, state: &State) -> Result<(), RequestError> {
+        self.journal(
+            &Event::Release {
+                release: state.release.clone(),
+            },
+            true,
+        )
+    }
+
+    /// Stores `params` as the next version, binds it to the current admission rules and
+    /// queues it for `channel` after the cooldown. Returns the version.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn publish_params(
+        &self,
+        params: Vec<f32>,
+        channel: Channel,
+        author: &str,
+    ) -> Result<u64, RequestError> {
+        let version = {
+            let mut state = self.state.lock().expect("state");
+            state.release.latest += 1;
+            state.release.latest
+        };
+        self.policies
+            .insert(version, params)
+            .map_err(|e| RequestError::unavailable(e.to_string()))?;
+        let rules = *self.active_rules.lock().expect("rules");
+        self.ledger
+            .bind(version, &self.config_hash, rules, "publish", author)?;
+        let mut state = self.state.lock().expect("state");
+        state.release.publish(version, channel, now_ns());
+        self.journal_release(&state)?;
+        Ok(version)
+    }
+
+    /// Publishes a checkpoint written by `strata train` as the canary candidate.
+    ///
+    /// # Errors
+    /// `Invalid` when the checkpoint is unreadable or for another env or network.
+    pub fn publish_checkpoint(
+        &self,
+        caller: &Caller,
+        req: PublishRequest,
+    ) -> Result<ReleaseStatus, RequestError> {
+        let policy = strata_runtime::load_policy(Path::new(&req.checkpoint))
+            .map_err(|e| RequestError::invalid(e.to_string()))?;
+        let ours = &self.settings.run;
+        if policy.config.env.name != ours.env.name || policy.config.network != ours.network {
+            return Err(RequestError::invalid(format!(
+                "checkpoint {} is for env {:?} with network {:?}; this gateway serves {:?} with {:?}",
+                req.checkpoint, policy.config.env.name, policy.config.network, ours.env.name, ours.network
+            )));
+        }
+        if policy.config.env.normalize_obs {
+            return Err(RequestError::invalid(format!(
+                "checkpoint {} normalises observations; the gateway serves raw observations",
+                req.checkpoint
+            )));
+        }
+        self.publish_params(
+            policy.model.flat_params().to_vec(),
+            Channel::Canary,
+            &caller.name,
+        )?;
+        Ok(self.status())
+    }
+
+    /// Sets the canary fraction.
+    ///
+    /// # Errors
+    /// `Invalid` outside [0, 1].
+    pub fn set_canary(&self, req: CanaryRequest) -> Result<ReleaseStatus, RequestError> {
+        if !(0.0..=1.0).contains(&req.fraction) {
+            return Err(RequestError::invalid(format!(
+                "fraction {} is not in [0, 1]",
+                req.fraction
+            )));
+        }
+        self.change_release(|_, state| {
+            state.release.canary_fraction = req.fraction;
+            Ok(())
+        })
+    }
+
+    /// Sets the cooldown for versions published from now on.
+    ///
+    /// # Errors
+    /// `Invalid` for a negative or non-finite value.
+    pub fn set_cooldown(&self, req: CooldownRequest) -> Result<ReleaseStatus, RequestError> {
+        if !(req.seconds.is_finite() && req.seconds >= 0.0) {
+            return Err(RequestError::invalid(format!(
+                "seconds {} is not >= 0",
+                req.seconds
+            )));
+        }
+        self.change_release(|_, state| {
+            state.release.cooldown_secs = req.seconds;
+            Ok(())
+        })
+    }
+
+    /// Promotes a version (the candidate by default) to stable after the cooldown; with
+    /// `force`, at once and for running episodes too (their trajectories are invalidated).
+    ///
+    /// # Errors
+    /// `NotFound` unknown version; `Conflict` no candidate.
+    pub fn promote(
+        &self,
+        caller: &Caller,
+        req: SwitchRequest,
+    ) -> Result<ReleaseStatus, RequestError> {
+        let version = {
+            let state = self.state.lock().expect("state");
+            match req.version.or(state.release.candidate) {
+                Some(v) => v,
+                None => {
+                    return Err(RequestError::conflict(
+                        "no candidate to promote: name a version",
+                    ))
+                }
+            }
+        };
+        self.require_version(version)?;
+        let rules = self.ledger.rules_for_policy(version)?;
+        self.ledger.bind(
+            version,
+            &self.config_hash,
+            rules.version,
+            "promote",
+            &caller.name,
+        )?;
+        self.change_release(|g, state| {
+            if state.release.candidate == Some(version) {
+                state.release.candidate = None;
+            }
+            if req.force {
+                state
+                    .release
+                    .pending
+                    .retain(|p| p.channel != Channel::Stable);
+                state.release.stable = version;
+                g.force_switch(state, version, &caller.name)?;
+            } else {
+                state.release.publish(version, Channel::Stable, now_ns());
+            }
+            Ok(())
+        })
+    }
+
+    /// Rolls back to `version`: it becomes stable at once (no cooldown) with the admission
+    /// rules it was published with, the candidate is withdrawn, and the learner continues
+    /// from its parameters — one `rollback` operation in the ledger. With `force`, running
+    /// episodes switch too (their trajectories are invalidated).
+    ///
+    /// # Errors
+    /// `Invalid` without a version; `NotFound` unknown version.
+    pub fn rollback(
+        &self,
+        caller: &Caller,
+        req: SwitchRequest,
+    ) -> Result<ReleaseStatus, RequestError> {
+        let version = req
+            .version
+            .ok_or_else(|| RequestError::invalid("rollback needs a version"))?;
+        self.require_version(version)?;
+        let rules = self
+            .ledger
+            .rollback(version, &self.config_hash, &caller.name)?;
+        *self.active_rules.lock().expect("rules") = rules.version;
+        let status = self.change_release(|g, state| {
+            state.release.pending.clear();
+            state.release.candidate = None;
+            state.release.stable = version;
+            if req.force {
+                g.force_switch(state, version, &caller.name)?;
+            }
+            Ok(())
+        })?;
+        self.tell_learner(LearnerMessage::Rollback(version))?;
+        Ok(status)
+    }
+
+    pub(super) fn force_switch(
+        &self,
+        state: &mut State,
+        version: u64,
+        author: &str,
+    ) -> Result<(), RequestError> {
+        let running: Vec<u64> = state
+            .episodes
+            .values()
+            .filter(|e| e.status != EpisodeStatus::Ended && e.version != version)
+            .map(|e| e.id)
+            .collect();
+        for id in running {
+            let from = state.episodes[&id].version;
+            let text = format!("forced switch from version {from} to {version}");
+            self.invalidate_and_restart(state, id, ReasonCode::VersionSwitch, &text, author)?;
+            let e = state.episodes.get_mut(&id).expect("episode");
+            e.version = version;
+            e.channel = Channel::Stable;
+            e.bucket = self.stable_bucket();
+            self.journal_episode(state, id)?;
+        }
+        Ok(())
+    }
+
+    /// The admission rules the learner applies now.
+    ///
+    /// # Errors
+    /// The registered version is unknown (cannot happen for a version set here).
+    pub fn active_rules(&self) -> Result<strata_ledger::VersionedRules, RequestError> {
+        let v = *self.active_rules.lock().expect("rules");
+        Ok(self.ledger.rules(v)?)
+    }
+
+    /// Registers new admission rules: the learner applies them from its next update, and
+    /// versions published from now on are bound to them (so rolling back to an older
+    /// version restores that version's rules).
+    ///
+    /// # Errors
+    /// `Invalid` naming the invalid key.
+    pub fn set_rules(
+        &self,
+        rules: strata_ledger::AdmissionRules,
+    ) -> Result<ReleaseStatus, RequestError> {
+        if rules.rule == strata_ledger::RuleKind::Strict {
+            return Err(RequestError::invalid(
+                "rule `strict` admits only on-policy samples; deployed agents are always asynchronous (use `drop` or `decay`)",
+            ));
+        }
+        let registered = self.ledger.register_rules(&rules).map_err(|e| match e {
+            strata_ledger::LedgerError::InvalidRules(m) => {
+                RequestError::invalid(format!("invalid admission rules: {m}"))
+            }
+            other => RequestError::from(other),
+        })?;
+        *self.active_rules.lock().expect("rules") = registered.version;
+        Ok(self.status())
+    }
+}

@@ -1,0 +1,308 @@
+//! Reporting: outcomes stored durably before they are acknowledged, duplicates answered as
+//! such, timeouts handled by the action's side-effect class, replays where it is safe.
+
+use super::*;
+
+impl Gateway {
+    /// Stores a report durably (answered only once it is in the ledger's synced log), or
+    /// handles a timeout by the action's side-effect class.
+    ///
+    /// # Errors
+    /// `Invalid` bad values; `NotFound` unknown action; `Conflict` an aborted or cancelled action; `Unavailable` when the
+    /// ledger cannot store it (nothing acknowledged).
+    pub fn report(
+        &self,
+        caller: &Caller,
+        action: u64,
+        req: ReportRequest,
+    ) -> Result<ReportResponse, RequestError> {
+        let (rec, episode, sampler) = {
+            let mut state = self.state.lock().expect("state");
+            let a = Self::owned_action(&mut state, caller, action)?;
+            match a.status {
+                ActionStatus::Reported { sample } => {
+                    self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                    let (episode, key) = (a.episode, a.key.clone());
+                    let e = &state.episodes[&episode];
+                    let (key, bucket) = (ledger_key(&e.agent, &key), e.bucket.clone());
+                    drop(state);
+                    // Answered only once the duplicate's record is durable, as a report is.
+                    self.record_duplicate(key, sample, bucket)?;
+                    return Ok(ReportResponse {
+                        status: ReportStatus::Duplicate,
+                        sample_id: Some(sample),
+                        replay: None,
+                    });
+                }
+                ActionStatus::Unknown => {
+                    return Ok(ReportResponse {
+                        status: ReportStatus::StatusUnknown,
+                        sample_id: None,
+                        replay: Some("never".into()),
+                    })
+                }
+                ActionStatus::Aborted | ActionStatus::Cancelled => {
+                    return Err(RequestError::conflict(format!(
+                        "action {action} was {}: it must not have been executed",
+                        if a.status == ActionStatus::Aborted {
+                            "aborted by a re-check"
+                        } else {
+                            "cancelled"
+                        }
+                    )))
+                }
+                ActionStatus::Pending | ActionStatus::TimedOut => {}
+            }
+            if req.outcome == Outcome::Timeout {
+                return self.timed_out(&mut state, action);
+            }
+            let a = a.clone();
+            let e = state.episodes[&a.episode].clone();
+            // The newest version any new episode would get now.
+            let r = &state.release;
+            (a, e, r.stable.max(r.candidate.unwrap_or(0)))
+        };
+        let after = req.observation_after.as_ref().ok_or_else(|| {
+            RequestError::invalid("observation_after is required for an executed action")
+        })?;
+        self.check_vector("observation_after", after)?;
+        let reward = req
+            .reward
+            .ok_or_else(|| RequestError::invalid("reward is required for an executed action"))?;
+        if !reward.is_finite() {
+            return Err(RequestError::invalid("reward is not a finite number"));
+        }
+        let completed = req.completed_at_ns.unwrap_or_else(now_ns);
+        if completed < rec.answer.issued_at_ns {
+            return Err(RequestError::invalid(format!(
+                "completed_at_ns {completed} is before the action was issued ({})",
+                rec.answer.issued_at_ns
+            )));
+        }
+        let during = match &req.during_execution {
+            Some(d) => {
+                for (name, v) in [("min", &d.min), ("max", &d.max), ("mean", &d.mean)] {
+                    self.check_vector(&format!("during_execution.{name}"), v)?;
+                }
+                if d.count == 0 {
+                    return Err(RequestError::invalid("during_execution.count is 0"));
+                }
+                d.clone()
+            }
+            None => {
+                // The observation after counts once, summarised as the latency wrapper does.
+                let mut s = strata_env::ExecSummary::new(1, self.obs_dim);
+                s.start(0);
+                s.observe(0, after);
+                s.finish(0);
+                ExecObservations {
+                    count: 1,
+                    hash: s.hash[0],
+                    min: s.min,
+                    max: s.max,
+                    mean: s.mean,
+                }
+            }
+        };
+        let sample_id = self.ledger.reserve_sample_ids(1);
+        let ended = req.terminated || req.truncated;
+        let record = SampleRecord {
+            sample_id,
+            episode_id: episode.id,
+            trajectory_id: rec.answer.trajectory_id,
+            step: episode.steps,
+            policy_version: rec.answer.policy_version,
+            config_hash: self.config_hash.clone(),
+            issued_at_ns: rec.answer.issued_at_ns,
+            completed_at_ns: completed,
+            obs_count: during.count,
+            obs_hash: during.hash,
+            obs_min: during.min,
+            obs_max: during.max,
+            obs_mean: during.mean,
+            env_clock: req.env_seq.unwrap_or(rec.env_seq + 1),
+            sampler_version: sampler,
+            newer_policy_sampling: sampler > rec.answer.policy_version,
+            bucket: episode.bucket.clone(),
+            idempotency_key: Some(ledger_key(&episode.agent, &rec.key)),
+            reward,
+            terminated: req.terminated,
+            truncated: req.truncated,
+            episode_return: if ended {
+                Some(
+                    req.episode_return
+                        .unwrap_or(episode.reward_sum + f64::from(reward)),
+                )
+            } else {
+                None
+            },
+            success: if ended { req.success } else { None },
+        };
+        let mut batch = SampleBatch::new(&episode.bucket, &self.config_hash, self.obs_dim);
+        batch.push(&record).map_err(RequestError::invalid)?;
+        self.ledger.append_samples_durable(batch)?;
+        // Durable: now remember it.
+        let mut state = self.state.lock().expect("state");
+        let a = state.actions.get_mut(&action).expect("action");
+        if let ActionStatus::Reported { sample } = a.status {
+            // A concurrent retry stored it first; this copy was marked duplicate by the ledger.
+            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+            return Ok(ReportResponse {
+                status: ReportStatus::Duplicate,
+                sample_id: Some(sample),
+                replay: None,
+            });
+        }
+        a.status = ActionStatus::Reported { sample: sample_id };
+        let rec = a.clone();
+        let e = state.episodes.get_mut(&rec.episode).expect("episode");
+        e.steps += 1;
+        e.reward_sum += f64::from(reward);
+        e.pending = None;
+        e.last_seq = Some(record.env_clock);
+        e.last_obs = Some(after.clone());
+        e.last_activity_ns = now_ns();
+        if ended {
+            e.status = EpisodeStatus::Ended;
+        }
+        let (trajectory, version) = (e.trajectory, e.version);
+        if trajectory == rec.answer.trajectory_id {
+            let held = self.add_row(&rec, &record, trajectory, version, &episode.bucket);
+            let full = held >= self.settings.run.ppo.n_steps;
+            if ended || full {
+                let bootstrap = if req.terminated {
+                    Some(None)
+                } else {
+                    Some(Some(after.as_slice()))
+                };
+                self.cut(&state, rec.episode, bootstrap);
+            }
+        }
+        self.counters.reports.fetch_add(1, Ordering::Relaxed);
+        self.journal_action(&state, rec)?;
+        Ok(ReportResponse {
+            status: ReportStatus::Stored,
+            sample_id: Some(sample_id),
+            replay: None,
+        })
+    }
+
+    pub(super) fn record_duplicate(
+        &self,
+        key: String,
+        sample: u64,
+        bucket: String,
+    ) -> Result<(), RequestError> {
+        let row = strata_ledger::DuplicateRecord {
+            idempotency_key: key,
+            original_sample: sample,
+            bucket,
+            at_ns: now_ns(),
+        };
+        self.ledger.record_duplicate(row)?;
+        Ok(())
+    }
+
+    pub(super) fn timed_out(
+        &self,
+        state: &mut State,
+        action: u64,
+    ) -> Result<ReportResponse, RequestError> {
+        let a = state.actions.get_mut(&action).expect("action");
+        let class = a.answer.side_effect;
+        let episode = a.episode;
+        if class == SideEffect::Unsafe {
+            a.status = ActionStatus::Unknown;
+            let rec = a.clone();
+            let text = format!(
+                "action {action} ({}, unsafe) timed out: status unknown, never replayed",
+                rec.action_type
+            );
+            self.invalidate_and_restart(
+                state,
+                episode,
+                ReasonCode::StatusUnknown,
+                &text,
+                "gateway",
+            )?;
+            self.journal_action(state, rec)?;
+            return Ok(ReportResponse {
+                status: ReportStatus::StatusUnknown,
+                sample_id: None,
+                replay: Some("never".into()),
+            });
+        }
+        a.status = ActionStatus::TimedOut;
+        let rec = a.clone();
+        self.journal(
+            &Event::Action {
+                action: Box::new(rec),
+            },
+            false,
+        )?;
+        Ok(ReportResponse {
+            status: ReportStatus::TimedOut,
+            sample_id: None,
+            replay: Some(
+                if class == SideEffect::Queryable {
+                    "query_first"
+                } else {
+                    "allowed"
+                }
+                .into(),
+            ),
+        })
+    }
+
+    /// Allows re-executing a timed-out action when its class permits: read-only and
+    /// idempotent always, queryable after the query says it did not happen, unsafe never.
+    ///
+    /// # Errors
+    /// `Conflict` when replay is not allowed; `Invalid` a queryable action without a query result.
+    pub fn replay(
+        &self,
+        caller: &Caller,
+        action: u64,
+        req: ReplayRequest,
+    ) -> Result<ActResponse, RequestError> {
+        let mut state = self.state.lock().expect("state");
+        let a = Self::owned_action(&mut state, caller, action)?;
+        match a.status {
+            ActionStatus::TimedOut => {}
+            ActionStatus::Unknown => {
+                return Err(RequestError::conflict(format!(
+                    "action {action} is unsafe and its status is unknown: it is never replayed"
+                )))
+            }
+            other => {
+                return Err(RequestError::conflict(format!(
+                    "action {action} did not time out ({other:?}): nothing to replay"
+                )))
+            }
+        }
+        match (a.answer.side_effect, req.query_result.as_deref()) {
+            (SideEffect::ReadOnly | SideEffect::Idempotent, _) => {}
+            (SideEffect::Queryable, Some("not_happened")) => {}
+            (SideEffect::Queryable, Some("happened")) => {
+                return Err(RequestError::conflict(format!(
+                    "action {action} happened: report its outcome instead of replaying it"
+                )))
+            }
+            (SideEffect::Queryable, other) => {
+                return Err(RequestError::invalid(format!(
+                    "action {action} is queryable: replay needs query_result `not_happened` (got {other:?})"
+                )))
+            }
+            (SideEffect::Unsafe, _) => unreachable!("unsafe timeouts become Unknown"),
+        }
+        a.status = ActionStatus::Pending;
+        let rec = a.clone();
+        self.journal(
+            &Event::Action {
+                action: Box::new(rec.clone()),
+            },
+            false,
+        )?;
+        Ok(rec.answer)
+    }
+}

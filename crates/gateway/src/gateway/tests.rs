@@ -1,0 +1,138 @@
+//! The gateway's core below HTTP: its operations answer domain errors, and its one
+//! learner queue carries segments, invalidations and rollbacks in order.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::auth::Role;
+use crate::settings::GatewaySettings;
+
+fn open(dir: &Path) -> Gateway {
+    let mut settings = GatewaySettings::new("cartpole", dir).unwrap();
+    settings.run.ledger.flush_interval_secs = 0.05;
+    Gateway::open(settings).unwrap()
+}
+
+fn agent(name: &str) -> Caller {
+    Caller {
+        name: name.into(),
+        role: Role::Agent,
+    }
+}
+
+fn operator() -> Caller {
+    Caller {
+        name: "operator".into(),
+        role: Role::Operator,
+    }
+}
+
+fn request<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+fn act(g: &Gateway, caller: &Caller, episode: u64, key: &str) -> Result<ActResponse, RequestError> {
+    g.act(
+        caller,
+        episode,
+        request(
+            json!({"observation": [0.0, 0.1, 0.0, -0.1], "env_seq": 1, "idempotency_key": key}),
+        ),
+    )
+}
+
+fn report(g: &Gateway, caller: &Caller, action: u64, end: bool) -> ReportResponse {
+    g.report(
+        caller,
+        action,
+        request(
+            json!({"observation_after": [0.0, 0.2, 0.0, -0.2], "reward": 1.0, "terminated": end}),
+        ),
+    )
+    .unwrap()
+}
+
+#[test]
+fn operations_answer_domain_errors_without_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = open(dir.path());
+    let (ana, bob) = (agent("agent-0"), agent("agent-1"));
+    let e = g.start_episode(&ana, request(json!({}))).unwrap();
+    let first = act(&g, &ana, e.episode_id, "k1").unwrap();
+    assert_eq!(
+        act(&g, &ana, e.episode_id, "k1").unwrap(),
+        first,
+        "a retry gets the same answer"
+    );
+    let other = g.start_episode(&ana, request(json!({}))).unwrap();
+    assert!(matches!(
+        act(&g, &ana, other.episode_id, "k1"),
+        Err(RequestError::Conflict(_))
+    ));
+    assert!(matches!(
+        act(&g, &bob, e.episode_id, "k2"),
+        Err(RequestError::Forbidden(_))
+    ));
+    assert!(matches!(
+        act(&g, &ana, 999, "k3"),
+        Err(RequestError::NotFound(_))
+    ));
+    let stored = report(&g, &ana, first.action_id, false);
+    assert_eq!(stored.status, ReportStatus::Stored);
+    let again = report(&g, &ana, first.action_id, false);
+    assert_eq!(
+        (again.status, again.sample_id),
+        (ReportStatus::Duplicate, stored.sample_id)
+    );
+    let unknown: InvalidateRequest = request(json!({"trajectory": 999, "text": "gone"}));
+    assert!(matches!(
+        g.invalidate(&operator(), unknown),
+        Err(RequestError::NotFound(_))
+    ));
+    let rollback = |v: serde_json::Value| g.rollback(&operator(), request(v));
+    assert!(matches!(
+        rollback(json!({"version": 42})),
+        Err(RequestError::NotFound(_))
+    ));
+    assert!(matches!(rollback(json!({})), Err(RequestError::Invalid(_))));
+}
+
+#[test]
+fn the_learner_queue_carries_segments_invalidations_and_rollbacks_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = open(dir.path());
+    let (tx, rx) = crossbeam_channel::bounded(16);
+    g.attach_learner(tx);
+    let ana = agent("agent-0");
+    let e = g.start_episode(&ana, request(json!({}))).unwrap();
+    for (k, end) in [("a", false), ("b", true)] {
+        let a = act(&g, &ana, e.episode_id, k).unwrap();
+        report(&g, &ana, a.action_id, end);
+    }
+    let next = |rx: &crossbeam_channel::Receiver<LearnerMessage>| {
+        rx.recv_timeout(Duration::from_secs(5)).unwrap()
+    };
+    match next(&rx) {
+        LearnerMessage::Segment(s) => {
+            assert_eq!(
+                (s.trajectory, s.len(), s.terminated),
+                (e.trajectory_id, 2, true)
+            );
+        }
+        other => panic!("expected the episode's segment, got {other:?}"),
+    }
+    let invalidate: InvalidateRequest =
+        request(json!({"trajectory": e.trajectory_id, "text": "cell door opened"}));
+    g.invalidate(&operator(), invalidate).unwrap();
+    assert!(matches!(next(&rx), LearnerMessage::Invalidated(t) if t == e.trajectory_id));
+    g.rollback(&operator(), request(json!({"version": 0})))
+        .unwrap();
+    assert!(matches!(next(&rx), LearnerMessage::Rollback(0)));
+    g.detach_learner();
+    assert!(
+        rx.recv_timeout(Duration::from_secs(1)).is_err(),
+        "closed and empty"
+    );
+}

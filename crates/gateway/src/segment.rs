@@ -1,0 +1,113 @@
+//! What the gateway hands its learner: segments of reported steps, and the one queue's
+//! messages (segments, rollbacks, invalidations).
+
+/// Consecutive reported steps of one trajectory.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// The trajectory.
+    pub trajectory: u64,
+    /// The version that produced it.
+    pub version: u64,
+    /// Its ledger bucket.
+    pub bucket: String,
+    pub(crate) obs_dim: usize,
+    pub(crate) action_dim: usize,
+    /// Sample ids, in order.
+    pub sample_ids: Vec<u64>,
+    pub(crate) obs: Vec<f32>,
+    pub(crate) actions: Vec<f32>,
+    pub(crate) log_probs: Vec<f32>,
+    pub(crate) values: Vec<f32>,
+    pub(crate) rewards: Vec<f32>,
+    /// Completion time of the last step.
+    pub completed_at_ns: i64,
+    /// Ended in a terminal state (else the value is bootstrapped).
+    pub terminated: bool,
+    /// V(observation after the last step), when not terminal.
+    pub bootstrap: f32,
+}
+
+impl Segment {
+    /// An empty segment.
+    pub fn new(
+        trajectory: u64,
+        version: u64,
+        bucket: &str,
+        obs_dim: usize,
+        action_dim: usize,
+    ) -> Self {
+        Segment {
+            trajectory,
+            version,
+            bucket: bucket.to_string(),
+            obs_dim,
+            action_dim,
+            sample_ids: Vec::new(),
+            obs: Vec::new(),
+            actions: Vec::new(),
+            log_probs: Vec::new(),
+            values: Vec::new(),
+            rewards: Vec::new(),
+            completed_at_ns: 0,
+            terminated: false,
+            bootstrap: 0.0,
+        }
+    }
+
+    /// Steps held.
+    pub fn len(&self) -> usize {
+        self.sample_ids.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.sample_ids.is_empty()
+    }
+
+    /// Adds a step.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push(
+        &mut self,
+        sample_id: u64,
+        obs: &[f32],
+        action: &[f32],
+        log_prob: f32,
+        value: f32,
+        reward: f32,
+        completed_at_ns: i64,
+    ) {
+        self.sample_ids.push(sample_id);
+        self.obs.extend_from_slice(obs);
+        self.actions.extend_from_slice(action);
+        self.log_probs.push(log_prob);
+        self.values.push(value);
+        self.rewards.push(reward);
+        self.completed_at_ns = completed_at_ns;
+    }
+}
+
+/// What the gateway tells its learner, in order, on one bounded queue; the learner stops
+/// once the queue is closed and empty.
+pub enum LearnerMessage {
+    /// Reported steps of one trajectory, cut at an episode's end or `ppo.n_steps`.
+    Segment(Box<Segment>),
+    /// An operator rolled back to this version: continue from its parameters.
+    Rollback(u64),
+    /// This trajectory was invalidated: train on none of its segments.
+    Invalidated(u64),
+}
+
+impl std::fmt::Debug for LearnerMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LearnerMessage::Segment(s) => write!(
+                f,
+                "a segment of trajectory {} ({} steps)",
+                s.trajectory,
+                s.len()
+            ),
+            LearnerMessage::Rollback(v) => write!(f, "the rollback to version {v}"),
+            LearnerMessage::Invalidated(t) => write!(f, "the invalidation of trajectory {t}"),
+        }
+    }
+}
