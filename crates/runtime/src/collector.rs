@@ -183,10 +183,10 @@ impl Collector {
                 Ok(WorkerEvent::FragmentReady {
                     slot,
                     index: i,
-                    generation,
+                    incarnation,
                 }) => {
                     let w = &mut self.wiring.workers[slot.worker];
-                    if generation == w.generation {
+                    if incarnation == w.incarnation {
                         w.next_fragment = i + 1;
                         self.early.insert((i, slot.worker), slot);
                     } else {
@@ -196,11 +196,11 @@ impl Collector {
                 Ok(WorkerEvent::Abandoned { slot, .. }) => self.wiring.give_back(slot)?,
                 Ok(WorkerEvent::Failed {
                     worker: w,
-                    generation,
+                    incarnation,
                     error,
                     holding,
                 }) => {
-                    if generation == self.wiring.workers[w].generation {
+                    if incarnation == self.wiring.workers[w].incarnation {
                         self.restart_worker(w, &error, true, books)?;
                     } else if let Some(slot) = holding {
                         self.wiring.give_back(slot)?;
@@ -259,14 +259,14 @@ impl Collector {
         tracing::error!(
             component = "learner",
             worker = w,
-            generation = old.generation,
+            incarnation = old.incarnation,
             fragment,
             reason,
             "restarting worker; its fragment in progress is recorded invalid"
         );
         books.progress.invalid_fragments.push(InvalidFragment {
             worker: w,
-            generation: old.generation,
+            incarnation: old.incarnation,
             fragment,
             policy_version: version,
             reason: reason.to_string(),
@@ -293,14 +293,14 @@ impl Collector {
             .owned_by(w)
             .filter(|s| !pending.contains(s) && !quarantined.contains(s))
             .collect();
-        let (generation, restarts) = (old.generation + 1, old.restarts + 1);
+        let (incarnation, restarts) = (old.incarnation + 1, old.restarts + 1);
         if let Some(link) = books.ledger.as_mut() {
             let m = self.wiring.config.env.num_envs / self.wiring.config.runtime.workers;
             link.abandon(w * m..(w + 1) * m);
         }
         let mut replacement = self
             .wiring
-            .spawn_worker(w, generation, None, fragment, &slots)?;
+            .spawn_worker(w, incarnation, None, fragment, &slots)?;
         replacement.restarts = restarts;
         let old = std::mem::replace(&mut self.wiring.workers[w], replacement);
         self.wiring.retired.push(old.handle);

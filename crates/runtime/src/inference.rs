@@ -37,13 +37,13 @@ pub struct InferenceSlot {
     /// The group's gSDE exploration matrices for this fragment (empty without gSDE).
     pub sde_noise: Vec<f32>,
     /// The requesting worker's incarnation.
-    pub generation: u64,
+    pub incarnation: u64,
 }
 
 /// `(worker, group)`: which slot holds a request.
 pub type Request = (usize, usize);
 
-/// Per worker, where the inference thread posts `(group, generation)` answers; a
+/// Per worker, where the inference thread posts `(group, incarnation)` answers; a
 /// restarted worker's entry is replaced.
 pub type ReplyQueues = Arc<Mutex<Vec<SyncSender<(usize, u64)>>>>;
 
@@ -73,7 +73,7 @@ impl InferenceSlots {
                         version: 0,
                         rng: SampleRng::seed_from_u64(0),
                         sde_noise: Vec::new(),
-                        generation: 0,
+                        incarnation: 0,
                     })
                 })
                 .collect(),
@@ -94,12 +94,12 @@ pub struct InferenceClient {
     /// The worker.
     pub worker: usize,
     /// Its incarnation (replies for older ones are ignored).
-    pub generation: u64,
+    pub incarnation: u64,
     /// Shared slots.
     pub slots: Arc<InferenceSlots>,
     /// Worker -> inference thread (capacity: every group of every worker).
     pub requests: SyncSender<Request>,
-    /// Inference thread -> this worker: `(group, generation)` answered (capacity: groups).
+    /// Inference thread -> this worker: `(group, incarnation)` answered (capacity: groups).
     pub replies: Receiver<(usize, u64)>,
     /// Answers that arrived while another group was awaited (bit per group).
     pub early: std::cell::Cell<u8>,
@@ -128,7 +128,7 @@ impl InferenceClient {
             slot.rng = rng.clone();
             slot.sde_noise.clear();
             slot.sde_noise.extend_from_slice(sde_noise);
-            slot.generation = self.generation;
+            slot.incarnation = self.incarnation;
         }
         // At most one request per group is outstanding: the queue has room for all.
         self.outstanding
@@ -162,7 +162,7 @@ impl InferenceClient {
                 .replies
                 .recv_timeout(timeout.min(Duration::from_millis(200)))
             {
-                Ok((g, generation)) if generation == self.generation => {
+                Ok((g, incarnation)) if incarnation == self.incarnation => {
                     let answered = 1u8 << g;
                     if self.outstanding.get() & answered == 0 {
                         return Err(format!("inference answered group {g} twice"));
@@ -343,17 +343,17 @@ fn serve(s: ServerSetup) -> Result<(), String> {
                 let mut row = 0;
                 for (k, r) in batch.iter().enumerate() {
                     let len = parts[k];
-                    let generation = {
+                    let incarnation = {
                         let mut slot = s.slots.lock(*r);
                         slot.actions
                             .copy_from_slice(&actions[row * action_dim..(row + len) * action_dim]);
                         slot.log_probs.copy_from_slice(&log_probs[row..row + len]);
                         slot.values.copy_from_slice(&values[row..row + len]);
                         slot.rng = rngs[k].clone();
-                        slot.generation
+                        slot.incarnation
                     };
                     // A worker that was replaced no longer listens; that is fine.
-                    let _ = replies[r.0].try_send((r.1, generation));
+                    let _ = replies[r.0].try_send((r.1, incarnation));
                     row += len;
                 }
             }

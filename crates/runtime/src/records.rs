@@ -169,7 +169,8 @@ pub struct InvalidFragment {
     /// Which worker.
     pub worker: usize,
     /// Which incarnation of it.
-    pub generation: u64,
+    #[serde(alias = "generation")]
+    pub incarnation: u64,
     /// The worker's fragment number.
     pub fragment: u64,
     /// The policy version it was collecting with.

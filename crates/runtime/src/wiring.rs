@@ -24,7 +24,7 @@ pub(crate) struct WorkerHandle {
     /// Learner -> worker: commands (capacity 1: only `Exit`).
     pub(crate) commands: SyncSender<WorkerCommand>,
     pub(crate) handle: JoinHandle<()>,
-    pub(crate) generation: u64,
+    pub(crate) incarnation: u64,
     pub(crate) holding: Arc<Holding>,
     pub(crate) heartbeat: Arc<Heartbeat>,
     pub(crate) restarts: u32,
@@ -174,11 +174,11 @@ impl Wiring {
         Ok(wiring)
     }
 
-    /// Starts worker `id` (incarnation `generation`) owning `slots`.
+    /// Starts incarnation `incarnation` of worker `id` (0 first, +1 per restart) owning `slots`.
     pub(crate) fn spawn_worker(
         &self,
         id: usize,
-        generation: u64,
+        incarnation: u64,
         start: Option<WorkerState>,
         first_fragment: u64,
         slots: &[SlotId],
@@ -204,7 +204,7 @@ impl Wiring {
             }
             InferenceClient {
                 worker: id,
-                generation,
+                incarnation,
                 slots: Arc::clone(&c.slots),
                 requests: c.requests.clone(),
                 replies: reply_rx,
@@ -224,8 +224,8 @@ impl Wiring {
             max_lag: self.lag,
             exact: self.config.train.deterministic || self.lag == 0,
             wait_timeout: self.wait_timeout,
-            generation,
-            with_fault: generation == 0 && id == self.config.env.fault_worker,
+            incarnation,
+            with_fault: incarnation == 0 && id == self.config.env.fault_worker,
             heartbeat: Arc::clone(&heartbeat),
             holding: Arc::clone(&holding),
             first_fragment,
@@ -235,7 +235,7 @@ impl Wiring {
         {
             // Workers' heartbeats come first, in worker order.
             let mut beats = self.beats.lock().unwrap_or_else(|p| p.into_inner());
-            if generation == 0 {
+            if incarnation == 0 {
                 beats.insert(id, Arc::clone(&heartbeat));
             } else {
                 beats[id] = Arc::clone(&heartbeat);
@@ -245,7 +245,7 @@ impl Wiring {
             free_slots: slot_tx,
             commands: cmd_tx,
             handle,
-            generation,
+            incarnation,
             holding,
             heartbeat,
             restarts: 0,

@@ -36,21 +36,21 @@ pub enum WorkerEvent {
         /// The worker's fragment counter for it.
         index: u64,
         /// Which incarnation of the worker wrote it (restarts increment it).
-        generation: u64,
+        incarnation: u64,
     },
     /// The worker stopped mid-fragment on `Exit`; the slot is free again.
     Abandoned {
         /// The slot it held.
         slot: SlotId,
         /// Its incarnation.
-        generation: u64,
+        incarnation: u64,
     },
     /// The worker stopped on an error (env NaN, panic, bad policy); the learner decides.
     Failed {
         /// Which worker.
         worker: usize,
         /// Its incarnation.
-        generation: u64,
+        incarnation: u64,
         /// What went wrong.
         error: String,
         /// The slot it was writing, now free.
@@ -105,7 +105,7 @@ pub struct WorkerSetup {
     /// How long a blocking wait lasts before it is logged.
     pub wait_timeout: Duration,
     /// Incarnation: 0 at start, +1 per restart.
-    pub generation: u64,
+    pub incarnation: u64,
     /// Apply the configured fault injection (never for a restarted worker).
     pub with_fault: bool,
     /// This worker's pulse.
@@ -132,7 +132,7 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("strata-worker-{}", setup.id))
         .spawn(move || {
-            let (id, generation, events) = (setup.id, setup.generation, setup.events.clone());
+            let (id, incarnation, events) = (setup.id, setup.incarnation, setup.events.clone());
             let (heartbeat, holding) = (Arc::clone(&setup.heartbeat), Arc::clone(&setup.holding));
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(setup)));
             heartbeat.beat(Activity::Stopped);
@@ -148,10 +148,10 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
                         .unwrap_or("(no message)")
                 ),
             };
-            tracing::error!(component = %format!("worker-{id}"), generation, %error, "worker failed");
+            tracing::error!(component = %format!("worker-{id}"), incarnation, %error, "worker failed");
             // The learner may be gone already; then nobody needs to hear it.
             let holding = holding.get(id);
-            let _ = events.try_send(WorkerEvent::Failed { worker: id, generation, error, holding });
+            let _ = events.try_send(WorkerEvent::Failed { worker: id, incarnation, error, holding });
         })
 }
 
@@ -183,7 +183,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         max_lag,
         exact,
         wait_timeout,
-        generation,
+        incarnation,
         with_fault,
         heartbeat,
         holding,
@@ -253,7 +253,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         None => {
             // Fresh envs. A replacement gets seeds of its own incarnation and continues the
             // fragment numbering.
-            let stream = id as u64 + (generation << 32);
+            let stream = id as u64 + (incarnation << 32);
             let mut obs = Vec::with_capacity(groups);
             let mut rngs = Vec::with_capacity(groups);
             for (g, e) in envs.iter_mut().enumerate() {
@@ -367,7 +367,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
             // Exit requested mid-fragment: abandoned, never handed over; the slot goes back.
             drop(f);
             holding.set(None);
-            let _ = events.try_send(WorkerEvent::Abandoned { slot, generation });
+            let _ = events.try_send(WorkerEvent::Abandoned { slot, incarnation });
             return Ok(Stop::Exit);
         }
         for (dst, o) in f.next_obs.chunks_exact_mut(gm * od).zip(&obs) {
@@ -394,7 +394,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
         let ready = WorkerEvent::FragmentReady {
             slot,
             index: fragments - 1,
-            generation,
+            incarnation,
         };
         if events.send(ready).is_err() {
             return Ok(Stop::Closed);

@@ -34,7 +34,7 @@ fn assert_one_invalid(t: &Trainer, reason: &str) {
     let invalid = &t.progress().invalid_fragments;
     assert_eq!(invalid.len(), 1, "{invalid:?}");
     assert_eq!(invalid[0].worker, 1);
-    assert_eq!(invalid[0].generation, 0);
+    assert_eq!(invalid[0].incarnation, 0);
     assert!(
         invalid[0].reason.contains(reason),
         "{:?}",
