@@ -4,10 +4,10 @@
 //! before it is answered), as fast as they are answered.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::json;
 use strata_gateway::{
@@ -188,7 +188,7 @@ fn reporter(client: &Client, queue: &Mutex<std::vec::IntoIter<u64>>) -> Vec<f64>
         "env_seq": 1,
     });
     loop {
-        let Some(action) = queue.lock().expect("queue").next() else {
+        let Some(action) = queue.lock().next() else {
             return latencies;
         };
         let t = Instant::now();

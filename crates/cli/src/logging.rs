@@ -7,8 +7,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
+use parking_lot::Mutex;
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{Format, Full, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -43,14 +43,14 @@ struct LogTarget;
 
 impl Write for LogTarget {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        match LOG_FILE.lock().as_mut() {
             Some(file) => file.write(buf),
             None => io::stderr().write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        match LOG_FILE.lock().as_mut() {
             Some(file) => file.flush(),
             None => io::stderr().flush(),
         }
@@ -63,7 +63,7 @@ impl Write for LogTarget {
 /// When the file cannot be opened.
 pub fn redirect_to(path: &Path) -> io::Result<()> {
     let file = OpenOptions::new().create(true).append(true).open(path)?;
-    *LOG_FILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+    *LOG_FILE.lock() = Some(file);
     Ok(())
 }
 

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{GatewayError, RequestError};
@@ -205,7 +205,7 @@ impl Auth {
 
     fn take(&self, name: &str) -> Result<(), RequestError> {
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("rate buckets");
+        let mut buckets = self.buckets.lock();
         let b = buckets.entry(name.to_string()).or_insert(Bucket {
             tokens: self.burst,
             at: now,

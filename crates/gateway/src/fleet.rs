@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
@@ -136,23 +137,23 @@ pub fn run_fleet(settings: &FleetSettings) -> Result<FleetReport, String> {
                     let mut agent = match SimAgent::new(settings, i, &token) {
                         Ok(a) => a,
                         Err(e) => {
-                            *failure.lock().expect("failure") = Some(e);
+                            *failure.lock() = Some(e);
                             stop.store(true, Ordering::Relaxed);
                             return;
                         }
                     };
                     if let Err(e) = agent.run(&shared, &stop, started) {
-                        *failure.lock().expect("failure") = Some(format!("agent {i}: {e}"));
+                        *failure.lock() = Some(format!("agent {i}: {e}"));
                         stop.store(true, Ordering::Relaxed);
                     }
                 })
                 .expect("spawn fleet agent");
         }
     });
-    if let Some(e) = failure.into_inner().expect("failure") {
+    if let Some(e) = failure.into_inner() {
         return Err(e);
     }
-    let mut report = shared.report.lock().expect("report").clone();
+    let mut report = shared.report.lock().clone();
     report.steps = shared.steps.load(Ordering::Relaxed);
     report.seconds = started.elapsed().as_secs_f64();
     for (n, sum) in report.returns_by_version.values_mut() {
@@ -259,7 +260,7 @@ impl<'a> SimAgent<'a> {
                 }
             }
         };
-        let mut report = shared.report.lock().expect("report");
+        let mut report = shared.report.lock();
         let l = &self.local;
         report.episodes += l.episodes;
         report.stored += l.stored;

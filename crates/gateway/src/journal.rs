@@ -8,8 +8,8 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -76,7 +76,7 @@ impl Journal {
 
     /// Bytes in the journal now.
     pub fn size(&self) -> u64 {
-        self.file.lock().expect("journal").1
+        self.file.lock().1
     }
 
     /// Replaces the journal with the record `snapshot` followed by what was appended after
@@ -94,7 +94,7 @@ impl Journal {
         let io = |e| GatewayError::io(&self.path, e);
         let mut out = File::create(&tmp).map_err(io)?;
         out.write_all(&line).map_err(io)?;
-        let mut f = self.file.lock().expect("journal");
+        let mut f = self.file.lock();
         let mut tail = Vec::new();
         let mut old = File::open(&self.path).map_err(io)?;
         old.seek(SeekFrom::Start(taken_at)).map_err(io)?;
@@ -120,7 +120,7 @@ impl Journal {
     pub fn append<E: Serialize>(&self, event: &E, sync: bool) -> Result<(), GatewayError> {
         let mut line = serde_json::to_vec(event).expect("journal records serialise");
         line.push(b'\n');
-        let mut f = self.file.lock().expect("journal");
+        let mut f = self.file.lock();
         f.0.write_all(&line)
             .map_err(|e| GatewayError::io(&self.path, e))?;
         f.1 += line.len() as u64;

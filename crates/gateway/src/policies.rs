@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
+use parking_lot::{Mutex, RwLock};
 use strata_nn::{ActorCritic, NamedTensor};
 use strata_runtime::checkpoint::{tensors_from_bytes, tensors_to_bytes};
 use strata_runtime::RunConfig;
@@ -49,11 +50,7 @@ impl PolicyStore {
 
     /// Whether `version` is stored.
     pub fn exists(&self, version: u64) -> bool {
-        self.cache
-            .read()
-            .expect("policy cache")
-            .contains_key(&version)
-            || self.path(version).exists()
+        self.cache.read().contains_key(&version) || self.path(version).exists()
     }
 
     /// Stores `params` as `version` (durable before it returns) and caches it.
@@ -92,7 +89,7 @@ impl PolicyStore {
             params,
             model: Mutex::new(model),
         });
-        let mut cache = self.cache.write().expect("policy cache");
+        let mut cache = self.cache.write();
         cache.insert(version, served.clone());
         while cache.len() > self.capacity {
             let oldest = *cache.keys().next().expect("non-empty");
@@ -106,7 +103,7 @@ impl PolicyStore {
     /// # Errors
     /// `NotFound` for a version never stored; `Unavailable` for an unreadable file.
     pub fn get(&self, version: u64) -> Result<Arc<Served>, RequestError> {
-        if let Some(s) = self.cache.read().expect("policy cache").get(&version) {
+        if let Some(s) = self.cache.read().get(&version) {
             return Ok(s.clone());
         }
         let path = self.path(version);

@@ -38,10 +38,13 @@ mod writer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crossbeam_channel::{bounded, SendTimeoutError, Sender};
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use analysis::{
     metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
@@ -137,7 +140,7 @@ struct Registry {
 /// An open ledger: appends go to the writer thread; rules are registered here.
 pub struct Ledger {
     storage: Arc<Storage>,
-    tx: Option<SyncSender<Message>>,
+    tx: Option<Sender<Message>>,
     handle: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     next_sample_id: AtomicU64,
@@ -225,7 +228,7 @@ impl Ledger {
         if let Some((_, r)) = registry.current {
             shared.rules_version.store(r, Ordering::Relaxed);
         }
-        let (tx, rx) = sync_channel(config.queue);
+        let (tx, rx) = bounded(config.queue);
         let writer = Writer::new(
             Arc::clone(&storage),
             Arc::clone(&shared),
@@ -284,30 +287,24 @@ impl Ledger {
         self.next_sample_id.load(Ordering::Relaxed)
     }
 
-    fn send(&self, mut message: Message) -> Result<(), LedgerError> {
+    /// Queues `message` for the writer, waiting at most `send_timeout` for room. A full
+    /// queue hands the message back, and the error names what was refused.
+    fn send(&self, message: Message) -> Result<(), LedgerError> {
         let tx = self
             .tx
             .as_ref()
             .ok_or_else(|| LedgerError::Writer("closed".into()))?;
-        let deadline = Instant::now() + self.send_timeout;
-        loop {
-            match tx.try_send(message) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Full(m)) => {
-                    if Instant::now() >= deadline {
-                        return Err(LedgerError::Writer(format!(
-                            "queue full for {:?}: the writer is not keeping up",
-                            self.send_timeout
-                        )));
-                    }
-                    message = m;
-                    std::thread::sleep(Duration::from_millis(1));
+        tx.send_timeout(message, self.send_timeout)
+            .map_err(|e| match e {
+                SendTimeoutError::Timeout(refused) => LedgerError::Writer(format!(
+                    "queue full for {:?}: the writer is not keeping up; refused {}",
+                    self.send_timeout,
+                    refused.describe()
+                )),
+                SendTimeoutError::Disconnected(_) => {
+                    LedgerError::Writer("the writer thread stopped".into())
                 }
-                Err(TrySendError::Disconnected(_)) => {
-                    return Err(LedgerError::Writer("the writer thread stopped".into()))
-                }
-            }
-        }
+            })
     }
 
     /// Appends samples (validated here; checked for duplicates and trajectory consistency
@@ -337,7 +334,7 @@ impl Ledger {
         if batch.is_empty() {
             return Ok(());
         }
-        let (reply, answer) = sync_channel(1);
+        let (reply, answer) = bounded(1);
         self.send(Message::DurableSamples(Box::new(batch), reply))?;
         answer
             .recv_timeout(self.send_timeout * 6)
@@ -351,7 +348,7 @@ impl Ledger {
     /// [`LedgerError::Rejected`] for an empty range or unknown rules version.
     pub fn append_decisions(&self, rows: Vec<DecisionRecord>) -> Result<(), LedgerError> {
         {
-            let registry = self.registry.lock().expect("registry");
+            let registry = self.registry.lock();
             for r in &rows {
                 if r.first_sample > r.last_sample {
                     return Err(LedgerError::Rejected(format!(
@@ -400,7 +397,7 @@ impl Ledger {
     /// nothing is promised).
     pub fn record_duplicate(&self, row: DuplicateRecord) -> Result<(), LedgerError> {
         Self::check_duplicate(&row)?;
-        let (reply, answer) = sync_channel(1);
+        let (reply, answer) = bounded(1);
         self.send(Message::Duplicate(row, reply))?;
         answer
             .recv_timeout(self.send_timeout * 6)
@@ -424,7 +421,7 @@ impl Ledger {
     pub fn register_rules(&self, rules: &AdmissionRules) -> Result<VersionedRules, LedgerError> {
         rules.validate()?;
         let hash = rules.hash();
-        let mut registry = self.registry.lock().expect("registry");
+        let mut registry = self.registry.lock();
         if let Some(v) = registry.rules.values().find(|v| v.hash == hash) {
             return Ok(v.clone());
         }
@@ -448,7 +445,6 @@ impl Ledger {
     pub fn rules(&self, version: u64) -> Result<VersionedRules, LedgerError> {
         self.registry
             .lock()
-            .expect("registry")
             .rules
             .get(&version)
             .cloned()
@@ -468,7 +464,7 @@ impl Ledger {
         operation: &str,
         author: &str,
     ) -> Result<(), LedgerError> {
-        let mut registry = self.registry.lock().expect("registry");
+        let mut registry = self.registry.lock();
         let rules = registry
             .rules
             .get(&rules_version)
@@ -496,7 +492,7 @@ impl Ledger {
     /// # Errors
     /// [`LedgerError::UnknownPolicyVersion`].
     pub fn rules_for_policy(&self, policy_version: u64) -> Result<VersionedRules, LedgerError> {
-        let registry = self.registry.lock().expect("registry");
+        let registry = self.registry.lock();
         let r = registry
             .bindings
             .get(&policy_version)
@@ -532,7 +528,7 @@ impl Ledger {
 
     /// The current policy version and its rules, if any was bound.
     pub fn current(&self) -> Option<(u64, VersionedRules)> {
-        let registry = self.registry.lock().expect("registry");
+        let registry = self.registry.lock();
         let (p, r) = registry.current?;
         Some((p, registry.rules.get(&r)?.clone()))
     }
@@ -542,7 +538,7 @@ impl Ledger {
     /// # Errors
     /// The storage failure (the rows stay buffered for the next attempt).
     pub fn flush(&self) -> Result<(), LedgerError> {
-        let (reply, answer) = sync_channel(1);
+        let (reply, answer) = bounded(1);
         self.send(Message::Flush(reply))?;
         answer
             .recv_timeout(self.send_timeout * 6)
@@ -552,12 +548,12 @@ impl Ledger {
 
     /// What the writer did so far.
     pub fn stats(&self) -> WriterStats {
-        self.shared.stats.lock().expect("stats").clone()
+        self.shared.stats.lock().clone()
     }
 
     /// The last storage failure, if the writer is failing now.
     pub fn failure(&self) -> Option<String> {
-        self.shared.failure.lock().expect("failure").clone()
+        self.shared.failure.lock().clone()
     }
 
     /// Flushes and stops the writer.
@@ -573,7 +569,7 @@ impl Ledger {
         let Some(tx) = self.tx.take() else {
             return Ok(());
         };
-        let (reply, answer) = sync_channel(1);
+        let (reply, answer) = bounded(1);
         let sent = tx.send(Message::Close(reply)).is_ok();
         drop(tx);
         let result = if sent {

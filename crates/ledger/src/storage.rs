@@ -275,19 +275,13 @@ impl Storage {
 fn sync_filesystem(root: &std::path::Path) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        use std::os::fd::AsRawFd;
         let dir = std::fs::File::open(root)?;
-        // SAFETY: `dir` is an open descriptor for the duration of the call.
-        if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        Ok(rustix::fs::syncfs(&dir)?)
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = root;
-        // SAFETY: sync(2) takes no arguments and cannot fail.
-        unsafe { libc::sync() };
+        rustix::fs::sync();
         Ok(())
     }
 }
@@ -330,28 +324,12 @@ fn remove_staged(root: &std::path::Path) -> std::io::Result<()> {
 fn rename_no_replace(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        use std::os::unix::ffi::OsStrExt;
-        let (from_c, to_c) = (
-            std::ffi::CString::new(from.as_os_str().as_bytes())?,
-            std::ffi::CString::new(to.as_os_str().as_bytes())?,
-        );
-        // SAFETY: both are valid NUL-terminated paths for the duration of the call.
-        let done = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                from_c.as_ptr(),
-                libc::AT_FDCWD,
-                to_c.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            )
-        };
-        if done == 0 {
-            return Ok(());
-        }
-        let error = std::io::Error::last_os_error();
-        // Filesystems without RENAME_NOREPLACE: a hard link never replaces a name either.
-        if error.raw_os_error() != Some(libc::EINVAL) {
-            return Err(error);
+        use rustix::fs::{renameat_with, RenameFlags, CWD};
+        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            // Filesystems without RENAME_NOREPLACE: a hard link never replaces a name either.
+            Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     std::fs::hard_link(from, to).and_then(|()| std::fs::remove_file(from))

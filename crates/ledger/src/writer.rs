@@ -4,9 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
 
 use crate::append_log::AppendLog;
 use crate::record::{
@@ -20,15 +22,32 @@ use crate::storage::Storage;
 pub(crate) enum Message {
     Samples(Box<SampleBatch>),
     /// Samples to make durable (in the append log, or by a flush) before replying.
-    DurableSamples(Box<SampleBatch>, SyncSender<Result<(), String>>),
+    DurableSamples(Box<SampleBatch>, Sender<Result<(), String>>),
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
     /// A duplicate to make durable before replying: it joins the next group commit.
-    Duplicate(DuplicateRecord, SyncSender<Result<(), String>>),
+    Duplicate(DuplicateRecord, Sender<Result<(), String>>),
     Generation(GenerationRecord),
     /// Write everything buffered; answer when it is durable (or why not).
-    Flush(SyncSender<Result<(), String>>),
-    Close(SyncSender<Result<(), String>>),
+    Flush(Sender<Result<(), String>>),
+    Close(Sender<Result<(), String>>),
+}
+
+impl Message {
+    /// What it carries, for an error that refuses it.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Message::Samples(b) | Message::DurableSamples(b, _) => {
+                format!("{} sample rows", b.len())
+            }
+            Message::Decisions(d) => format!("{} decision records", d.len()),
+            Message::Invalidate(_) => "an invalidation".into(),
+            Message::Duplicate(_, _) => "a duplicate record".into(),
+            Message::Generation(_) => "a generation record".into(),
+            Message::Flush(_) => "a flush request".into(),
+            Message::Close(_) => "a close request".into(),
+        }
+    }
 }
 
 /// Counters of what the writer did.
@@ -237,7 +256,7 @@ impl Writer {
             // enough to pay a flush).
             Message::Duplicate(d, reply) => {
                 self.note_buffered(1);
-                self.shared.stats.lock().expect("stats").duplicates += 1;
+                self.shared.stats.lock().duplicates += 1;
                 self.duplicates.push(d);
                 return Some(Message::Flush(reply));
             }
@@ -269,7 +288,7 @@ impl Writer {
         }
         self.note_buffered(1);
         self.invalidations.push(inv);
-        self.shared.stats.lock().expect("stats").invalidations += 1;
+        self.shared.stats.lock().invalidations += 1;
     }
 
     fn detected(&mut self, trajectory: u64, reason: ReasonCode, text: String) {
@@ -329,7 +348,7 @@ impl Writer {
         self.batches += 1;
         let n = batch.len();
         {
-            let mut stats = self.shared.stats.lock().expect("stats");
+            let mut stats = self.shared.stats.lock();
             stats.rows_received += n as u64;
         }
         // Rows are appended in runs; repeats of a known key are cut out between them.
@@ -346,7 +365,7 @@ impl Writer {
                             bucket: batch.bucket.clone(),
                             at_ns: now_ns(),
                         });
-                        self.shared.stats.lock().expect("stats").duplicates += 1;
+                        self.shared.stats.lock().duplicates += 1;
                         true
                     }
                     None => {
@@ -398,9 +417,9 @@ impl Writer {
     fn durable_group(
         &mut self,
         first: SampleBatch,
-        reply: SyncSender<Result<(), String>>,
+        reply: Sender<Result<(), String>>,
         messages: &Receiver<Message>,
-    ) -> Option<SyncSender<Result<(), String>>> {
+    ) -> Option<Sender<Result<(), String>>> {
         // One append-log message per (bucket, config, width) for the whole group.
         let mut logged: HashMap<LogKey, SampleBatch> = HashMap::new();
         let mut replies = vec![reply];
@@ -567,7 +586,7 @@ impl Writer {
             }
         }
         {
-            let mut s = self.shared.stats.lock().expect("stats");
+            let mut s = self.shared.stats.lock();
             s.files_written += stats.files_written;
             s.bytes_written += stats.bytes_written;
             s.rows_written += stats.rows_written;
@@ -583,7 +602,7 @@ impl Writer {
         if left == 0 {
             self.oldest = None;
         }
-        self.shared.stats.lock().expect("stats").rows_buffered =
+        self.shared.stats.lock().rows_buffered =
             self.samples.values().map(SampleBatch::len).sum::<usize>() as u64;
         if first_error.is_none() && left == 0 {
             // Every durably appended row is in the sample log now.
@@ -593,7 +612,7 @@ impl Writer {
                 }
             }
         }
-        let mut failure = self.shared.failure.lock().expect("failure");
+        let mut failure = self.shared.failure.lock();
         *failure = first_error.clone();
         first_error.map_or(Ok(()), Err)
     }
@@ -604,13 +623,9 @@ impl Writer {
 pub(crate) fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid has no preconditions; setpriority on our own thread id only
-        // changes this thread's scheduling priority.
-        let changed = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10)
-        };
-        if changed != 0 {
+        // On Linux a thread id names one thread: only the writer's priority changes.
+        let tid = rustix::thread::gettid();
+        if rustix::process::setpriority_process(Some(tid), 10).is_err() {
             tracing::debug!(
                 component = "ledger",
                 "could not lower the writer's priority"

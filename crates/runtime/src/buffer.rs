@@ -3,8 +3,8 @@
 //! stays where it was written.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
+use parking_lot::{Mutex, MutexGuard};
 use strata_env::{EpisodeEnd, NormalizerStats, VecEnvSnapshot};
 use strata_nn::SampleRng;
 
@@ -223,9 +223,7 @@ impl ExperienceBuffer {
             slot.index,
             slot.worker
         );
-        self.slots[slot.index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.slots[slot.index].lock()
     }
 
     /// In debug mode, checks that `written` landed at `dst[offset..]` unchanged.

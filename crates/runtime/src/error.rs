@@ -37,7 +37,16 @@ pub enum RuntimeError {
     Worker { worker: usize, error: String },
     /// The sample ledger could not record (storage failure, writer not keeping up).
     #[error("ledger: {0}")]
-    Ledger(String),
+    Ledger(#[from] strata_ledger::LedgerError),
+    /// The policy store refused a version (out of order, corrupt) or is closed.
+    #[error("policy store: {0}")]
+    PolicyStore(#[from] crate::policy_store::StoreError),
+    /// A thread (worker, inference, watchdog, learner pool) could not be started.
+    #[error("cannot start {what}: {source}")]
+    Thread {
+        what: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The run was asked to stop (Ctrl-C / SIGTERM).
     #[error("interrupted")]
     Interrupted,
@@ -50,6 +59,17 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// A thread that could not be started.
+    pub fn thread(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        RuntimeError::Thread {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         RuntimeError::Io {

@@ -8,10 +8,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rand::SeedableRng;
 use strata_nn::{ActorCritic, SampleRng};
 
@@ -82,10 +83,8 @@ impl InferenceSlots {
     }
 
     /// Locks the slot of `(worker, group)`.
-    pub fn lock(&self, (worker, group): Request) -> std::sync::MutexGuard<'_, InferenceSlot> {
-        self.slots[worker * self.groups + group]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    pub fn lock(&self, (worker, group): Request) -> parking_lot::MutexGuard<'_, InferenceSlot> {
+        self.slots[worker * self.groups + group].lock()
     }
 }
 
@@ -339,7 +338,7 @@ fn serve(s: ServerSetup) -> Result<(), String> {
                     &mut log_probs,
                     &mut values,
                 );
-                let replies = s.replies.lock().unwrap_or_else(|p| p.into_inner());
+                let replies = s.replies.lock();
                 let mut row = 0;
                 for (k, r) in batch.iter().enumerate() {
                     let len = parts[k];

@@ -2,9 +2,11 @@
 //! the background, but a clean stop must leave no thread running, so we spawn the pool's
 //! threads ourselves and keep their handles.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::RuntimeError;
 
@@ -37,14 +39,11 @@ impl LearnerPool {
                         }
                         thread.run();
                     })?;
-                spawned
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(handle);
+                spawned.lock().push(handle);
                 Ok(())
             })
             .build()
-            .map_err(|e| RuntimeError::Config(format!("cannot start the learner threads: {e}")))?;
+            .map_err(|e| RuntimeError::thread("the learner threads", e))?;
         Ok(LearnerPool {
             pool: Some(pool),
             handles,
@@ -62,12 +61,7 @@ impl Drop for LearnerPool {
         // Dropping the pool tells its threads to finish; then wait for each (bounded).
         drop(self.pool.take());
         let deadline = Instant::now() + Duration::from_secs(5);
-        for handle in self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
+        for handle in self.handles.lock().drain(..) {
             while !handle.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }

@@ -3,9 +3,10 @@
 //! with what is true this instant (heartbeats, worker versions, buffer slots).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::buffer::ExperienceBuffer;
@@ -127,12 +128,12 @@ impl LiveHandle {
     /// The training as of now.
     pub fn snapshot(&self) -> LiveSnapshot {
         let (mut snap, restarts) = {
-            let view = self.learner.lock().unwrap_or_else(|p| p.into_inner());
+            let view = self.learner.lock();
             (view.snapshot.clone(), view.restarts.clone())
         };
         snap.uptime_seconds = self.epoch.elapsed().as_secs_f64();
         let versions = self.store.worker_versions();
-        let beats = self.beats.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let beats = self.beats.lock().clone();
         let mut writing = 0;
         snap.workers.clear();
         snap.others.clear();

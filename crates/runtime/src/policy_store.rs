@@ -3,9 +3,10 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Condvar, Mutex};
 use strata_env::{NormalizerStats, RunningMeanStd};
 use thiserror::Error;
 use xxhash_rust::xxh3::Xxh3;
@@ -134,8 +135,8 @@ impl PolicyStore {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Publishes the next version.
@@ -213,11 +214,7 @@ impl PolicyStore {
                     waited,
                 });
             }
-            s = self
-                .published
-                .wait_timeout(s, timeout - waited)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            self.published.wait_for(&mut s, timeout - waited);
         }
     }
 

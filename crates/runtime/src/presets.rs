@@ -2,9 +2,8 @@
 //! Gymnasium task; where we depart from them, the comment says why.
 
 use strata_algo::PpoConfig;
-use strata_nn::NetworkConfig;
-
 use strata_ledger::AdmissionRules;
+use strata_nn::NetworkConfig;
 
 use crate::config::{
     EnvConfig, LedgerSettings, ReportSettings, RunConfig, RuntimeConfig, TrainConfig,

@@ -257,8 +257,7 @@ pub fn train(
             flush_rows: settings.flush_rows,
             flush_interval: std::time::Duration::from_secs_f64(settings.flush_interval_secs),
             ..strata_ledger::LedgerConfig::new(location)
-        })
-        .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
+        })?;
         trainer.attach_ledger(ledger)?;
     }
     let every = trainer.config().train.checkpoint_every;

@@ -117,7 +117,7 @@ impl Watchdog {
     /// # Errors
     /// When the OS cannot start a thread.
     pub fn start(
-        beats: Arc<std::sync::Mutex<Vec<Arc<Heartbeat>>>>,
+        beats: Arc<parking_lot::Mutex<Vec<Arc<Heartbeat>>>>,
         silent_after: Duration,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -126,7 +126,7 @@ impl Watchdog {
             let mut reported: Vec<String> = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 std::thread::park_timeout(Duration::from_millis(500));
-                let beats = beats.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let beats = beats.lock().clone();
                 for b in beats {
                     let (silence, activity) = b.silence();
                     let silent = silence > silent_after && activity != Activity::Stopped;

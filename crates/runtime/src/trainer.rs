@@ -4,9 +4,10 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use strata_algo::RolloutBuffer;
 use strata_env::NormalizerStats;
 use strata_nn::ActorCritic;
@@ -178,7 +179,7 @@ impl Trainer {
             files_written: l.files_written,
             bytes_written: l.bytes_written,
         });
-        let mut view = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.live.lock();
         let rate = view.rate(seconds, p.global_step);
         view.restarts = self
             .collector
@@ -213,7 +214,7 @@ impl Trainer {
 
     /// Records an evaluation in the live view.
     pub(crate) fn publish_eval(&self, version: u64, mean_return: f64) {
-        let mut view = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.live.lock();
         view.snapshot.last_eval = Some((version, mean_return));
     }
 
@@ -282,8 +283,7 @@ impl Trainer {
             &self.config_hash,
             &self.progress,
             obs_dim,
-        )
-        .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
+        )?;
         link.save_to(&mut self.progress);
         self.ledger = Some(link);
         Ok(())
@@ -305,7 +305,7 @@ impl Trainer {
     /// [`RuntimeError::Ledger`] when the storage fails.
     pub fn flush_ledger(&self) -> Result<(), RuntimeError> {
         match &self.ledger {
-            Some(l) => l.flush().map_err(|e| RuntimeError::Ledger(e.to_string())),
+            Some(l) => l.flush().map_err(RuntimeError::from),
             None => Ok(()),
         }
     }
@@ -316,10 +316,7 @@ impl Trainer {
     /// [`RuntimeError::Ledger`] when the final flush fails.
     pub fn close_ledger(&mut self) -> Result<Option<strata_ledger::WriterStats>, RuntimeError> {
         match self.ledger.take() {
-            Some(l) => l
-                .close()
-                .map(Some)
-                .map_err(|e| RuntimeError::Ledger(e.to_string())),
+            Some(l) => l.close().map(Some).map_err(RuntimeError::from),
             None => Ok(None),
         }
     }
@@ -383,18 +380,13 @@ impl Trainer {
         let stats = self.core.train(&self.rollout, progress_remaining.max(0.0));
         let t1 = Instant::now();
         let next = self.progress.policy_version + 1;
-        self.collector
-            .wiring
-            .store
-            .publish(PublishedPolicy::new(
-                next,
-                self.core.params().to_vec(),
-                self.normalizer.clone(),
-            ))
-            .map_err(|e| RuntimeError::Config(format!("publishing policy version {next}: {e}")))?;
+        self.collector.wiring.store.publish(PublishedPolicy::new(
+            next,
+            self.core.params().to_vec(),
+            self.normalizer.clone(),
+        ))?;
         if let Some(link) = self.ledger.as_mut() {
-            link.finish_update(admitted.decisions, next)
-                .map_err(|e| RuntimeError::Ledger(e.to_string()))?;
+            link.finish_update(admitted.decisions, next)?;
             link.save_to(&mut self.progress);
         }
         let publish = t1.elapsed().as_secs_f64();

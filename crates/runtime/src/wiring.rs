@@ -3,9 +3,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::config::Inference;
@@ -85,10 +87,7 @@ impl Wiring {
         let per_worker_envs = config.env.num_envs / workers;
         let lag = config.effective_lag();
         // Enough history for a worker `lag` versions behind to find its exact version.
-        let store = Arc::new(
-            PolicyStore::new(initial, workers, lag as usize + 2)
-                .map_err(|e| RuntimeError::Config(e.to_string()))?,
-        );
+        let store = Arc::new(PolicyStore::new(initial, workers, lag as usize + 2)?);
         // One slot per fragment a worker may have in flight: the current one plus `lag`.
         let slots_per_worker = lag as usize + 1;
         let buffer = Arc::new(ExperienceBuffer::new(
@@ -109,7 +108,7 @@ impl Wiring {
             Arc::clone(&beats),
             Duration::from_secs_f64(config.runtime.silent_after_secs),
         )
-        .map_err(|e| RuntimeError::Config(format!("cannot start the watchdog: {e}")))?;
+        .map_err(|e| RuntimeError::thread("the watchdog", e))?;
         let central = if config.runtime.inference == Inference::Central {
             let groups = config.groups_per_worker();
             let slots = Arc::new(InferenceSlots::new(
@@ -123,10 +122,7 @@ impl Wiring {
             let replies = Arc::new(Mutex::new(Vec::with_capacity(workers)));
             let exit = Arc::new(AtomicBool::new(false));
             let heartbeat = Heartbeat::new("inference", epoch);
-            beats
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(0, Arc::clone(&heartbeat));
+            beats.lock().insert(0, Arc::clone(&heartbeat));
             let handle = spawn_server(ServerSetup {
                 config: Arc::new(config.clone()),
                 slots: Arc::clone(&slots),
@@ -138,7 +134,7 @@ impl Wiring {
                 wait_timeout,
                 versions_kept: lag as usize + 2,
             })
-            .map_err(|e| RuntimeError::Config(format!("cannot start the inference thread: {e}")))?;
+            .map_err(|e| RuntimeError::thread("the inference thread", e))?;
             Some(Central {
                 slots,
                 requests,
@@ -196,7 +192,7 @@ impl Wiring {
         let next_fragment = start.as_ref().map_or(first_fragment, |s| s.fragments);
         let inference = self.central.as_ref().map(|c| {
             let (reply_tx, reply_rx) = sync_channel(self.config.groups_per_worker());
-            let mut replies = c.replies.lock().unwrap_or_else(|p| p.into_inner());
+            let mut replies = c.replies.lock();
             if id < replies.len() {
                 replies[id] = reply_tx;
             } else {
@@ -231,10 +227,10 @@ impl Wiring {
             first_fragment,
             inference,
         })
-        .map_err(|e| RuntimeError::Config(format!("cannot start worker {id}: {e}")))?;
+        .map_err(|e| RuntimeError::thread(format!("worker {id}"), e))?;
         {
             // Workers' heartbeats come first, in worker order.
-            let mut beats = self.beats.lock().unwrap_or_else(|p| p.into_inner());
+            let mut beats = self.beats.lock();
             if incarnation == 0 {
                 beats.insert(id, Arc::clone(&heartbeat));
             } else {

@@ -66,7 +66,7 @@ impl Gateway {
         }
         let key = agent_key(&caller.name, &req.idempotency_key);
         let (version, trajectory) = {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.lock();
             if let Some(a) = state
                 .action_keys
                 .get(&key)
@@ -95,7 +95,7 @@ impl Gateway {
         {
             let seed = xxhash_rust::xxh3::xxh3_64(key.as_bytes()) ^ self.settings.run.train.seed;
             let mut rng = SampleRng::seed_from_u64(seed);
-            let mut model = policy.model.lock().expect("model");
+            let mut model = policy.model.lock();
             model.act(
                 &req.observation,
                 &mut rng,
@@ -105,7 +105,7 @@ impl Gateway {
                 &mut value,
             );
         }
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         if let Some(a) = state
             .action_keys
             .get(&key)
@@ -174,7 +174,7 @@ impl Gateway {
         action: u64,
         req: RecheckRequest,
     ) -> Result<RecheckResponse, RequestError> {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let a = Self::owned_action(&mut state, caller, action)?;
         if a.status != ActionStatus::Pending {
             return Err(RequestError::conflict(format!(
@@ -274,7 +274,7 @@ impl Gateway {
             at_ns: now_ns(),
         })?;
         self.tell_learner(LearnerMessage::Invalidated(old))?;
-        self.rows.lock().expect("rows").remove(&old);
+        self.rows.lock().remove(&old);
         let next = state.next_trajectory;
         state.next_trajectory += 1;
         let e = state.episodes.get_mut(&episode).expect("episode");

@@ -16,7 +16,7 @@ impl Gateway {
         req: StartEpisodeRequest,
     ) -> Result<EpisodeInfo, RequestError> {
         let now = now_ns();
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         if let Some(k) = &req.idempotency_key {
             if let Some(id) = state.episode_keys.get(&agent_key(&caller.name, k)) {
                 if let Some(e) = state.episodes.get(id) {
@@ -88,7 +88,7 @@ impl Gateway {
     /// # Errors
     /// `NotFound` unknown, `Forbidden` another agent's.
     pub fn episode(&self, caller: &Caller, id: u64) -> Result<EpisodeInfo, RequestError> {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         if caller.role == crate::auth::Role::Operator {
             let e = state
                 .episodes
@@ -119,7 +119,7 @@ impl Gateway {
     /// # Errors
     /// `NotFound`/`Forbidden` episode.
     pub fn end_episode(&self, caller: &Caller, id: u64) -> Result<EpisodeInfo, RequestError> {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let e = Self::own(&mut state, caller, id)?;
         if e.status != EpisodeStatus::Ended {
             self.close_episode(&mut state, id)?;
@@ -147,7 +147,7 @@ impl Gateway {
     pub fn reap_idle(&self) -> usize {
         let limit = self.settings.episode_timeout.as_nanos() as i64;
         let now = now_ns();
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let idle: Vec<u64> = state
             .episodes
             .values()
@@ -188,7 +188,7 @@ impl Gateway {
     /// # Errors
     /// `NotFound` unknown episode; `Conflict` not held.
     pub fn confirm(&self, id: u64) -> Result<EpisodeInfo, RequestError> {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let next = state.next_trajectory;
         let e = state
             .episodes

@@ -14,18 +14,18 @@ const CONTROL_SEND_TIMEOUT: Duration = Duration::from_secs(10);
 impl Gateway {
     /// Connects the learner's queue.
     pub(crate) fn attach_learner(&self, tx: Sender<LearnerMessage>) {
-        *self.learner_tx.lock().expect("learner tx") = Some(tx);
+        *self.learner_tx.lock() = Some(tx);
     }
 
     /// Closes the learner's queue: the learner trains on what it holds and stops.
     pub(crate) fn detach_learner(&self) {
-        self.learner_tx.lock().expect("learner tx").take();
+        self.learner_tx.lock().take();
     }
 
     /// Tells the learner of a rollback or an invalidation; these are never dropped: a full
     /// queue is waited on (bounded), and the operation fails if the learner cannot take it.
     pub(super) fn tell_learner(&self, message: LearnerMessage) -> Result<(), RequestError> {
-        let Some(tx) = self.learner_tx.lock().expect("learner tx").clone() else {
+        let Some(tx) = self.learner_tx.lock().clone() else {
             return Ok(()); // no learner: nothing trains on the samples
         };
         match tx.send_timeout(message, CONTROL_SEND_TIMEOUT) {
@@ -45,7 +45,7 @@ impl Gateway {
         version: u64,
         bucket: &str,
     ) -> usize {
-        let mut rows = self.rows.lock().expect("rows");
+        let mut rows = self.rows.lock();
         let seg = rows.entry(trajectory).or_insert_with(|| {
             Segment::new(trajectory, version, bucket, self.obs_dim, self.action_dim)
         });
@@ -65,7 +65,7 @@ impl Gateway {
     /// `Some(None)` after a terminal state, `Some(Some(obs))` to bootstrap V(obs).
     pub(super) fn cut(&self, state: &State, episode: u64, bootstrap: Option<Option<&[f32]>>) {
         let e = &state.episodes[&episode];
-        let Some(mut seg) = self.rows.lock().expect("rows").remove(&e.trajectory) else {
+        let Some(mut seg) = self.rows.lock().remove(&e.trajectory) else {
             return;
         };
         let Some(bootstrap) = bootstrap else { return };
@@ -73,11 +73,11 @@ impl Gateway {
         if let Some(obs) = bootstrap {
             if let Ok(policy) = self.policies.get(seg.version) {
                 let mut v = [0.0f32];
-                policy.model.lock().expect("model").values(obs, &mut v);
+                policy.model.lock().values(obs, &mut v);
                 seg.bootstrap = v[0];
             }
         }
-        let tx = self.learner_tx.lock().expect("learner tx");
+        let tx = self.learner_tx.lock();
         if let Some(tx) = tx.as_ref() {
             // Segments are the one thing dropped under load (counted): agents keep going.
             if let Err(TrySendError::Full(_)) = tx.try_send(LearnerMessage::Segment(Box::new(seg)))

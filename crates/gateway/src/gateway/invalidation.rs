@@ -57,7 +57,7 @@ impl Gateway {
     pub(super) fn require_known(&self, target: Target) -> Result<(), RequestError> {
         match target {
             Target::Trajectory { id } => {
-                let next = self.state.lock().expect("state").next_trajectory;
+                let next = self.state.lock().next_trajectory;
                 if id == 0 || id >= next {
                     return Err(RequestError::not_found(if next <= 1 {
                         format!("no trajectory {id}: this gateway has issued none yet")

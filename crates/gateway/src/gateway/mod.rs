@@ -4,8 +4,9 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
 use rand::SeedableRng;
 use strata_ledger::{
     now_ns, Invalidation, Ledger, LedgerConfig, LedgerData, ReasonCode, SampleBatch, SampleRecord,
@@ -17,8 +18,6 @@ use crate::api::*;
 use crate::auth::{Auth, Caller, TokensFile};
 use crate::error::{GatewayError, RequestError};
 use crate::journal::Journal;
-use crossbeam_channel::Sender;
-
 use crate::policies::PolicyStore;
 use crate::segment::{LearnerMessage, Segment};
 use crate::settings::{GatewaySettings, ReleaseMode};

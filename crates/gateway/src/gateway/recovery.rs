@@ -89,7 +89,7 @@ impl Gateway {
     /// After a crash, an action may be durable in the ledger but not yet journalled as
     /// reported: find those by idempotency key so a retried report is a duplicate.
     pub(super) fn settle_reports_in_flight(&self) -> Result<(), GatewayError> {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let pending: std::collections::HashMap<String, u64> = state
             .actions
             .values()
@@ -150,7 +150,7 @@ impl Gateway {
         // Every record is appended under the state lock, so the state and the journal's
         // size taken together agree: what is appended later is copied after the snapshot.
         let (snapshot, taken_at) = {
-            let state = self.state.lock().expect("state");
+            let state = self.state.lock();
             (
                 Event::Snapshot {
                     state: Box::new(state.clone()),

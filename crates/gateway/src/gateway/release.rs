@@ -7,7 +7,7 @@ impl Gateway {
     /// The release state.
     pub fn status(&self) -> ReleaseStatus {
         let now = now_ns();
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         state.release.refresh(now);
         let r = &state.release;
         ReleaseStatus {
@@ -33,7 +33,7 @@ impl Gateway {
                 .filter(|e| e.status != EpisodeStatus::Ended)
                 .count(),
             updates: self.counters.updates.load(Ordering::Relaxed),
-            rules_version: *self.active_rules.lock().expect("rules"),
+            rules_version: *self.active_rules.lock(),
         }
     }
 
@@ -44,7 +44,7 @@ impl Gateway {
         change: impl FnOnce(&Self, &mut State) -> Result<(), RequestError>,
     ) -> Result<ReleaseStatus, RequestError> {
         {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.lock();
             change(self, &mut state)?;
             self.journal_release(&state)?;
         }
@@ -83,17 +83,17 @@ impl Gateway {
         author: &str,
     ) -> Result<u64, RequestError> {
         let version = {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.lock();
             state.release.latest += 1;
             state.release.latest
         };
         self.policies
             .insert(version, params)
             .map_err(|e| RequestError::unavailable(e.to_string()))?;
-        let rules = *self.active_rules.lock().expect("rules");
+        let rules = *self.active_rules.lock();
         self.ledger
             .bind(version, &self.config_hash, rules, "publish", author)?;
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         state.release.publish(version, channel, now_ns());
         self.journal_release(&state)?;
         Ok(version)
@@ -176,7 +176,7 @@ impl Gateway {
         req: SwitchRequest,
     ) -> Result<ReleaseStatus, RequestError> {
         let version = {
-            let state = self.state.lock().expect("state");
+            let state = self.state.lock();
             match req.version.or(state.release.candidate) {
                 Some(v) => v,
                 None => {
@@ -232,7 +232,7 @@ impl Gateway {
         let rules = self
             .ledger
             .rollback(version, &self.config_hash, &caller.name)?;
-        *self.active_rules.lock().expect("rules") = rules.version;
+        *self.active_rules.lock() = rules.version;
         let status = self.change_release(|g, state| {
             state.release.pending.clear();
             state.release.candidate = None;
@@ -276,7 +276,7 @@ impl Gateway {
     /// # Errors
     /// The registered version is unknown (cannot happen for a version set here).
     pub fn active_rules(&self) -> Result<strata_ledger::VersionedRules, RequestError> {
-        let v = *self.active_rules.lock().expect("rules");
+        let v = *self.active_rules.lock();
         Ok(self.ledger.rules(v)?)
     }
 
@@ -301,7 +301,7 @@ impl Gateway {
             }
             other => RequestError::from(other),
         })?;
-        *self.active_rules.lock().expect("rules") = registered.version;
+        *self.active_rules.lock() = registered.version;
         Ok(self.status())
     }
 }

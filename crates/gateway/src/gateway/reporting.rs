@@ -17,7 +17,7 @@ impl Gateway {
         req: ReportRequest,
     ) -> Result<ReportResponse, RequestError> {
         let (rec, episode, sampler) = {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.lock();
             let a = Self::owned_action(&mut state, caller, action)?;
             match a.status {
                 ActionStatus::Reported { sample } => {
@@ -142,7 +142,7 @@ impl Gateway {
         batch.push(&record).map_err(RequestError::invalid)?;
         self.ledger.append_samples_durable(batch)?;
         // Durable: now remember it.
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let a = state.actions.get_mut(&action).expect("action");
         if let ActionStatus::Reported { sample } = a.status {
             // A concurrent retry stored it first; this copy was marked duplicate by the ledger.
@@ -265,7 +265,7 @@ impl Gateway {
         action: u64,
         req: ReplayRequest,
     ) -> Result<ActResponse, RequestError> {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.lock();
         let a = Self::owned_action(&mut state, caller, action)?;
         match a.status {
             ActionStatus::TimedOut => {}
