@@ -6,7 +6,6 @@
 //! while it steps the other (double buffering), so neither the worker nor the inference
 //! thread waits on the other when both are busy.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -206,8 +205,6 @@ pub struct ServerSetup {
     pub requests: Receiver<Request>,
     /// Reply queue per worker, replaced when a worker restarts.
     pub replies: ReplyQueues,
-    /// Set to stop.
-    pub exit: Arc<AtomicBool>,
     /// Its pulse.
     pub heartbeat: Arc<Heartbeat>,
     /// How long to wait for a policy version before logging.
@@ -252,7 +249,8 @@ fn serve(s: ServerSetup) -> Result<(), String> {
             "inference",
         );
     }
-    while !s.exit.load(Ordering::Relaxed) {
+    // Runs until every sender of requests is gone (the workers and the wiring's copy).
+    loop {
         s.heartbeat.beat(Activity::WaitingForFragments);
         match s.requests.recv_timeout(Duration::from_millis(200)) {
             Ok(first) => pending.push((first, s.slots.lock(first).version)),
@@ -359,5 +357,4 @@ fn serve(s: ServerSetup) -> Result<(), String> {
         }
         pending.clear();
     }
-    Ok(())
 }

@@ -2,7 +2,7 @@
 //! doing; the watchdog thread reports any component silent for too long (which, what it was
 //! doing, for how long). The learner restarts silent workers itself: it owns the wiring.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -107,7 +107,8 @@ pub fn pin_current_thread(cpu: usize, component: &str) {
 /// The watchdog thread: checks every heartbeat twice a second and logs each component that
 /// has been silent longer than `silent_after` (once per silence).
 pub struct Watchdog {
-    stop: Arc<AtomicBool>,
+    /// Dropping it closes the channel, which stops the thread at once.
+    stop: Option<crossbeam_channel::Sender<()>>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -120,12 +121,12 @@ impl Watchdog {
         beats: Arc<parking_lot::Mutex<Vec<Arc<Heartbeat>>>>,
         silent_after: Duration,
     ) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let handle = std::thread::Builder::new().name("strata-watchdog".into()).spawn(move || {
             let mut reported: Vec<String> = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::park_timeout(Duration::from_millis(500));
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(Duration::from_millis(500))
+            {
                 let beats = beats.lock().clone();
                 for b in beats {
                     let (silence, activity) = b.silence();
@@ -148,7 +149,7 @@ impl Watchdog {
             }
         })?;
         Ok(Watchdog {
-            stop,
+            stop: Some(stop),
             handle: Some(handle),
         })
     }
@@ -156,9 +157,8 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(h) = self.handle.take() {
-            h.thread().unpark();
             let _ = h.join();
         }
     }

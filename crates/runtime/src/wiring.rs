@@ -1,7 +1,6 @@
 //! All wiring in one place: the worker threads, the central inference thread and every
 //! queue between them and the learner, each with its capacity and who sends what to whom.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -66,8 +65,7 @@ pub(crate) struct Central {
     pub(crate) requests: SyncSender<Request>,
     /// Inference thread -> each worker (capacity: its groups); replaced on restart.
     pub(crate) replies: ReplyQueues,
-    pub(crate) exit: Arc<AtomicBool>,
-    pub(crate) handle: Option<JoinHandle<()>>,
+    pub(crate) handle: JoinHandle<()>,
 }
 
 impl Wiring {
@@ -120,7 +118,6 @@ impl Wiring {
             ));
             let (requests, requests_rx) = sync_channel(workers * groups);
             let replies = Arc::new(Mutex::new(Vec::with_capacity(workers)));
-            let exit = Arc::new(AtomicBool::new(false));
             let heartbeat = Heartbeat::new("inference", epoch);
             beats.lock().insert(0, Arc::clone(&heartbeat));
             let handle = spawn_server(ServerSetup {
@@ -129,7 +126,6 @@ impl Wiring {
                 store: Arc::clone(&store),
                 requests: requests_rx,
                 replies: Arc::clone(&replies),
-                exit: Arc::clone(&exit),
                 heartbeat,
                 wait_timeout,
                 versions_kept: lag as usize + 2,
@@ -139,8 +135,7 @@ impl Wiring {
                 slots,
                 requests,
                 replies,
-                exit,
-                handle: Some(handle),
+                handle,
             })
         } else {
             None
@@ -282,26 +277,31 @@ impl Wiring {
             )
             .collect();
         for (name, handle) in handles {
-            let deadline = Instant::now() + self.wait_timeout;
-            while !handle.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if handle.is_finished() {
-                if handle.join().is_err() {
-                    tracing::error!(component = "learner", thread = %name, "thread panicked outside its guard");
-                }
-            } else {
-                tracing::error!(component = "learner", thread = %name, waited = ?self.wait_timeout, "thread did not stop; left to end with the process");
-            }
+            join_within(handle, &name, self.wait_timeout);
         }
-        if let Some(c) = &mut self.central {
-            c.exit.store(true, Ordering::Relaxed);
-            if let Some(handle) = c.handle.take() {
-                if handle.join().is_err() {
-                    tracing::error!(component = "learner", "the inference thread panicked");
-                }
-            }
+        if let Some(central) = self.central.take() {
+            // The workers' copies are gone with them: dropping the last sender closes the
+            // request queue, which stops the inference thread.
+            let Central {
+                requests, handle, ..
+            } = central;
+            drop(requests);
+            join_within(handle, "inference", self.wait_timeout);
         }
         self.learner_beat.beat(Activity::Stopped);
+    }
+}
+
+/// Joins `handle` if its thread ends within `wait`; else reports it and leaves it to end
+/// with the process (a thread stuck inside an env cannot be stopped from outside).
+fn join_within(handle: JoinHandle<()>, name: &str, wait: Duration) {
+    let deadline = Instant::now() + wait;
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if !handle.is_finished() {
+        tracing::error!(component = "learner", thread = %name, waited = ?wait, "thread did not stop; left to end with the process");
+    } else if handle.join().is_err() {
+        tracing::error!(component = "learner", thread = %name, "thread panicked outside its guard");
     }
 }
