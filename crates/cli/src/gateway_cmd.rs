@@ -12,7 +12,7 @@ use strata_gateway::{
 };
 use strata_ledger::{LedgerData, Storage};
 
-use crate::commands::{build_config, ConfigArgs};
+use crate::config_args::{build_config, ConfigArgs};
 
 /// Gateway settings shared by `serve` and an in-process `fleet` server.
 #[derive(Args, Debug, Clone)]

@@ -5,6 +5,7 @@ mod bench;
 mod bench_gateway;
 mod bench_ledger;
 mod commands;
+mod config_args;
 mod gateway_cmd;
 mod ledger_cmd;
 mod live_server;

@@ -20,8 +20,7 @@ use arrow_ipc::writer::StreamWriter;
 use crate::record::SampleBatch;
 use crate::schema;
 
-/// Directory of the append log under the ledger root.
-pub(crate) const APPEND_LOG: &str = "wal/appends";
+use crate::layout::APPEND_LOG;
 
 /// The open append-log files of one writer, one per bucket.
 pub(crate) struct AppendLog {

@@ -12,28 +12,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::reader::{partition, table_files};
+use crate::layout::{file_name, log_files, partition, partition_path, table_files};
 use crate::record::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::Storage;
 use crate::LedgerError;
-
-/// Where sample log files live.
-pub const SAMPLES_LOG: &str = "wal/samples";
-
-/// The file name (`part-….parquet`) of a path.
-pub(crate) fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-/// Log files present now.
-pub(crate) fn log_files(storage: &Storage) -> Result<Vec<String>, LedgerError> {
-    Ok(storage
-        .list(SAMPLES_LOG)?
-        .into_iter()
-        .filter(|p| p.ends_with(".parquet"))
-        .collect())
-}
 
 /// Recovery after an interrupted run: removes staged leftovers, then compacts. Only for the
 /// ledger's one owner (see [`Storage::remove_staged_leftovers`]).
@@ -102,10 +85,7 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
                 file_name(log).replace(".parquet", &format!("-{k}.parquet"))
             };
             *k += 1;
-            let path = format!(
-                "{}/bucket={bucket}/generation={generation}/{name}",
-                Table::Samples.name()
-            );
+            let path = partition_path(&bucket, generation, &name);
             pending.push((path, b));
         }
     }

@@ -28,6 +28,7 @@ mod analysis;
 mod append_log;
 mod compact;
 mod curves;
+mod layout;
 mod manifest;
 mod reader;
 mod record;
@@ -156,10 +157,6 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
-fn rules_path(version: u64) -> String {
-    format!("rules/v{version:06}.json")
-}
-
 impl Ledger {
     /// Opens (or creates) a ledger: reads what is stored (sample ids, idempotency keys,
     /// rules and their bindings) and starts the writer thread.
@@ -208,7 +205,7 @@ impl Ledger {
             }
         }
         let mut registry = Registry::default();
-        for path in storage.list("rules")? {
+        for path in storage.list(layout::RULES_DIR)? {
             if !path.ends_with(".json") {
                 continue;
             }
@@ -433,7 +430,7 @@ impl Ledger {
         };
         let json = serde_json::to_vec_pretty(&v).expect("rules serialise");
         self.storage
-            .put_new(&rules_path(version), bytes::Bytes::from(json))?;
+            .put_new(&layout::rules_path(version), bytes::Bytes::from(json))?;
         registry.rules.insert(version, v.clone());
         Ok(v)
     }

@@ -1,5 +1,6 @@
 //! Reads a ledger back: every table, with the file named in any error.
 
+use crate::layout::{file_name, log_files, partition, table_files};
 use crate::record::{DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, SampleBatch};
 use crate::schema::{self, Table};
 use crate::storage::Storage;
@@ -20,32 +21,6 @@ pub struct LedgerData {
     pub generations: Vec<GenerationRecord>,
     /// Files read.
     pub files: usize,
-}
-
-/// The `bucket=…` and `generation=…` directories of a file's path.
-pub(crate) fn partition(path: &str) -> (Option<String>, Option<u64>) {
-    let mut bucket = None;
-    let mut generation = None;
-    for part in path.split('/') {
-        if let Some(b) = part.strip_prefix("bucket=") {
-            bucket = Some(b.to_string());
-        } else if let Some(g) = part.strip_prefix("generation=") {
-            generation = g.parse().ok();
-        }
-    }
-    (bucket, generation)
-}
-
-/// The ledger's data files of `table` (staging files of interrupted writes are not listed).
-///
-/// # Errors
-/// [`LedgerError::Storage`].
-pub fn table_files(storage: &Storage, table: Table) -> Result<Vec<String>, LedgerError> {
-    Ok(storage
-        .list(table.name())?
-        .into_iter()
-        .filter(|p| p.ends_with(".parquet"))
-        .collect())
 }
 
 impl LedgerData {
@@ -95,17 +70,15 @@ impl LedgerData {
         mut skipped: Option<&mut Vec<LedgerError>>,
     ) -> Result<LedgerData, LedgerError> {
         let mut data = LedgerData::default();
-        let logs = crate::compact::log_files(storage)?;
+        let logs = log_files(storage)?;
         let log_names: std::collections::HashSet<&str> =
-            logs.iter().map(|p| crate::compact::file_name(p)).collect();
+            logs.iter().map(|p| file_name(p)).collect();
         for table in Table::ALL {
             let mut paths: Vec<(String, bool)> = table_files(storage, table)?
                 .into_iter()
                 // A partition file named like a log file still present is a leftover of
                 // an interrupted compaction: the log file is the authority.
-                .filter(|p| {
-                    table != Table::Samples || !log_names.contains(crate::compact::file_name(p))
-                })
+                .filter(|p| table != Table::Samples || !log_names.contains(file_name(p)))
                 .map(|p| (p, false))
                 .collect();
             if table == Table::Samples {

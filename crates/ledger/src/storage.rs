@@ -45,7 +45,7 @@ impl Storage {
         let err = |e: String| LedgerError::Storage(format!("{location}: {e}"));
         // File I/O runs on tokio's blocking threads: at the writer's low priority too.
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .on_thread_start(crate::writer::lower_priority)
+            .on_thread_start(lower_priority)
             .enable_all()
             .build()
             .map_err(|e| err(e.to_string()))?;
@@ -333,4 +333,20 @@ fn rename_no_replace(from: &std::path::Path, to: &std::path::Path) -> std::io::R
         }
     }
     std::fs::hard_link(from, to).and_then(|()| std::fs::remove_file(from))
+}
+
+/// The writer has buffers to absorb delays; the learner and workers do not. On Linux the
+/// writer thread yields the CPU to them (nice 10); elsewhere it runs at normal priority.
+pub(crate) fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // On Linux a thread id names one thread: only the writer's priority changes.
+        let tid = rustix::thread::gettid();
+        if rustix::process::setpriority_process(Some(tid), 10).is_err() {
+            tracing::debug!(
+                component = "ledger",
+                "could not lower the writer's priority"
+            );
+        }
+    }
 }

@@ -11,11 +11,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::append_log::AppendLog;
+use crate::layout::{bucket_dir, data_file};
 use crate::record::{
     now_ns, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode,
     SampleBatch, Target,
 };
 use crate::schema::{self, Table};
+use crate::storage::lower_priority;
 use crate::storage::Storage;
 
 /// What the writer is sent.
@@ -492,7 +494,7 @@ impl Writer {
 
     fn file_name(&mut self, dir: &str) -> String {
         self.seq += 1;
-        format!("{dir}/part-{}-{:06}.parquet", self.session, self.seq)
+        data_file(dir, &self.session, self.seq)
     }
 
     /// Puts a buffer back after its file could not be written.
@@ -517,7 +519,7 @@ impl Writer {
         let mut samples: Vec<_> = std::mem::take(&mut self.samples).into_iter().collect();
         samples.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, batch) in samples.into_iter().filter(|(_, b)| !b.is_empty()) {
-            let dir = format!("{}/bucket={}", crate::compact::SAMPLES_LOG, key.0);
+            let dir = bucket_dir(Table::Samples, &key.0);
             let arrow = schema::samples_to_arrow(&batch);
             taken.push((
                 Taken::Samples(key, Box::new(batch)),
@@ -528,7 +530,7 @@ impl Writer {
         let mut decisions: Vec<_> = std::mem::take(&mut self.decisions).into_iter().collect();
         decisions.sort_by(|a, b| a.0.cmp(&b.0));
         for (bucket, rows) in decisions {
-            let dir = format!("{}/bucket={bucket}", Table::Decisions.name());
+            let dir = bucket_dir(Table::Decisions, &bucket);
             let arrow = schema::decisions_to_arrow(&rows);
             taken.push((Taken::Decisions(bucket, rows), self.file_name(&dir), arrow));
         }
@@ -615,21 +617,5 @@ impl Writer {
         let mut failure = self.shared.failure.lock();
         *failure = first_error.clone();
         first_error.map_or(Ok(()), Err)
-    }
-}
-
-/// The writer has buffers to absorb delays; the learner and workers do not. On Linux the
-/// writer thread yields the CPU to them (nice 10); elsewhere it runs at normal priority.
-pub(crate) fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        // On Linux a thread id names one thread: only the writer's priority changes.
-        let tid = rustix::thread::gettid();
-        if rustix::process::setpriority_process(Some(tid), 10).is_err() {
-            tracing::debug!(
-                component = "ledger",
-                "could not lower the writer's priority"
-            );
-        }
     }
 }

@@ -1,0 +1,120 @@
+//! Where everything lives in a ledger: the one module that names storage paths.
+//!
+//! ```text
+//! samples/bucket=<b>/generation=<v>/part-<session>-<n>.parquet   compacted samples
+//! wal/samples/bucket=<b>/part-<session>-<n>.parquet               sample log (not yet compacted)
+//! wal/appends/bucket=<b>/<session>-<n>.arrows                     append log (durable appends)
+//! decisions/bucket=<b>/part-….parquet
+//! invalidations/ duplicates/ generations/ part-….parquet
+//! rules/v<version>.json
+//! ```
+
+use crate::schema::Table;
+use crate::storage::Storage;
+use crate::LedgerError;
+
+/// The sample log: one file per bucket per flush, compacted into `samples/` later.
+pub const SAMPLES_LOG: &str = "wal/samples";
+
+/// The append log of durable appends (local ledgers).
+pub(crate) const APPEND_LOG: &str = "wal/appends";
+
+/// Where registered admission rules live.
+pub(crate) const RULES_DIR: &str = "rules";
+
+/// The registered admission rules of `version`.
+pub(crate) fn rules_path(version: u64) -> String {
+    format!("{RULES_DIR}/v{version:06}.json")
+}
+
+/// The directory a bucket's rows of `table` are written to (a sample log file for
+/// samples, which compaction later partitions by generation).
+pub(crate) fn bucket_dir(table: Table, bucket: &str) -> String {
+    let root = match table {
+        Table::Samples => SAMPLES_LOG,
+        other => other.name(),
+    };
+    format!("{root}/bucket={bucket}")
+}
+
+/// A compacted sample file's path.
+pub(crate) fn partition_path(bucket: &str, generation: u64, name: &str) -> String {
+    format!(
+        "{}/bucket={bucket}/generation={generation}/{name}",
+        Table::Samples.name()
+    )
+}
+
+/// A data file's name in `dir` for a writer's session and sequence number.
+pub(crate) fn data_file(dir: &str, session: &str, seq: u64) -> String {
+    format!("{dir}/part-{session}-{seq:06}.parquet")
+}
+
+/// The `bucket=…` and `generation=…` directories of a file's path.
+pub(crate) fn partition(path: &str) -> (Option<String>, Option<u64>) {
+    let mut bucket = None;
+    let mut generation = None;
+    for part in path.split('/') {
+        if let Some(b) = part.strip_prefix("bucket=") {
+            bucket = Some(b.to_string());
+        } else if let Some(g) = part.strip_prefix("generation=") {
+            generation = g.parse().ok();
+        }
+    }
+    (bucket, generation)
+}
+
+/// The file name (`part-….parquet`) of a path.
+pub(crate) fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The ledger's data files of `table` (staging files of interrupted writes are not listed).
+///
+/// # Errors
+/// [`LedgerError::Storage`].
+pub fn table_files(storage: &Storage, table: Table) -> Result<Vec<String>, LedgerError> {
+    parquet_files(storage, table.name())
+}
+
+/// Sample log files present now.
+pub(crate) fn log_files(storage: &Storage) -> Result<Vec<String>, LedgerError> {
+    parquet_files(storage, SAMPLES_LOG)
+}
+
+fn parquet_files(storage: &Storage, dir: &str) -> Result<Vec<String>, LedgerError> {
+    Ok(storage
+        .list(dir)?
+        .into_iter()
+        .filter(|p| p.ends_with(".parquet"))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_parse_back() {
+        let path = partition_path("train", 7, "part-x-000001.parquet");
+        assert_eq!(
+            path,
+            "samples/bucket=train/generation=7/part-x-000001.parquet"
+        );
+        assert_eq!(partition(&path), (Some("train".into()), Some(7)));
+        assert_eq!(file_name(&path), "part-x-000001.parquet");
+        assert_eq!(
+            bucket_dir(Table::Samples, "canary"),
+            "wal/samples/bucket=canary"
+        );
+        assert_eq!(
+            bucket_dir(Table::Decisions, "train"),
+            "decisions/bucket=train"
+        );
+        assert_eq!(
+            data_file("decisions/bucket=train", "ab", 12),
+            "decisions/bucket=train/part-ab-000012.parquet"
+        );
+        assert_eq!(rules_path(3), "rules/v000003.json");
+    }
+}
