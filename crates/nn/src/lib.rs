@@ -27,17 +27,19 @@ mod init;
 mod kernels;
 mod matmul;
 mod mlp;
+mod mlp_actor_critic;
+mod network;
 
 pub use activation::{fast_tanh, Activation};
-pub use actor_critic::{
-    ActorCritic, Evaluation, Head, MlpActorCritic, NamedTensor, NetworkConfig, SampleRng, SdeHold,
-};
+pub use actor_critic::{ActorCritic, Evaluation, NamedTensor, SampleRng};
 pub use adam::Adam;
 pub use distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
     gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
 pub use mlp::{Mlp, MlpCache};
+pub use mlp_actor_critic::MlpActorCritic;
+pub use network::{Head, NetworkConfig, SdeHold};
 
 use thiserror::Error;
 

@@ -55,3 +55,15 @@ pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Fails with `needle` in stderr, a non-zero exit, and no panic.
+pub fn fails_with(args: &[&str], needle: &str) {
+    let o = strata(args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr lacks `{needle}`:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked:\n{err}");
+}
