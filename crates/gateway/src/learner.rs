@@ -83,7 +83,7 @@ pub fn spawn(
     let start = gateway.status().latest;
     let params = gateway
         .policies
-        .get(start)
+        .served(start)
         .map_err(|e| std::io::Error::other(e.to_string()))?
         .params
         .clone();
@@ -180,7 +180,7 @@ impl Learner {
     }
 
     fn apply_rollback(&mut self, version: u64) {
-        match self.gateway.policies.get(version) {
+        match self.gateway.policies.served(version) {
             Ok(p) => match self.core.model_mut().set_flat_params(&p.params) {
                 Ok(()) => {
                     self.base_version = version;

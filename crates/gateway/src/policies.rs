@@ -1,15 +1,18 @@
 //! Policy versions the gateway serves: each stored once as safetensors in `policies/`
 //! (synced, renamed into place), a bounded set kept in memory with a model for inference.
+//! The gateway's [`PolicyStore`]: every version it ever published stays readable.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use strata_env::NormalizerStats;
 use strata_nn::{ActorCritic, NamedTensor};
 use strata_runtime::checkpoint::{tensors_from_bytes, tensors_to_bytes};
-use strata_runtime::RunConfig;
+use strata_runtime::{PolicyStore, PublishedPolicy, RunConfig, StoreError};
 
 use crate::error::{GatewayError, RequestError};
 
@@ -22,25 +25,39 @@ pub struct Served {
 }
 
 /// Versions on disk, the recent ones in memory.
-pub struct PolicyStore {
+pub struct DiskPolicyStore {
     dir: PathBuf,
     config: RunConfig,
     cache: RwLock<BTreeMap<u64, Arc<Served>>>,
     capacity: usize,
+    /// The newest version stored (0 when none is).
+    latest: AtomicU64,
 }
 
-impl PolicyStore {
+impl DiskPolicyStore {
     /// Stores versions under `dir` for models built from `config`.
     ///
     /// # Errors
     /// The directory cannot be created.
     pub fn open(dir: &Path, config: &RunConfig, capacity: usize) -> Result<Self, GatewayError> {
         std::fs::create_dir_all(dir).map_err(|e| GatewayError::io(dir, e))?;
-        Ok(PolicyStore {
+        let stored = std::fs::read_dir(dir).map_err(|e| GatewayError::io(dir, e))?;
+        let latest = stored
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_prefix('v')?
+                    .strip_suffix(".safetensors")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or(0);
+        Ok(DiskPolicyStore {
             dir: dir.to_path_buf(),
             config: config.clone(),
             cache: RwLock::new(BTreeMap::new()),
             capacity: capacity.max(2),
+            latest: AtomicU64::new(latest),
         })
     }
 
@@ -77,6 +94,7 @@ impl PolicyStore {
             std::fs::File::open(&self.dir)?.sync_all()
         };
         write().map_err(|e| GatewayError::io(&path, e))?;
+        self.latest.fetch_max(version, Ordering::Relaxed);
         self.cache_params(version, tensor.data)
     }
 
@@ -98,11 +116,11 @@ impl PolicyStore {
         Ok(served)
     }
 
-    /// A stored version, loaded from disk if it left the cache.
+    /// A stored version ready to act with, loaded from disk if it left the cache.
     ///
     /// # Errors
     /// `NotFound` for a version never stored; `Unavailable` for an unreadable file.
-    pub fn get(&self, version: u64) -> Result<Arc<Served>, RequestError> {
+    pub fn served(&self, version: u64) -> Result<Arc<Served>, RequestError> {
         if let Some(s) = self.cache.read().get(&version) {
             return Ok(s.clone());
         }
@@ -132,5 +150,92 @@ impl PolicyStore {
             .data;
         self.cache_params(version, params)
             .map_err(|e| RequestError::unavailable(e.to_string()))
+    }
+}
+
+impl PolicyStore for DiskPolicyStore {
+    fn publish(&self, policy: PublishedPolicy) -> Result<(), StoreError> {
+        policy.verify()?;
+        let version = policy.version;
+        self.insert(version, policy.params)
+            .map(|_| ())
+            .map_err(|e| StoreError::Storage {
+                version,
+                reason: e.to_string(),
+            })
+    }
+
+    fn get(&self, version: u64) -> Result<Arc<PublishedPolicy>, StoreError> {
+        let served = self.served(version).map_err(|e| match e {
+            RequestError::NotFound(_) => StoreError::Missing(version),
+            other => StoreError::Storage {
+                version,
+                reason: other.to_string(),
+            },
+        })?;
+        // The gateway serves raw observations: no normalisation statistics.
+        Ok(Arc::new(PublishedPolicy::new(
+            version,
+            served.params.clone(),
+            NormalizerStats::default(),
+        )))
+    }
+
+    fn latest_version(&self) -> u64 {
+        self.latest.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What every [`PolicyStore`] does, checked through the trait: versions read back
+    /// exactly, the newest is known, an unknown one is `Missing`, a corrupt one refused.
+    fn conforms(store: &dyn PolicyStore, width: usize) {
+        let first = store.latest_version();
+        for v in first + 1..=first + 3 {
+            let params: Vec<f32> = (0..width).map(|i| (v * 100 + i as u64) as f32).collect();
+            store
+                .publish(PublishedPolicy::new(v, params, NormalizerStats::default()))
+                .unwrap();
+        }
+        assert_eq!(store.latest_version(), first + 3);
+        let back = store.get(first + 2).unwrap();
+        assert_eq!(back.version, first + 2);
+        assert_eq!(back.params[1], ((first + 2) * 100 + 1) as f32);
+        back.verify().unwrap();
+        assert_eq!(
+            store.get(first + 99).unwrap_err(),
+            StoreError::Missing(first + 99)
+        );
+        let mut bad = PublishedPolicy::new(first + 4, vec![0.0; width], NormalizerStats::default());
+        bad.params[0] = 1.0;
+        assert!(matches!(
+            store.publish(bad),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn memory_and_disk_stores_keep_the_same_contract() {
+        let config = strata_runtime::preset("cartpole").unwrap();
+        let width = strata_runtime::build_model(&config)
+            .unwrap()
+            .flat_params()
+            .len();
+        let initial = PublishedPolicy::new(0, vec![0.0; width], NormalizerStats::default());
+        conforms(
+            &strata_runtime::MemoryPolicyStore::new(initial, 1, 8).unwrap(),
+            width,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskPolicyStore::open(dir.path(), &config, 2).unwrap();
+        disk.insert(0, vec![0.0; width]).unwrap();
+        conforms(&disk, width);
+        // Evicted from the two-version cache, the oldest still reads back from disk.
+        assert_eq!(PolicyStore::get(&disk, 1).unwrap().params[0], 100.0);
+        let reopened = DiskPolicyStore::open(dir.path(), &config, 2).unwrap();
+        assert_eq!(reopened.latest_version(), 3);
     }
 }

@@ -156,9 +156,11 @@ pub struct State {
     pub actions: HashMap<u64, ActionRec>,
     /// Action ids in issue order, to forget the oldest closed ones.
     pub action_order: VecDeque<u64>,
-    /// `(agent, key)` -> action id.
+    /// Agent-scoped key -> action id: derived from `actions`, so not journalled.
+    #[serde(skip)]
     pub action_keys: HashMap<String, u64>,
-    /// `(agent, start key)` -> episode id.
+    /// Agent-scoped start key -> episode id: derived from `episodes`, so not journalled.
+    #[serde(skip)]
     pub episode_keys: HashMap<String, u64>,
     /// Release state.
     pub release: Release,
@@ -243,9 +245,11 @@ impl State {
     }
 }
 
-/// The map key of an agent's idempotency key.
+/// An agent's idempotency key scoped by the agent (agents choose keys independently):
+/// the one encoding, in the gateway's maps and the ledger's `idempotency_key` column alike.
+/// Agent names are the gateway's own token names, which hold no `/`.
 pub fn agent_key(agent: &str, key: &str) -> String {
-    format!("{agent}\u{1f}{key}")
+    format!("{agent}/{key}")
 }
 
 /// A journal record. Externally tagged: an internally tagged enum buffers its content,
@@ -285,10 +289,30 @@ pub enum Event {
 }
 
 impl State {
+    /// Rebuilds the key indexes from the episodes and remembered actions they point to.
+    fn index_keys(&mut self) {
+        self.episode_keys = self
+            .episodes
+            .values()
+            .filter_map(|e| Some((agent_key(&e.agent, e.start_key.as_ref()?), e.id)))
+            .collect();
+        self.action_keys = self
+            .actions
+            .values()
+            .filter_map(|a| {
+                let agent = &self.episodes.get(&a.episode)?.agent;
+                Some((agent_key(agent, &a.key), a.answer.action_id))
+            })
+            .collect();
+    }
+
     /// Applies a journal record (replay).
     pub fn apply(&mut self, event: Event, keep_actions: usize) {
         match event {
-            Event::Snapshot { state } => *self = *state,
+            Event::Snapshot { state } => {
+                *self = *state;
+                self.index_keys();
+            }
             Event::Episode {
                 episode,
                 next_trajectory,

@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use strata_nn::{ActorCritic, SampleRng};
 
 use crate::factory::build_model;
-use crate::policy_store::{PolicyStore, StoreError};
+use crate::policy_store::{MemoryPolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::RunConfig;
 
@@ -200,7 +200,7 @@ pub struct ServerSetup {
     /// Shared slots.
     pub slots: Arc<InferenceSlots>,
     /// Published policies.
-    pub store: Arc<PolicyStore>,
+    pub store: Arc<MemoryPolicyStore>,
     /// Requests from every worker.
     pub requests: Receiver<Request>,
     /// Reply queue per worker, replaced when a worker restarts.

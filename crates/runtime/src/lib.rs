@@ -3,7 +3,7 @@
 //! [`Trainer`] is the learner: it starts rollout worker threads (and, if configured, a
 //! central inference thread), consumes one fragment per worker per update from the
 //! [`ExperienceBuffer`] in a fixed order, runs GAE (or V-trace) and the PPO update, and
-//! publishes policy version v+1 to the [`PolicyStore`]. Workers adopt versions at fragment
+//! publishes policy version v+1 to the [`MemoryPolicyStore`]. Workers adopt versions at fragment
 //! boundaries; in async mode they keep collecting up to `admission.max_policy_lag` versions
 //! behind. A watchdog reports silent components; failed or stuck workers are restarted and
 //! their fragments recorded invalid. Each consumed fragment goes through the admission
@@ -76,7 +76,7 @@ pub use factory::{build_envs, build_model, build_ppo};
 pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
-pub use policy_store::{PolicyStore, PublishedPolicy, StoreError};
+pub use policy_store::{MemoryPolicyStore, PolicyStore, PublishedPolicy, StoreError};
 pub use presets::{preset, DEFAULT_ENV};
 pub use records::{
     AdmissionCounts, InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord,

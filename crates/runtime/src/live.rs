@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::buffer::ExperienceBuffer;
-use crate::policy_store::PolicyStore;
+use crate::policy_store::MemoryPolicyStore;
 use crate::telemetry::{Activity, Heartbeat};
 
 /// One component (a worker or the learner) as of now.
@@ -116,7 +116,7 @@ pub struct LiveHandle {
     pub(crate) epoch: Instant,
     pub(crate) learner: Arc<Mutex<LearnerView>>,
     pub(crate) beats: Arc<Mutex<Vec<Arc<Heartbeat>>>>,
-    pub(crate) store: Arc<PolicyStore>,
+    pub(crate) store: Arc<MemoryPolicyStore>,
     pub(crate) buffer: Arc<ExperienceBuffer>,
     pub(crate) workers: usize,
 }

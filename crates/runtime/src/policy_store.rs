@@ -1,5 +1,7 @@
-//! The policy store: numbered, checksummed policy versions (weights and normalisation
-//! statistics) published by the learner and adopted by workers at fragment boundaries.
+//! Policy stores: numbered, checksummed policy versions (weights and normalisation
+//! statistics). [`PolicyStore`] is what every store does (publish, read by version); the
+//! runtime's [`MemoryPolicyStore`] keeps recent versions in memory for the workers, which
+//! adopt them at fragment boundaries; the gateway keeps every version on disk.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +78,26 @@ impl PublishedPolicy {
     }
 }
 
+/// Where published policy versions live: each version written once, read back by number.
+/// A learner publishes to one; deployed policies, workers and evaluations read from it.
+pub trait PolicyStore: Send + Sync {
+    /// Stores `policy` under its version.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when it fails its checksum; what else a store refuses
+    /// (order, storage) it says.
+    fn publish(&self, policy: PublishedPolicy) -> Result<(), StoreError>;
+
+    /// Version `version`.
+    ///
+    /// # Errors
+    /// [`StoreError::Missing`] when the store does not hold it.
+    fn get(&self, version: u64) -> Result<Arc<PublishedPolicy>, StoreError>;
+
+    /// The newest version held.
+    fn latest_version(&self) -> u64;
+}
+
 /// Why a publish or an adoption was refused.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum StoreError {
@@ -91,6 +113,9 @@ pub enum StoreError {
     /// The store was closed (shutdown).
     #[error("the policy store is closed")]
     Closed,
+    /// The storage under the store failed.
+    #[error("policy version {version}: {reason}")]
+    Storage { version: u64, reason: String },
     /// Nothing was published within the wait.
     #[error("waited {waited:?} for policy version {wanted}")]
     Timeout { wanted: u64, waited: Duration },
@@ -106,7 +131,7 @@ struct State {
 
 /// Holds the most recent versions (enough for the lag bound) and which version each worker
 /// has adopted.
-pub struct PolicyStore {
+pub struct MemoryPolicyStore {
     state: Mutex<State>,
     published: Condvar,
     keep: usize,
@@ -114,7 +139,7 @@ pub struct PolicyStore {
     newest_sampling: AtomicU64,
 }
 
-impl PolicyStore {
+impl MemoryPolicyStore {
     /// A store with `initial` as its first version, keeping the last `keep` versions.
     ///
     /// # Errors
@@ -122,7 +147,7 @@ impl PolicyStore {
     pub fn new(initial: PublishedPolicy, workers: usize, keep: usize) -> Result<Self, StoreError> {
         initial.verify()?;
         let version = initial.version;
-        Ok(PolicyStore {
+        Ok(MemoryPolicyStore {
             state: Mutex::new(State {
                 history: VecDeque::from([Arc::new(initial)]),
                 started_at: version,
@@ -244,6 +269,25 @@ impl PolicyStore {
     }
 }
 
+impl PolicyStore for MemoryPolicyStore {
+    fn publish(&self, policy: PublishedPolicy) -> Result<(), StoreError> {
+        MemoryPolicyStore::publish(self, policy)
+    }
+
+    fn get(&self, version: u64) -> Result<Arc<PublishedPolicy>, StoreError> {
+        self.lock()
+            .history
+            .iter()
+            .find(|p| p.version == version)
+            .cloned()
+            .ok_or(StoreError::Missing(version))
+    }
+
+    fn latest_version(&self) -> u64 {
+        self.latest().version
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,7 +298,7 @@ mod tests {
 
     #[test]
     fn corrupt_and_out_of_order_publishes_are_rejected() {
-        let store = PolicyStore::new(policy(0), 2, 3).unwrap();
+        let store = MemoryPolicyStore::new(policy(0), 2, 3).unwrap();
         let mut corrupt = policy(1);
         corrupt.params[3] = 99.0;
         assert_eq!(
@@ -282,7 +326,7 @@ mod tests {
 
     #[test]
     fn waiting_sees_new_versions_exact_ones_and_closing() {
-        let store = Arc::new(PolicyStore::new(policy(0), 1, 2).unwrap());
+        let store = Arc::new(MemoryPolicyStore::new(policy(0), 1, 2).unwrap());
         let s = Arc::clone(&store);
         let publisher = std::thread::spawn(move || {
             for v in 1..=3 {
@@ -303,7 +347,7 @@ mod tests {
             store.wait_for(0, true, Duration::from_secs(1)).unwrap_err(),
             StoreError::Missing(0)
         );
-        let resumed = PolicyStore::new(policy(5), 1, 2).unwrap();
+        let resumed = MemoryPolicyStore::new(policy(5), 1, 2).unwrap();
         let stand_in = resumed.wait_for(4, true, Duration::from_secs(1)).unwrap();
         assert_eq!(stand_in.version, 5);
         let err = store

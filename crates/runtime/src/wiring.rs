@@ -13,7 +13,7 @@ use crate::config::Inference;
 use crate::inference::{
     spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
 };
-use crate::policy_store::{PolicyStore, PublishedPolicy};
+use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::worker::{self, Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
@@ -37,7 +37,7 @@ pub(crate) struct WorkerHandle {
 pub(crate) struct Wiring {
     pub(crate) config: Arc<RunConfig>,
     pub(crate) buffer: Arc<ExperienceBuffer>,
-    pub(crate) store: Arc<PolicyStore>,
+    pub(crate) store: Arc<MemoryPolicyStore>,
     /// Workers -> learner: completed or abandoned fragments and failures (capacity: all
     /// slots, and every event carries or frees a slot, so no send blocks).
     pub(crate) events: Receiver<WorkerEvent>,
@@ -85,7 +85,7 @@ impl Wiring {
         let per_worker_envs = config.env.num_envs / workers;
         let lag = config.effective_lag();
         // Enough history for a worker `lag` versions behind to find its exact version.
-        let store = Arc::new(PolicyStore::new(initial, workers, lag as usize + 2)?);
+        let store = Arc::new(MemoryPolicyStore::new(initial, workers, lag as usize + 2)?);
         // One slot per fragment a worker may have in flight: the current one plus `lag`.
         let slots_per_worker = lag as usize + 1;
         let buffer = Arc::new(ExperienceBuffer::new(

@@ -15,7 +15,7 @@ use strata_nn::{standard_normals, ActorCritic, SdeHold};
 use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 use crate::factory::{build_envs, build_model, sde_noise_len};
 use crate::inference::InferenceClient;
-use crate::policy_store::{PolicyStore, StoreError};
+use crate::policy_store::{MemoryPolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::RunConfig;
 
@@ -89,7 +89,7 @@ pub struct WorkerSetup {
     /// Shared fragment slots.
     pub buffer: Arc<ExperienceBuffer>,
     /// Published policies.
-    pub store: Arc<PolicyStore>,
+    pub store: Arc<MemoryPolicyStore>,
     /// Slots handed back by the learner (capacity: the worker's slot count).
     pub free_slots: Receiver<SlotId>,
     /// Completed fragments (capacity: all slots, so a send never blocks).
@@ -414,7 +414,7 @@ struct StepContext<'a> {
     heartbeat: &'a Heartbeat,
     commands: &'a Receiver<WorkerCommand>,
     id: usize,
-    store: &'a PolicyStore,
+    store: &'a MemoryPolicyStore,
     wall: WallClock,
     /// Standard normals in one env's gSDE exploration matrix (0 without gSDE).
     sde_len: usize,

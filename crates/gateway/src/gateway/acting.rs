@@ -89,7 +89,7 @@ impl Gateway {
             }
             (e.version, e.trajectory)
         };
-        let policy = self.policies.get(version)?;
+        let policy = self.policies.served(version)?;
         let mut action = vec![0.0; self.action_dim];
         let (mut log_prob, mut value) = ([0.0f32], [0.0f32]);
         {

@@ -71,7 +71,7 @@ impl Gateway {
         let Some(bootstrap) = bootstrap else { return };
         seg.terminated = bootstrap.is_none();
         if let Some(obs) = bootstrap {
-            if let Ok(policy) = self.policies.get(seg.version) {
+            if let Ok(policy) = self.policies.served(seg.version) {
                 let mut v = [0.0f32];
                 policy.model.lock().values(obs, &mut v);
                 seg.bootstrap = v[0];

@@ -18,7 +18,7 @@ use crate::api::*;
 use crate::auth::{Auth, Caller, TokensFile};
 use crate::error::{GatewayError, RequestError};
 use crate::journal::Journal;
-use crate::policies::PolicyStore;
+use crate::policies::DiskPolicyStore;
 use crate::segment::{LearnerMessage, Segment};
 use crate::settings::{GatewaySettings, ReleaseMode};
 use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, State};
@@ -64,7 +64,7 @@ pub struct Gateway {
     state: Mutex<State>,
     /// Training rows per trajectory, gathered until it is cut.
     rows: Mutex<std::collections::HashMap<u64, Segment>>,
-    pub(crate) policies: PolicyStore,
+    pub(crate) policies: DiskPolicyStore,
     pub(crate) auth: Auth,
     pub(crate) tokens: TokensFile,
     /// The learner's one queue (segments, rollbacks, invalidations); closing it stops
@@ -156,12 +156,6 @@ impl Gateway {
     pub fn learns(&self) -> bool {
         self.settings.release != ReleaseMode::Manual
     }
-}
-
-/// The idempotency key stored in the ledger: agents' keys are their own, so the agent's
-/// name scopes them.
-fn ledger_key(agent: &str, key: &str) -> String {
-    format!("{agent}/{key}")
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ impl Gateway {
             Head::Categorical { .. } => 1,
             Head::Gaussian { dim } => dim,
         };
-        let policies = PolicyStore::open(&dir.join("policies"), run, 64)?;
+        let policies = DiskPolicyStore::open(&dir.join("policies"), run, 64)?;
         if !policies.exists(0) {
             policies.insert(0, model.flat_params().to_vec())?;
         }
@@ -99,7 +99,7 @@ impl Gateway {
                     .episodes
                     .get(&a.episode)
                     .map_or("", |e| e.agent.as_str());
-                (ledger_key(agent, &a.key), a.answer.action_id)
+                (agent_key(agent, &a.key), a.answer.action_id)
             })
             .collect();
         if pending.is_empty() {

@@ -24,7 +24,7 @@ impl Gateway {
                     self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
                     let (episode, key) = (a.episode, a.key.clone());
                     let e = &state.episodes[&episode];
-                    let (key, bucket) = (ledger_key(&e.agent, &key), e.bucket.clone());
+                    let (key, bucket) = (agent_key(&e.agent, &key), e.bucket.clone());
                     drop(state);
                     // Answered only once the duplicate's record is durable, as a report is.
                     self.record_duplicate(key, sample, bucket)?;
@@ -124,7 +124,7 @@ impl Gateway {
             sampler_version: sampler,
             newer_policy_sampling: sampler > rec.answer.policy_version,
             bucket: episode.bucket.clone(),
-            idempotency_key: Some(ledger_key(&episode.agent, &rec.key)),
+            idempotency_key: Some(agent_key(&episode.agent, &rec.key)),
             reward,
             terminated: req.terminated,
             truncated: req.truncated,
