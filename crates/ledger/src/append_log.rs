@@ -203,7 +203,6 @@ mod tests {
             obs_mean: vec![0.5],
             env_clock: 1,
             sampler_version: 2,
-            newer_policy_sampling: false,
             bucket: "train".into(),
             idempotency_key: Some("k".into()),
             reward: 1.0,

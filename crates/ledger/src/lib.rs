@@ -28,6 +28,7 @@ mod analysis;
 mod append_log;
 mod compact;
 mod curves;
+mod integrity;
 mod layout;
 mod manifest;
 mod reader;

@@ -47,6 +47,7 @@ impl ManifestFormat {
 struct ManifestRow {
     #[serde(flatten)]
     sample: SampleRecord,
+    newer_policy_sampling: bool,
     decision: Option<&'static str>,
     weight: Option<f32>,
     rules_version: Option<u64>,
@@ -170,8 +171,10 @@ pub fn write_manifest(
             for b in &data.samples {
                 let e = extra(&index, b);
                 for i in 0..b.len() {
+                    let sample = b.row(i);
                     let row = ManifestRow {
-                        sample: b.row(i),
+                        newer_policy_sampling: sample.newer_policy_sampling(),
+                        sample,
                         decision: e.decision[i],
                         weight: e.weight[i],
                         rules_version: e.rules_version[i],

@@ -41,10 +41,9 @@ pub struct SampleRecord {
     pub obs_mean: Vec<f32>,
     /// (4) The environment's own clock or sequence number at completion.
     pub env_clock: u64,
-    /// (5) The newest version sampling when this sample completed.
+    /// (5) The newest version sampling when this sample completed (whether a newer
+    /// policy was already sampling is derived from it: [`SampleRecord::newer_policy_sampling`]).
     pub sampler_version: u64,
-    /// (5) Derived: `sampler_version > policy_version`.
-    pub newer_policy_sampling: bool,
     /// Storage area (`train`, `stable`, `canary`, ...).
     pub bucket: String,
     /// The agent's idempotency key (deployed agents; simulators leave it empty).
@@ -59,6 +58,14 @@ pub struct SampleRecord {
     pub episode_return: Option<f64>,
     /// Whether the episode succeeded, on its last step, where the task defines success.
     pub success: Option<bool>,
+}
+
+impl SampleRecord {
+    /// (5) Whether a newer policy than the one that chose the action was already sampling
+    /// when it completed.
+    pub fn newer_policy_sampling(&self) -> bool {
+        self.sampler_version > self.policy_version
+    }
 }
 
 /// Samples in columns, as the learner and the writer handle them. All rows share
@@ -207,7 +214,6 @@ impl SampleBatch {
             obs_mean: self.obs_mean[dims].to_vec(),
             env_clock: self.env_clock[i],
             sampler_version: self.sampler_version[i],
-            newer_policy_sampling: self.sampler_version[i] > self.policy_version[i],
             bucket: self.bucket.clone(),
             idempotency_key: self.idempotency_key[i].clone(),
             reward: self.reward[i],

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::append_log::AppendLog;
+use crate::integrity::{Integrity, RowFacts};
 use crate::layout::{bucket_dir, data_file};
 use crate::record::{
     now_ns, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode,
@@ -103,16 +104,6 @@ enum Taken {
     Generations(Vec<GenerationRecord>),
 }
 
-#[derive(Clone, Copy)]
-struct TrajectoryState {
-    version: u64,
-    clock: u64,
-    seen: u64,
-}
-
-/// Trajectories not seen for this many batches are forgotten (bounds memory).
-const FORGET_AFTER_BATCHES: u64 = 4096;
-
 pub(crate) struct Writer {
     storage: Arc<Storage>,
     shared: Arc<Shared>,
@@ -128,10 +119,9 @@ pub(crate) struct Writer {
     generations: Vec<GenerationRecord>,
     buffered: usize,
     oldest: Option<Instant>,
-    keys: HashMap<String, u64>,
-    trajectories: HashMap<u64, TrajectoryState>,
+    /// Duplicate keys and trajectory consistency (pure rules; the writer records verdicts).
+    integrity: Integrity,
     invalidated: HashSet<u64>,
-    batches: u64,
     /// Durable appends of a local ledger; `None` for an object store (a flush then).
     append_log: Option<AppendLog>,
 }
@@ -161,10 +151,8 @@ impl Writer {
             generations: Vec::new(),
             buffered: 0,
             oldest: None,
-            keys,
-            trajectories: HashMap::new(),
+            integrity: Integrity::new(keys),
             invalidated: HashSet::new(),
-            batches: 0,
         }
     }
 
@@ -308,46 +296,22 @@ impl Writer {
         });
     }
 
-    /// Checks one row against its trajectory so far.
+    /// Checks one row against its trajectory so far; records what it finds.
     fn check_trajectory(&mut self, b: &SampleBatch, i: usize) {
-        let (t, version, clock) = (b.trajectory_id[i], b.policy_version[i], b.env_clock[i]);
-        let batches = self.batches;
-        let previous = self.trajectories.insert(
-            t,
-            TrajectoryState {
-                version,
-                clock,
-                seen: batches,
-            },
-        );
-        if let Some(p) = previous {
-            if p.version != version {
-                self.detected(
-                    t,
-                    ReasonCode::VersionSwitch,
-                    format!(
-                        "policy version changed from {} to {version} at sample {}",
-                        p.version, b.sample_id[i]
-                    ),
-                );
-            } else if clock <= p.clock {
-                self.detected(
-                    t,
-                    ReasonCode::ObservationMisaligned,
-                    format!(
-                        "env clock went from {} to {clock} at sample {}",
-                        p.clock, b.sample_id[i]
-                    ),
-                );
-            }
-        }
-        if b.terminated[i] || b.truncated[i] {
-            self.trajectories.remove(&t);
+        let row = RowFacts {
+            sample: b.sample_id[i],
+            trajectory: b.trajectory_id[i],
+            version: b.policy_version[i],
+            clock: b.env_clock[i],
+            ends: b.terminated[i] || b.truncated[i],
+        };
+        if let Some((reason, text)) = self.integrity.check(row) {
+            self.detected(row.trajectory, reason, text);
         }
     }
 
     fn ingest(&mut self, batch: SampleBatch) {
-        self.batches += 1;
+        self.integrity.next_batch();
         let n = batch.len();
         {
             let mut stats = self.shared.stats.lock();
@@ -358,25 +322,19 @@ impl Writer {
         let mut kept = 0;
         let mut pending: Option<usize> = None;
         for i in 0..n {
-            let duplicate = match &batch.idempotency_key[i] {
-                Some(key) => match self.keys.get(key) {
-                    Some(&original) => {
-                        self.duplicates.push(DuplicateRecord {
-                            idempotency_key: key.clone(),
-                            original_sample: original,
-                            bucket: batch.bucket.clone(),
-                            at_ns: now_ns(),
-                        });
-                        self.shared.stats.lock().duplicates += 1;
-                        true
-                    }
-                    None => {
-                        self.keys.insert(key.clone(), batch.sample_id[i]);
-                        false
-                    }
-                },
-                None => false,
-            };
+            let original = batch.idempotency_key[i]
+                .as_ref()
+                .and_then(|key| Some((key, self.integrity.original_of(key, batch.sample_id[i])?)));
+            let duplicate = original.is_some();
+            if let Some((key, original)) = original {
+                self.duplicates.push(DuplicateRecord {
+                    idempotency_key: key.clone(),
+                    original_sample: original,
+                    bucket: batch.bucket.clone(),
+                    at_ns: now_ns(),
+                });
+                self.shared.stats.lock().duplicates += 1;
+            }
             if duplicate {
                 self.append_run(&batch, run_start, i);
                 run_start = i + 1;
@@ -407,10 +365,6 @@ impl Writer {
         }
         self.append_run(&batch, run_start, n);
         self.note_buffered(kept);
-        if self.batches.is_multiple_of(256) {
-            let horizon = self.batches.saturating_sub(FORGET_AFTER_BATCHES);
-            self.trajectories.retain(|_, s| s.seen >= horizon);
-        }
     }
 
     /// Group commit of durable appends: this one and every message queued behind it. The

@@ -38,7 +38,6 @@ fn record(id: u64, trajectory: u64, step: u32, version: u64, last: bool) -> Samp
         obs_mean: vec![x + 0.5, -x + 0.5, 0.5],
         env_clock: 100 + u64::from(step) * 2,
         sampler_version: version + u64::from(step % 2),
-        newer_policy_sampling: step % 2 == 1,
         bucket: "train".into(),
         idempotency_key: None,
         reward: 1.0,
@@ -101,10 +100,6 @@ fn samples_come_back_with_all_six_fields() {
         assert!(r.obs_count > 0 && r.obs_min.len() == OBS_DIM);
         assert!(r.obs_min.iter().zip(&r.obs_max).all(|(a, b)| a <= b));
         assert!(r.env_clock >= 100);
-        assert_eq!(
-            r.newer_policy_sampling,
-            r.sampler_version > r.policy_version
-        );
     }
     // Partitioned by bucket and generation.
     assert!(dir

@@ -122,7 +122,6 @@ impl Gateway {
             obs_mean: during.mean,
             env_clock: req.env_seq.unwrap_or(rec.env_seq + 1),
             sampler_version: sampler,
-            newer_policy_sampling: sampler > rec.answer.policy_version,
             bucket: episode.bucket.clone(),
             idempotency_key: Some(agent_key(&episode.agent, &rec.key)),
             reward,
