@@ -17,8 +17,7 @@ use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 
-use crate::record::SampleBatch;
-use crate::schema;
+use crate::samples::SampleBatch;
 
 use crate::layout::APPEND_LOG;
 
@@ -53,7 +52,7 @@ impl AppendLog {
                 let file = File::create(&path)?;
                 let writer = StreamWriter::try_new(
                     std::io::BufWriter::with_capacity(64 * 1024, file),
-                    &schema::samples_schema(),
+                    &crate::samples::arrow_schema(),
                 )
                 .map_err(std::io::Error::other)?;
                 // The new name must survive a crash too.
@@ -125,7 +124,7 @@ pub(crate) fn read(bucket: &str, path: &Path) -> Result<Vec<SampleBatch>, String
     for batch in reader {
         let Ok(batch) = batch else { break };
         let mut decoded = Vec::new();
-        schema::samples_from_arrow(&batch, &mut decoded)?;
+        crate::samples::from_arrow(&batch, &mut decoded)?;
         for mut b in decoded {
             b.bucket = bucket.to_string();
             out.push(b);
@@ -212,7 +211,7 @@ mod tests {
             success: None,
         };
         b.push(&record).unwrap();
-        let arrow = schema::samples_to_arrow(&b);
+        let arrow = crate::samples::to_arrow(&b);
         log.append(&[("train".into(), arrow.clone())]).unwrap();
         log.append(&[("train".into(), arrow)]).unwrap();
         let found = files(dir.path()).unwrap();

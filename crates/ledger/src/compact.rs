@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::layout::{file_name, log_files, partition, partition_path, table_files};
-use crate::record::SampleBatch;
+use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::Storage;
 use crate::LedgerError;
@@ -55,7 +55,7 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
             .ok_or_else(|| bad("not under a bucket=… directory".into()))?;
         let mut batches = Vec::new();
         for batch in schema::decode(storage.get(log)?, Table::Samples).map_err(bad)? {
-            schema::samples_from_arrow(&batch, &mut batches).map_err(bad)?;
+            crate::samples::from_arrow(&batch, &mut batches).map_err(bad)?;
         }
         let mut by_generation: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
         for b in &batches {
@@ -102,7 +102,7 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
                 s.spawn(move || {
                     part.iter()
                         .map(|(path, b)| {
-                            schema::encode(&schema::samples_to_arrow(b))
+                            schema::encode(&crate::samples::to_arrow(b))
                                 .map(|bytes| (path.clone(), bytes))
                                 .map_err(|e| LedgerError::Storage(format!("encoding {path}: {e}")))
                         })

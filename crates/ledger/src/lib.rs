@@ -26,6 +26,7 @@
 
 mod analysis;
 mod append_log;
+mod arrow_codec;
 mod compact;
 mod curves;
 mod integrity;
@@ -34,6 +35,7 @@ mod manifest;
 mod reader;
 mod record;
 mod rules;
+mod samples;
 mod schema;
 mod storage;
 mod writer;
@@ -56,10 +58,11 @@ pub use curves::{curves, lag_histogram, Curves, EpisodePoint, VersionSwitch};
 pub use manifest::{write_manifest, ManifestFormat};
 pub use reader::LedgerData;
 pub use record::{
-    bucket_char, now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord,
-    Invalidation, ReasonCode, SampleBatch, SampleRecord, Target,
+    now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,
+    ReasonCode, Target,
 };
 pub use rules::{Admission, AdmissionRules, RuleKind, SampleFacts, VersionedRules};
+pub use samples::{bucket_char, SampleBatch, SampleRecord};
 pub use storage::Storage;
 pub use writer::WriterStats;
 

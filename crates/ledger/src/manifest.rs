@@ -10,8 +10,7 @@ use serde::Serialize;
 
 use crate::analysis::Index;
 use crate::reader::LedgerData;
-use crate::record::{SampleBatch, SampleRecord};
-use crate::schema;
+use crate::samples::{SampleBatch, SampleRecord};
 use crate::LedgerError;
 
 /// Output formats.
@@ -125,7 +124,7 @@ pub fn write_manifest(
         ManifestFormat::Parquet => {
             let mut batches = Vec::new();
             for b in &data.samples {
-                let base = schema::samples_to_arrow(b);
+                let base = crate::samples::to_arrow(b);
                 let e = extra(&index, b);
                 let mut fields: Vec<Field> = base
                     .schema()

@@ -1,7 +1,8 @@
 //! Reads a ledger back: every table, with the file named in any error.
 
 use crate::layout::{file_name, log_files, partition, table_files};
-use crate::record::{DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, SampleBatch};
+use crate::record::{DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation};
+use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::Storage;
 use crate::LedgerError;
@@ -124,7 +125,7 @@ impl LedgerData {
                     let bucket = bucket.clone().expect("checked");
                     // Decoded apart: rows of different buckets never share a batch.
                     let mut decoded = Vec::new();
-                    schema::samples_from_arrow(batch, &mut decoded).map_err(bad)?;
+                    crate::samples::from_arrow(batch, &mut decoded).map_err(bad)?;
                     for b in &mut decoded {
                         b.bucket.clone_from(&bucket);
                         let misplaced = generation.and_then(|g| {

@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use arrow_array::builder::{StringBuilder, UInt64Builder};
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, Float32Array, Float64Array, ListArray, RecordBatch, StringArray,
-    TimestampNanosecondArray, UInt32Array, UInt64Array,
+    Array, ArrayRef, Float32Array, Float64Array, RecordBatch, StringArray,
+    TimestampNanosecondArray, UInt64Array,
 };
-use arrow_buffer::OffsetBuffer;
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
@@ -20,9 +19,10 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
+use crate::arrow_codec::{column, opt_u64, record_batch, timestamp, ts};
 use crate::record::{
     DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode,
-    SampleBatch, Target,
+    Target,
 };
 
 /// The on-disk format version written into every file.
@@ -75,15 +75,8 @@ impl Table {
     ];
 }
 
-fn timestamp() -> DataType {
-    DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
-}
-
-fn f32_list() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Float32, false)))
-}
-
-fn schema(table: Table, fields: Vec<Field>) -> SchemaRef {
+/// A table's schema: `fields` with the `strata.table` and `strata.format` metadata.
+pub(crate) fn table_schema(table: Table, fields: Vec<Field>) -> SchemaRef {
     let metadata = HashMap::from([
         ("strata.table".to_string(), table.name().to_string()),
         ("strata.format".to_string(), FORMAT.to_string()),
@@ -91,42 +84,10 @@ fn schema(table: Table, fields: Vec<Field>) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, metadata))
 }
 
-/// Schema of the samples table (bucket and generation are in the path).
-pub fn samples_schema() -> SchemaRef {
-    use DataType::{Boolean, Float32, Float64, UInt32, UInt64, Utf8};
-    schema(
-        Table::Samples,
-        vec![
-            Field::new("sample_id", UInt64, false),
-            Field::new("episode_id", UInt64, false),
-            Field::new("trajectory_id", UInt64, false),
-            Field::new("step", UInt32, false),
-            Field::new("policy_version", UInt64, false),
-            Field::new("config_hash", Utf8, false),
-            Field::new("issued_at", timestamp(), false),
-            Field::new("completed_at", timestamp(), false),
-            Field::new("obs_count", UInt32, false),
-            Field::new("obs_hash", UInt64, false),
-            Field::new("obs_min", f32_list(), false),
-            Field::new("obs_max", f32_list(), false),
-            Field::new("obs_mean", f32_list(), false),
-            Field::new("env_clock", UInt64, false),
-            Field::new("sampler_version", UInt64, false),
-            Field::new("newer_policy_sampling", Boolean, false),
-            Field::new("idempotency_key", Utf8, true),
-            Field::new("reward", Float32, false),
-            Field::new("terminated", Boolean, false),
-            Field::new("truncated", Boolean, false),
-            Field::new("episode_return", Float64, true),
-            Field::new("success", Boolean, true),
-        ],
-    )
-}
-
 /// Schema of the decisions table.
 pub fn decisions_schema() -> SchemaRef {
     use DataType::{Float32, Float64, UInt64, Utf8};
-    schema(
+    table_schema(
         Table::Decisions,
         vec![
             Field::new("first_sample", UInt64, false),
@@ -149,7 +110,7 @@ pub fn decisions_schema() -> SchemaRef {
 /// Schema of the invalidations table.
 pub fn invalidations_schema() -> SchemaRef {
     use DataType::{UInt64, Utf8};
-    schema(
+    table_schema(
         Table::Invalidations,
         vec![
             Field::new("target", Utf8, false),
@@ -168,7 +129,7 @@ pub fn invalidations_schema() -> SchemaRef {
 /// Schema of the duplicates table.
 pub fn duplicates_schema() -> SchemaRef {
     use DataType::{UInt64, Utf8};
-    schema(
+    table_schema(
         Table::Duplicates,
         vec![
             Field::new("idempotency_key", Utf8, false),
@@ -182,7 +143,7 @@ pub fn duplicates_schema() -> SchemaRef {
 /// Schema of the generations table.
 pub fn generations_schema() -> SchemaRef {
     use DataType::{UInt64, Utf8};
-    schema(
+    table_schema(
         Table::Generations,
         vec![
             Field::new("policy_version", UInt64, false),
@@ -192,63 +153,6 @@ pub fn generations_schema() -> SchemaRef {
             Field::new("operation", Utf8, false),
             Field::new("author", Utf8, false),
             Field::new("at", timestamp(), false),
-        ],
-    )
-}
-
-fn ts(values: Vec<i64>) -> ArrayRef {
-    Arc::new(TimestampNanosecondArray::from(values).with_timezone("UTC"))
-}
-
-fn list(values: &[f32], width: usize, rows: usize) -> ArrayRef {
-    let field = Arc::new(Field::new_list_field(DataType::Float32, false));
-    Arc::new(ListArray::new(
-        field,
-        OffsetBuffer::from_lengths(std::iter::repeat_n(width, rows)),
-        Arc::new(Float32Array::from(values.to_vec())),
-        None,
-    ))
-}
-
-fn record_batch(schema: SchemaRef, columns: Vec<ArrayRef>) -> RecordBatch {
-    RecordBatch::try_new(schema, columns).expect("columns match the schema")
-}
-
-/// Samples as an Arrow batch.
-pub fn samples_to_arrow(b: &SampleBatch) -> RecordBatch {
-    let n = b.len();
-    let newer: BooleanArray = b
-        .sampler_version
-        .iter()
-        .zip(&b.policy_version)
-        .map(|(s, p)| Some(s > p))
-        .collect();
-    let config_hash = StringArray::from_iter_values(std::iter::repeat_n(&b.config_hash, n));
-    record_batch(
-        samples_schema(),
-        vec![
-            Arc::new(UInt64Array::from(b.sample_id.clone())),
-            Arc::new(UInt64Array::from(b.episode_id.clone())),
-            Arc::new(UInt64Array::from(b.trajectory_id.clone())),
-            Arc::new(UInt32Array::from(b.step.clone())),
-            Arc::new(UInt64Array::from(b.policy_version.clone())),
-            Arc::new(config_hash),
-            ts(b.issued_at_ns.clone()),
-            ts(b.completed_at_ns.clone()),
-            Arc::new(UInt32Array::from(b.obs_count.clone())),
-            Arc::new(UInt64Array::from(b.obs_hash.clone())),
-            list(&b.obs_min, b.obs_dim, n),
-            list(&b.obs_max, b.obs_dim, n),
-            list(&b.obs_mean, b.obs_dim, n),
-            Arc::new(UInt64Array::from(b.env_clock.clone())),
-            Arc::new(UInt64Array::from(b.sampler_version.clone())),
-            Arc::new(newer),
-            Arc::new(StringArray::from(b.idempotency_key.clone())),
-            Arc::new(Float32Array::from(b.reward.clone())),
-            Arc::new(BooleanArray::from(b.terminated.clone())),
-            Arc::new(BooleanArray::from(b.truncated.clone())),
-            Arc::new(Float64Array::from(b.episode_return.clone())),
-            Arc::new(BooleanArray::from(b.success.clone())),
         ],
     )
 }
@@ -440,106 +344,6 @@ pub fn decode(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, String> {
     reader
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("corrupt data: {e}"))
-}
-
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T, String> {
-    let array = batch
-        .column_by_name(name)
-        .ok_or_else(|| format!("column {name} is missing"))?;
-    array
-        .as_any()
-        .downcast_ref::<T>()
-        .ok_or_else(|| format!("column {name} has type {}", array.data_type()))
-}
-
-fn opt_u64(a: &UInt64Array, i: usize) -> Option<u64> {
-    a.is_valid(i).then(|| a.value(i))
-}
-
-fn list_values<'a>(batch: &'a RecordBatch, name: &str) -> Result<(&'a [f32], usize), String> {
-    let l = column::<ListArray>(batch, name)?;
-    let values = l
-        .values()
-        .as_any()
-        .downcast_ref::<Float32Array>()
-        .ok_or_else(|| format!("column {name} does not hold float32 lists"))?;
-    let width = if l.is_empty() {
-        0
-    } else {
-        l.value_length(0) as usize
-    };
-    if (0..l.len()).any(|i| l.value_length(i) as usize != width) {
-        return Err(format!("column {name}: rows of different widths"));
-    }
-    let start = l.value_offsets()[0] as usize;
-    Ok((&values.values()[start..start + width * l.len()], width))
-}
-
-/// Appends the rows of a samples file to `out` (bucket and config hash from the rows).
-///
-/// # Errors
-/// A missing or mistyped column, or rows of mixed config hashes within `out`.
-pub fn samples_from_arrow(batch: &RecordBatch, out: &mut Vec<SampleBatch>) -> Result<(), String> {
-    let u64s = |name| column::<UInt64Array>(batch, name);
-    let (sample_id, episode_id, trajectory_id) = (
-        u64s("sample_id")?,
-        u64s("episode_id")?,
-        u64s("trajectory_id")?,
-    );
-    let (policy_version, obs_hash, env_clock, sampler_version) = (
-        u64s("policy_version")?,
-        u64s("obs_hash")?,
-        u64s("env_clock")?,
-        u64s("sampler_version")?,
-    );
-    let step = column::<UInt32Array>(batch, "step")?;
-    let obs_count = column::<UInt32Array>(batch, "obs_count")?;
-    let config_hash = column::<StringArray>(batch, "config_hash")?;
-    let issued = column::<TimestampNanosecondArray>(batch, "issued_at")?;
-    let completed = column::<TimestampNanosecondArray>(batch, "completed_at")?;
-    let (obs_min, w) = list_values(batch, "obs_min")?;
-    let (obs_max, _) = list_values(batch, "obs_max")?;
-    let (obs_mean, _) = list_values(batch, "obs_mean")?;
-    let key = column::<StringArray>(batch, "idempotency_key")?;
-    let reward = column::<Float32Array>(batch, "reward")?;
-    let terminated = column::<BooleanArray>(batch, "terminated")?;
-    let truncated = column::<BooleanArray>(batch, "truncated")?;
-    let episode_return = column::<Float64Array>(batch, "episode_return")?;
-    let success = column::<BooleanArray>(batch, "success")?;
-    for i in 0..batch.num_rows() {
-        let hash = config_hash.value(i);
-        let fits = out
-            .last()
-            .is_some_and(|b| b.config_hash == hash && b.obs_dim == w);
-        if !fits {
-            out.push(SampleBatch::new("unknown", hash, w));
-        }
-        let b = out.last_mut().expect("pushed");
-        b.sample_id.push(sample_id.value(i));
-        b.episode_id.push(episode_id.value(i));
-        b.trajectory_id.push(trajectory_id.value(i));
-        b.step.push(step.value(i));
-        b.policy_version.push(policy_version.value(i));
-        b.issued_at_ns.push(issued.value(i));
-        b.completed_at_ns.push(completed.value(i));
-        b.obs_count.push(obs_count.value(i));
-        b.obs_hash.push(obs_hash.value(i));
-        b.obs_min.extend_from_slice(&obs_min[i * w..(i + 1) * w]);
-        b.obs_max.extend_from_slice(&obs_max[i * w..(i + 1) * w]);
-        b.obs_mean.extend_from_slice(&obs_mean[i * w..(i + 1) * w]);
-        b.env_clock.push(env_clock.value(i));
-        b.sampler_version.push(sampler_version.value(i));
-        b.idempotency_key
-            .push(key.is_valid(i).then(|| key.value(i).to_string()));
-        b.reward.push(reward.value(i));
-        b.terminated.push(terminated.value(i));
-        b.truncated.push(truncated.value(i));
-        b.episode_return
-            .push(episode_return.is_valid(i).then(|| episode_return.value(i)));
-        b.success
-            .push(success.is_valid(i).then(|| success.value(i)));
-    }
-    Ok(())
 }
 
 /// Decision rows of a decisions file (bucket from the path).

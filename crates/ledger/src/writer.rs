@@ -14,9 +14,9 @@ use crate::append_log::AppendLog;
 use crate::integrity::{Integrity, RowFacts};
 use crate::layout::{bucket_dir, data_file};
 use crate::record::{
-    now_ns, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode,
-    SampleBatch, Target,
+    now_ns, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode, Target,
 };
+use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::lower_priority;
 use crate::storage::Storage;
@@ -414,7 +414,7 @@ impl Writer {
         }
         let logged: Vec<(String, arrow_array::RecordBatch)> = logged
             .into_values()
-            .map(|b| (b.bucket.clone(), schema::samples_to_arrow(&b)))
+            .map(|b| (b.bucket.clone(), crate::samples::to_arrow(&b)))
             .collect();
         let result = match self.append_log.as_mut() {
             Some(log) => log
@@ -474,7 +474,7 @@ impl Writer {
         samples.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, batch) in samples.into_iter().filter(|(_, b)| !b.is_empty()) {
             let dir = bucket_dir(Table::Samples, &key.0);
-            let arrow = schema::samples_to_arrow(&batch);
+            let arrow = crate::samples::to_arrow(&batch);
             taken.push((
                 Taken::Samples(key, Box::new(batch)),
                 self.file_name(&dir),
