@@ -176,7 +176,8 @@ impl Auth {
     /// Checks an `Authorization` header value against `role` and the rate limit.
     ///
     /// # Errors
-    /// `Unauthenticated` without a known bearer token, `Forbidden` for the wrong role, `RateLimited` over the limit.
+    /// `Unauthenticated` without a known bearer token, `Forbidden` for the wrong role,
+    /// `RateLimited` over the limit.
     pub fn check(&self, header: Option<&str>, role: Role) -> Result<Caller, RequestError> {
         let token = header
             .and_then(|h| h.strip_prefix("Bearer "))

@@ -21,6 +21,7 @@ use strata_runtime::learner_core::id_runs;
 use strata_runtime::{Correction, LearnerCore, RowSpan, SampleGroup};
 
 use crate::api::Channel;
+use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::segment::{LearnerMessage, Segment};
 use crate::settings::ReleaseMode;
@@ -51,6 +52,19 @@ impl RecentlyInvalid {
     fn contains(&self, trajectory: u64) -> bool {
         self.set.contains(&trajectory)
     }
+}
+
+/// Why the learner stopped.
+#[derive(Debug, thiserror::Error)]
+enum LearnerError {
+    #[error(transparent)]
+    Runtime(#[from] strata_runtime::RuntimeError),
+    #[error("the parameters do not fit the model: {0}")]
+    Model(#[from] strata_nn::NnError),
+    #[error(transparent)]
+    Gateway(#[from] RequestError),
+    #[error(transparent)]
+    Ledger(#[from] strata_ledger::LedgerError),
 }
 
 /// One line of `learner.jsonl`.
@@ -84,7 +98,7 @@ pub fn spawn(
     let params = gateway
         .policies
         .served(start)
-        .map_err(|e| std::io::Error::other(e.to_string()))?
+        .map_err(std::io::Error::other)?
         .params
         .clone();
     std::thread::Builder::new()
@@ -115,12 +129,10 @@ struct Learner {
 }
 
 impl Learner {
-    fn new(gateway: Arc<Gateway>, params: &[f32]) -> Result<Self, String> {
+    fn new(gateway: Arc<Gateway>, params: &[f32]) -> Result<Self, LearnerError> {
         let run = &gateway.settings.run;
-        let mut core = LearnerCore::new(run, 0).map_err(|e| e.to_string())?;
-        core.model_mut()
-            .set_flat_params(params)
-            .map_err(|e| e.to_string())?;
+        let mut core = LearnerCore::new(run, 0)?;
+        core.model_mut().set_flat_params(params)?;
         let log_path = gateway.settings.dir.join("learner.jsonl");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -200,7 +212,7 @@ impl Learner {
         }
     }
 
-    fn update(&mut self) -> Result<(), String> {
+    fn update(&mut self) -> Result<(), LearnerError> {
         let t0 = Instant::now();
         let segments = std::mem::take(&mut self.waiting);
         self.rows_waiting = 0;
@@ -239,7 +251,7 @@ impl Learner {
         }
         // Agents sample with older versions: always decoupled PPO.
         self.core.prepare(&mut buf, Correction::Decoupled);
-        let rules = self.gateway.active_rules().map_err(|e| e.to_string())?;
+        let rules = self.gateway.active_rules()?;
         let update = self.updates + 1;
         let admitted = self.core.admit(
             &mut buf,
@@ -251,18 +263,14 @@ impl Learner {
         );
         let counts = &admitted.counts;
         let stats = (counts.trained + counts.down_weighted > 0).then(|| self.core.train(&buf, 1.0));
-        self.gateway
-            .ledger
-            .append_decisions(admitted.decisions)
-            .map_err(|e| e.to_string())?;
+        self.gateway.ledger.append_decisions(admitted.decisions)?;
         let channel = match self.gateway.settings.release {
             ReleaseMode::Canary => Channel::Canary,
             _ => Channel::Stable,
         };
-        let version = self
-            .gateway
-            .publish_params(self.core.params().to_vec(), channel, "learner")
-            .map_err(|e| e.to_string())?;
+        let version =
+            self.gateway
+                .publish_params(self.core.params().to_vec(), channel, "learner")?;
         self.base_version = version;
         self.updates = update;
         self.gateway

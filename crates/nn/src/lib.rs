@@ -9,7 +9,8 @@
 //! use rand::SeedableRng;
 //! use strata_nn::{ActorCritic, Head, MlpActorCritic, NetworkConfig, SampleRng};
 //! let mut rng = SampleRng::seed_from_u64(0);
-//! let mut model = MlpActorCritic::new(4, Head::Categorical { n: 2 }, &NetworkConfig::default(), &mut rng);
+//! let mut model = MlpActorCritic::new(4, Head::Categorical { n: 2 },
+//!     &NetworkConfig::default(), &mut rng);
 //! let obs = [0.0_f32; 8];
 //! let (mut a, mut lp, mut v) = ([0.0; 2], [0.0; 2], [0.0; 2]);
 //! model.act(&obs, &mut rng, &[], &mut a, &mut lp, &mut v);

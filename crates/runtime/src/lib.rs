@@ -1,11 +1,12 @@
 //! The Strata runtime: turns a [`RunConfig`] into a training run.
 //!
-//! [`Trainer`] is the learner: it starts rollout worker threads (and, if configured, a
+//! [`Trainer`] drives the learner: it starts rollout worker threads (and, if configured, a
 //! central inference thread), consumes one fragment per worker per update from the
-//! [`ExperienceBuffer`] in a fixed order, runs GAE (or V-trace) and the PPO update, and
-//! publishes policy version v+1 to the [`MemoryPolicyStore`]. Workers adopt versions at fragment
-//! boundaries; in async mode they keep collecting up to `admission.max_policy_lag` versions
-//! behind. A watchdog reports silent components; failed or stuck workers are restarted and
+//! [`ExperienceBuffer`] in a fixed order, has the [`LearnerCore`] correct for lag, admit
+//! and train (GAE or V-trace and the PPO update; the gateway's learner drives the same
+//! core), and publishes policy version v+1 to the [`MemoryPolicyStore`]. Workers adopt
+//! versions at fragment boundaries; in async mode they keep collecting up to
+//! `admission.max_policy_lag` versions behind. A watchdog reports silent components; failed or stuck workers are restarted and
 //! their fragments recorded invalid. Each consumed fragment goes through the admission
 //! rules (`[admission]`) and, with a ledger attached, into the sample ledger with its
 //! provenance ([`provenance`]). [`run::train`] drives a trainer inside a [`RunDir`] (config,
@@ -35,6 +36,9 @@
 //! - **slot**: a preallocated place in the buffer for one fragment, owned by one worker.
 //! - **policy lag**: learner version when a fragment is consumed minus the version that
 //!   produced it.
+//! - **incarnation**: a worker's restart count (0 first); a fragment of an earlier
+//!   incarnation is never trained on. (A *generation* is a policy version, as in the
+//!   ledger.)
 //! - **update record**: one line of `metrics.jsonl`.
 
 mod buffer;

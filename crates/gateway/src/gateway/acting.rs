@@ -43,7 +43,8 @@ impl Gateway {
     /// the same answer; one action per episode is outstanding at a time.
     ///
     /// # Errors
-    /// `Invalid` bad observation or action type; `NotFound`/`Forbidden` episode; `Conflict` wrong state.
+    /// `Invalid` bad observation or action type; `NotFound`/`Forbidden` episode; `Conflict`
+    /// wrong state.
     pub fn act(
         &self,
         caller: &Caller,
@@ -167,7 +168,8 @@ impl Gateway {
     /// Compares the agent's current view with the one the action was chosen on.
     ///
     /// # Errors
-    /// `NotFound`/`Forbidden` action; `Conflict` an action no longer outstanding; `Invalid` a bad view.
+    /// `NotFound`/`Forbidden` action; `Conflict` an action no longer outstanding; `Invalid`
+    /// a bad view.
     pub fn recheck(
         &self,
         caller: &Caller,

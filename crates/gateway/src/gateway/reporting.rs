@@ -8,7 +8,8 @@ impl Gateway {
     /// handles a timeout by the action's side-effect class.
     ///
     /// # Errors
-    /// `Invalid` bad values; `NotFound` unknown action; `Conflict` an aborted or cancelled action; `Unavailable` when the
+    /// `Invalid` bad values; `NotFound` unknown action; `Conflict` an aborted or cancelled
+    /// action; `Unavailable` when the
     /// ledger cannot store it (nothing acknowledged).
     pub fn report(
         &self,
