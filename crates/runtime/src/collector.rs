@@ -201,7 +201,7 @@ impl Collector {
                     holding,
                 }) => {
                     if incarnation == self.wiring.workers[w].incarnation {
-                        self.restart_worker(w, &error, true, books)?;
+                        self.restart_worker(w, &error.to_string(), true, books)?;
                     } else if let Some(slot) = holding {
                         self.wiring.give_back(slot)?;
                     }

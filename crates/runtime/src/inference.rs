@@ -249,11 +249,15 @@ fn serve(s: ServerSetup) -> Result<(), String> {
             "inference",
         );
     }
-    // Runs until every sender of requests is gone (the workers and the wiring's copy).
+    // Runs until every sender of requests is gone (the workers and the wiring's copy)
+    // or, with a worker stuck in an env, until the store closes.
     loop {
         s.heartbeat.beat(Activity::WaitingForFragments);
         match s.requests.recv_timeout(Duration::from_millis(200)) {
             Ok(first) => pending.push((first, s.slots.lock(first).version)),
+            // A worker stuck in an env keeps its sender alive: the closed store ends the
+            // thread then.
+            Err(RecvTimeoutError::Timeout) if s.store.is_closed() => return Ok(()),
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }

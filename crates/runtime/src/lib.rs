@@ -87,4 +87,4 @@ pub use records::{
 };
 pub use run::RunDir;
 pub use trainer::Trainer;
-pub use worker::{WorkerCommand, WorkerEvent};
+pub use worker::{WorkerCommand, WorkerError, WorkerEvent};

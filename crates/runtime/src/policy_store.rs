@@ -262,6 +262,11 @@ impl MemoryPolicyStore {
         self.lock().acks.clone()
     }
 
+    /// Whether the store was closed (the run is shutting down).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Wakes every waiter with [`StoreError::Closed`] (shutdown).
     pub fn close(&self) {
         self.lock().closed = true;

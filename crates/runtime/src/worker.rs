@@ -26,6 +26,32 @@ pub enum WorkerCommand {
     Exit,
 }
 
+/// Why a worker stopped; the learner restarts it and records its fragment invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Its env failed (NaN, bad action).
+    #[error(transparent)]
+    Env(#[from] strata_env::EnvError),
+    /// A policy version could not be adopted (corrupt, missing).
+    #[error("policy: {0}")]
+    Policy(#[from] StoreError),
+    /// The model refused a version's parameters.
+    #[error("model: {0}")]
+    Model(#[from] strata_nn::NnError),
+    /// Its envs or model could not be built from the config.
+    #[error(transparent)]
+    Runtime(#[from] crate::RuntimeError),
+    /// A saved state that does not fit the config.
+    #[error("{0}")]
+    State(String),
+    /// Central inference failed.
+    #[error("inference: {0}")]
+    Inference(String),
+    /// It panicked.
+    #[error("panicked: {0}")]
+    Panic(String),
+}
+
 /// Worker -> learner.
 #[derive(Debug)]
 pub enum WorkerEvent {
@@ -52,7 +78,7 @@ pub enum WorkerEvent {
         /// Its incarnation.
         incarnation: u64,
         /// What went wrong.
-        error: String,
+        error: WorkerError,
         /// The slot it was writing, now free.
         holding: Option<SlotId>,
     },
@@ -139,13 +165,13 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
             let error = match outcome {
                 Ok(Ok(Stop::Exit | Stop::Closed)) => return,
                 Ok(Err(e)) => e,
-                Err(panic) => format!(
-                    "panicked: {}",
+                Err(panic) => WorkerError::Panic(
                     panic
                         .downcast_ref::<String>()
                         .map(String::as_str)
                         .or_else(|| panic.downcast_ref::<&str>().copied())
                         .unwrap_or("(no message)")
+                        .to_string(),
                 ),
             };
             tracing::error!(component = %format!("worker-{id}"), incarnation, %error, "worker failed");
@@ -170,7 +196,7 @@ enum Actor {
     Central(InferenceClient),
 }
 
-fn run(setup: WorkerSetup) -> Result<Stop, String> {
+fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
     let WorkerSetup {
         id,
         config,
@@ -198,11 +224,11 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
     let groups = config.groups_per_worker();
     let gm = m / groups;
     let mut envs: Vec<Box<dyn VecEnv>> = (0..groups)
-        .map(|g| build_envs(&config, gm, with_fault && g == 0).map_err(|e| e.to_string()))
+        .map(|g| build_envs(&config, gm, with_fault && g == 0))
         .collect::<Result<_, _>>()?;
     let mut actor = match inference {
         Some(client) => Actor::Central(client),
-        None => Actor::Local(build_model(&config).map_err(|e| e.to_string())?),
+        None => Actor::Local(build_model(&config)?),
     };
     let spec = envs[0].spec().clone();
     let (od, ad) = (spec.obs_dim(), spec.action_dim());
@@ -220,20 +246,20 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
     // gSDE: each env's exploration matrix, drawn from its group's RNG and held for a
     // fragment or an episode (empty without gSDE); a resumed worker continues with the
     // matrices it had.
-    let sde_len = sde_noise_len(&config).map_err(|e| e.to_string())?;
+    let sde_len = sde_noise_len(&config)?;
     let sde_hold = config.network.sde_hold;
     let mut sde_noise: Vec<Vec<f32>> = vec![vec![0.0; gm * sde_len]; groups];
     let mut sde_drawn = false;
     let (mut obs, mut rngs, mut fragments): (Vec<Vec<f32>>, Vec<SampleRng>, u64) = match start {
         Some(state) => {
             if state.envs.len() != groups || state.rngs.len() != groups {
-                return Err(format!(
+                return Err(WorkerError::State(format!(
                     "saved state has {} env groups, the config {groups}",
                     state.envs.len()
-                ));
+                )));
             }
             for (e, snap) in envs.iter_mut().zip(&state.envs) {
-                e.restore(snap).map_err(|e| e.to_string())?;
+                e.restore(snap)?;
             }
             if state
                 .sde_noise
@@ -298,18 +324,15 @@ fn run(setup: WorkerSetup) -> Result<Stop, String> {
                 continue;
             }
             Err(StoreError::Closed) => return Ok(Stop::Closed),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         if adopted != Some(policy.version) {
-            policy.verify().map_err(|e| e.to_string())?;
+            policy.verify()?;
             if let Actor::Local(model) = &mut actor {
-                model
-                    .set_flat_params(&policy.params)
-                    .map_err(|e| e.to_string())?;
+                model.set_flat_params(&policy.params)?;
             }
             for e in &mut envs {
-                e.set_normalizer(&policy.normalizer)
-                    .map_err(|e| e.to_string())?;
+                e.set_normalizer(&policy.normalizer)?;
             }
             store.ack(id, policy.version);
             adopted = Some(policy.version);
@@ -513,7 +536,7 @@ fn fill_local(
     (rng, sde_noise): (&mut SampleRng, &mut [f32]),
     steps: usize,
     timing: &mut (f64, f64),
-) -> Result<bool, String> {
+) -> Result<bool, WorkerError> {
     let (m, od, ad) = (ctx.m, ctx.od, ctx.ad);
     for t in 0..steps {
         ctx.heartbeat.beat(Activity::Collecting);
@@ -538,8 +561,7 @@ fn fill_local(
             &mut f.values[rows],
         );
         let t1 = Instant::now();
-        envs.step(&f.actions[arow], batch)
-            .map_err(|e| format!("worker {}: {e}", ctx.id))?;
+        envs.step(&f.actions[arow], batch)?;
         redraw_for_ended_episodes(ctx, batch, sde_noise, rng);
         let t2 = Instant::now();
         record_step(ctx, f, (t, 0), (t1, t2), batch);
@@ -565,7 +587,7 @@ fn fill_central(
     version: u64,
     wait_timeout: Duration,
     timing: &mut (f64, f64),
-) -> Result<bool, String> {
+) -> Result<bool, WorkerError> {
     let (m, gm, od, ad) = (ctx.m, ctx.gm, ctx.od, ctx.ad);
     let write_obs = |f: &mut Fragment, t: usize, g: usize, o: &[f32]| {
         let row = t * m + g * gm;
@@ -574,14 +596,18 @@ fn fill_central(
     };
     for g in 0..envs.len() {
         write_obs(f, 0, g, &obs[g]);
-        client.request(g, &obs[g], version, &rngs[g], &sde_noise[g])?;
+        client
+            .request(g, &obs[g], version, &rngs[g], &sde_noise[g])
+            .map_err(WorkerError::Inference)?;
     }
     for t in 0..steps {
         for g in 0..envs.len() {
             let t0 = Instant::now();
-            let answered = client.wait(g, wait_timeout, ctx.heartbeat, || {
-                exit_requested(ctx.commands)
-            })?;
+            let answered = client
+                .wait(g, wait_timeout, ctx.heartbeat, || {
+                    exit_requested(ctx.commands)
+                })
+                .map_err(WorkerError::Inference)?;
             if !answered {
                 return Ok(false);
             }
@@ -595,16 +621,16 @@ fn fill_central(
             }
             ctx.heartbeat.beat(Activity::Collecting);
             let t1 = Instant::now();
-            envs[g]
-                .step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])
-                .map_err(|e| format!("worker {}: {e}", ctx.id))?;
+            envs[g].step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])?;
             redraw_for_ended_episodes(ctx, &batches[g], &mut sde_noise[g], &mut rngs[g]);
             let t2 = Instant::now();
             record_step(ctx, f, (t, g), (t1, t2), &batches[g]);
             obs[g].copy_from_slice(&batches[g].obs);
             if t + 1 < steps {
                 write_obs(f, t + 1, g, &obs[g]);
-                client.request(g, &obs[g], version, &rngs[g], &sde_noise[g])?;
+                client
+                    .request(g, &obs[g], version, &rngs[g], &sde_noise[g])
+                    .map_err(WorkerError::Inference)?;
             }
             timing.0 += (t1 - t0).as_secs_f64();
             timing.1 += (t2 - t1).as_secs_f64();
