@@ -30,7 +30,7 @@ pub struct LedgerReport {
 /// A batch of `rows` CartPole-shaped samples with ids from `first`.
 fn batch(first: u64, rows: usize) -> SampleBatch {
     let od = 4;
-    let mut b = SampleBatch::new("train", "0123456789abcdef", od);
+    let mut b = SampleBatch::new(&strata_ledger::Bucket::train(), "0123456789abcdef", od);
     for i in 0..rows {
         let id = first + i as u64;
         let x = (id % 997) as f32 * 1e-3;

@@ -71,7 +71,7 @@ pub struct EpisodeInfo {
     /// Stable or canary.
     pub channel: Channel,
     /// The ledger bucket its samples go to.
-    pub bucket: String,
+    pub bucket: strata_ledger::Bucket,
     /// The current trajectory (changes after an abort, a confirm or a forced switch).
     pub trajectory_id: u64,
     /// Status.

@@ -1,6 +1,8 @@
 //! What the gateway hands its learner: segments of reported steps, and the one queue's
 //! messages (segments, rollbacks, invalidations).
 
+use strata_ledger::Bucket;
+
 /// Consecutive reported steps of one trajectory.
 #[derive(Clone, Debug)]
 pub struct Segment {
@@ -9,7 +11,7 @@ pub struct Segment {
     /// The version that produced it.
     pub version: u64,
     /// Its ledger bucket.
-    pub bucket: String,
+    pub bucket: Bucket,
     pub(crate) obs_dim: usize,
     pub(crate) action_dim: usize,
     /// Sample ids, in order.
@@ -32,14 +34,14 @@ impl Segment {
     pub fn new(
         trajectory: u64,
         version: u64,
-        bucket: &str,
+        bucket: &Bucket,
         obs_dim: usize,
         action_dim: usize,
     ) -> Self {
         Segment {
             trajectory,
             version,
-            bucket: bucket.to_string(),
+            bucket: bucket.clone(),
             obs_dim,
             action_dim,
             sample_ids: Vec::new(),

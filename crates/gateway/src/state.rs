@@ -19,7 +19,7 @@ pub struct EpisodeRec {
     /// Stable or canary.
     pub channel: Channel,
     /// Ledger bucket.
-    pub bucket: String,
+    pub bucket: strata_ledger::Bucket,
     /// Current trajectory.
     pub trajectory: u64,
     /// Status.
@@ -359,7 +359,7 @@ mod tests {
                 agent: "agent-0".into(),
                 version: 0,
                 channel: Channel::Stable,
-                bucket: "train".into(),
+                bucket: "train".parse().unwrap(),
                 trajectory: 9,
                 status: EpisodeStatus::Active,
                 steps: 2,

@@ -453,7 +453,7 @@ fn canary_samples_go_to_their_own_bucket_and_rollback_restores_rules() {
     );
     assert!(canary
         .iter()
-        .all(|e| e.policy_version == 1 && e.bucket == CANARY_BUCKET));
+        .all(|e| e.policy_version == 1 && e.bucket == strata_ledger::Bucket::canary()));
     for (i, e) in [canary[0], stable[0]].into_iter().enumerate() {
         let x = act(&a, e.episode_id, &format!("c{i}")).unwrap();
         report(&a, x.action_id).unwrap();

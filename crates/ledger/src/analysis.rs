@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::bucket::Bucket;
 use crate::reader::LedgerData;
 use crate::record::{DecisionKind, DecisionRecord, ReasonCode, Target};
 use crate::rules::{AdmissionRules, SampleFacts};
@@ -62,7 +63,7 @@ impl<'a> Index<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct GenerationSummary {
     /// Bucket.
-    pub bucket: String,
+    pub bucket: Bucket,
     /// Policy version that produced the samples.
     pub generation: u64,
     /// Samples stored.
@@ -86,7 +87,7 @@ pub struct GenerationSummary {
 /// Per bucket and generation, in order.
 pub fn summary(data: &LedgerData) -> Vec<GenerationSummary> {
     let index = Index::new(data);
-    let mut out: BTreeMap<(String, u64), GenerationSummary> = BTreeMap::new();
+    let mut out: BTreeMap<(Bucket, u64), GenerationSummary> = BTreeMap::new();
     for b in &data.samples {
         for i in 0..b.len() {
             let generation = b.policy_version[i];
@@ -190,7 +191,7 @@ struct Episode {
 /// last step, or else the sum of its stored rewards.
 pub fn metrics(data: &LedgerData) -> MetricsReport {
     let index = Index::new(data);
-    let mut episodes: HashMap<(String, u64), Episode> = HashMap::new();
+    let mut episodes: HashMap<(Bucket, u64), Episode> = HashMap::new();
     for b in &data.samples {
         for i in 0..b.len() {
             let e = episodes
@@ -253,7 +254,7 @@ pub fn metrics(data: &LedgerData) -> MetricsReport {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Recomputed {
     /// Bucket.
-    pub bucket: String,
+    pub bucket: Bucket,
     /// Producing policy version.
     pub generation: u64,
     /// Samples with a recorded decision.
@@ -288,7 +289,7 @@ pub fn recompute(
     rules: &AdmissionRules,
 ) -> Result<Vec<Recomputed>, LedgerError> {
     rules.validate()?;
-    let mut out: BTreeMap<(String, u64), Recomputed> = BTreeMap::new();
+    let mut out: BTreeMap<(Bucket, u64), Recomputed> = BTreeMap::new();
     for d in &data.decisions {
         let new = rules
             .decide(SampleFacts {

@@ -19,6 +19,7 @@ use arrow_ipc::writer::StreamWriter;
 
 use crate::samples::SampleBatch;
 
+use crate::bucket::Bucket;
 use crate::layout::APPEND_LOG;
 
 /// The open append-log files of one writer, one per bucket.
@@ -26,7 +27,7 @@ pub(crate) struct AppendLog {
     root: PathBuf,
     session: String,
     seq: u64,
-    open: HashMap<String, (PathBuf, StreamWriter<std::io::BufWriter<File>>)>,
+    open: HashMap<Bucket, (PathBuf, StreamWriter<std::io::BufWriter<File>>)>,
 }
 
 impl AppendLog {
@@ -41,8 +42,8 @@ impl AppendLog {
     }
 
     /// Appends `batches` (bucket, rows) and syncs the data of every file written.
-    pub(crate) fn append(&mut self, batches: &[(String, RecordBatch)]) -> std::io::Result<()> {
-        let mut touched: Vec<String> = Vec::new();
+    pub(crate) fn append(&mut self, batches: &[(Bucket, RecordBatch)]) -> std::io::Result<()> {
+        let mut touched: Vec<Bucket> = Vec::new();
         for (bucket, batch) in batches {
             if !self.open.contains_key(bucket) {
                 let dir = self.root.join(APPEND_LOG).join(format!("bucket={bucket}"));
@@ -88,7 +89,7 @@ impl AppendLog {
 }
 
 /// The append-log files under a local ledger root.
-pub(crate) fn files(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+pub(crate) fn files(root: &Path) -> std::io::Result<Vec<(Bucket, PathBuf)>> {
     let dir = root.join(APPEND_LOG);
     let mut out = Vec::new();
     let Ok(buckets) = std::fs::read_dir(&dir) else {
@@ -97,13 +98,16 @@ pub(crate) fn files(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     for b in buckets {
         let b = b?;
         let name = b.file_name().to_string_lossy().into_owned();
-        let Some(bucket) = name.strip_prefix("bucket=") else {
+        let Some(bucket) = name
+            .strip_prefix("bucket=")
+            .and_then(|b| Bucket::new(b).ok())
+        else {
             continue;
         };
         for f in std::fs::read_dir(b.path())? {
             let path = f?.path();
             if path.extension().is_some_and(|e| e == "arrows") {
-                out.push((bucket.to_string(), path));
+                out.push((bucket.clone(), path));
             }
         }
     }
@@ -113,7 +117,7 @@ pub(crate) fn files(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
 
 /// Reads one append-log file; a torn last message (the writer died mid-append, before the
 /// sync that would have acknowledged it) ends the file.
-pub(crate) fn read(bucket: &str, path: &Path) -> Result<Vec<SampleBatch>, String> {
+pub(crate) fn read(bucket: &Bucket, path: &Path) -> Result<Vec<SampleBatch>, String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let reader = match StreamReader::try_new(std::io::BufReader::new(file), None) {
@@ -126,7 +130,7 @@ pub(crate) fn read(bucket: &str, path: &Path) -> Result<Vec<SampleBatch>, String
         let mut decoded = Vec::new();
         crate::samples::from_arrow(&batch, &mut decoded)?;
         for mut b in decoded {
-            b.bucket = bucket.to_string();
+            b.bucket = bucket.clone();
             out.push(b);
         }
     }
@@ -185,7 +189,7 @@ mod tests {
     fn appended_rows_read_back_and_a_torn_tail_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = AppendLog::new(dir.path(), "s");
-        let mut b = SampleBatch::new("train", "cafe", 1);
+        let mut b = SampleBatch::new(&"train".parse().unwrap(), "cafe", 1);
         let record = crate::SampleRecord {
             sample_id: 5,
             episode_id: 1,
@@ -202,7 +206,7 @@ mod tests {
             obs_mean: vec![0.5],
             env_clock: 1,
             sampler_version: 2,
-            bucket: "train".into(),
+            bucket: "train".parse().unwrap(),
             idempotency_key: Some("k".into()),
             reward: 1.0,
             terminated: false,
@@ -212,8 +216,8 @@ mod tests {
         };
         b.push(&record).unwrap();
         let arrow = crate::samples::to_arrow(&b);
-        log.append(&[("train".into(), arrow.clone())]).unwrap();
-        log.append(&[("train".into(), arrow)]).unwrap();
+        log.append(&[(Bucket::train(), arrow.clone())]).unwrap();
+        log.append(&[(Bucket::train(), arrow)]).unwrap();
         let found = files(dir.path()).unwrap();
         assert_eq!(found.len(), 1);
         let path = &found[0].1;
@@ -225,7 +229,7 @@ mod tests {
             [&bytes[..], &bytes[len as usize / 2..len as usize * 3 / 4]].concat(),
         )
         .unwrap();
-        let back = read("train", path).unwrap();
+        let back = read(&Bucket::train(), path).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].row(0), record);
         log.retire().unwrap();

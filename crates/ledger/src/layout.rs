@@ -9,6 +9,7 @@
 //! rules/v<version>.json
 //! ```
 
+use crate::bucket::Bucket;
 use crate::schema::Table;
 use crate::storage::Storage;
 use crate::LedgerError;
@@ -50,13 +51,14 @@ pub(crate) fn data_file(dir: &str, session: &str, seq: u64) -> String {
     format!("{dir}/part-{session}-{seq:06}.parquet")
 }
 
-/// The `bucket=…` and `generation=…` directories of a file's path.
-pub(crate) fn partition(path: &str) -> (Option<String>, Option<u64>) {
+/// The `bucket=…` and `generation=…` directories of a file's path (a bucket directory
+/// whose name is not a bucket's counts as none).
+pub(crate) fn partition(path: &str) -> (Option<Bucket>, Option<u64>) {
     let mut bucket = None;
     let mut generation = None;
     for part in path.split('/') {
         if let Some(b) = part.strip_prefix("bucket=") {
-            bucket = Some(b.to_string());
+            bucket = Bucket::new(b).ok();
         } else if let Some(g) = part.strip_prefix("generation=") {
             generation = g.parse().ok();
         }
@@ -101,7 +103,7 @@ mod tests {
             path,
             "samples/bucket=train/generation=7/part-x-000001.parquet"
         );
-        assert_eq!(partition(&path), (Some("train".into()), Some(7)));
+        assert_eq!(partition(&path), (Some(Bucket::train()), Some(7)));
         assert_eq!(file_name(&path), "part-x-000001.parquet");
         assert_eq!(
             bucket_dir(Table::Samples, "canary"),

@@ -27,6 +27,7 @@
 mod analysis;
 mod append_log;
 mod arrow_codec;
+mod bucket;
 mod compact;
 mod curves;
 mod integrity;
@@ -53,6 +54,7 @@ use std::time::Duration;
 pub use analysis::{
     metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
 };
+pub use bucket::{bucket_char, Bucket, InvalidBucket};
 pub use compact::{compact, recover};
 pub use curves::{curves, lag_histogram, Curves, EpisodePoint, VersionSwitch};
 pub use manifest::{write_manifest, ManifestFormat};
@@ -62,7 +64,7 @@ pub use record::{
     ReasonCode, Target,
 };
 pub use rules::{Admission, AdmissionRules, RuleKind, SampleFacts, VersionedRules};
-pub use samples::{bucket_char, SampleBatch, SampleRecord};
+pub use samples::{SampleBatch, SampleRecord};
 pub use storage::Storage;
 pub use writer::WriterStats;
 

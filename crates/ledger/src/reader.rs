@@ -151,7 +151,7 @@ impl LedgerData {
                     }
                 }
                 Table::Decisions => {
-                    let bucket = bucket.as_deref().expect("checked");
+                    let bucket = bucket.as_ref().expect("checked");
                     schema::decisions_from_arrow(batch, bucket, &mut data.decisions)
                         .map_err(bad)?;
                 }

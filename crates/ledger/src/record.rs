@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bucket::Bucket;
+
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -49,7 +51,7 @@ pub struct DecisionRecord {
     /// Last sample id covered (inclusive).
     pub last_sample: u64,
     /// Bucket of the samples.
-    pub bucket: String,
+    pub bucket: Bucket,
     /// Version that produced the samples.
     pub policy_version: u64,
     /// The learner's version when it consumed them.
@@ -182,7 +184,7 @@ pub struct DuplicateRecord {
     /// The sample stored under it first.
     pub original_sample: u64,
     /// Bucket of the repeat.
-    pub bucket: String,
+    pub bucket: Bucket,
     /// When the repeat arrived (ns since the epoch).
     pub at_ns: i64,
 }

@@ -11,12 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::arrow_codec::{
     column, record_batch, Bool, Codec, Nanos, ObsList, OptBool, OptF64, OptText, F32, U32, U64,
 };
+use crate::bucket::Bucket;
 use crate::schema::{table_schema, Table};
-
-/// Characters allowed in a bucket name (it becomes a path segment).
-pub fn bucket_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '-' || c == '_'
-}
 
 /// The Arrow column holding the batch's config hash on every row (after `policy_version`).
 const CONFIG_HASH: &str = "config_hash";
@@ -32,7 +28,7 @@ macro_rules! sample_columns {
             /// (1) Config hash of the policy that chose the action.
             pub config_hash: String,
             /// Storage area (`train`, `stable`, `canary`, ...).
-            pub bucket: String,
+            pub bucket: Bucket,
         }
 
         /// Samples in columns, as the learner and the writer handle them. All rows share
@@ -41,7 +37,7 @@ macro_rules! sample_columns {
         #[derive(Clone, Debug, Default, PartialEq)]
         pub struct SampleBatch {
             /// Storage area of every row.
-            pub bucket: String,
+            pub bucket: Bucket,
             /// Config hash of every row.
             pub config_hash: String,
             /// Observation width.
@@ -204,9 +200,9 @@ impl SampleRecord {
 
 impl SampleBatch {
     /// An empty batch for one bucket, config and observation width.
-    pub fn new(bucket: &str, config_hash: &str, obs_dim: usize) -> Self {
+    pub fn new(bucket: &Bucket, config_hash: &str, obs_dim: usize) -> Self {
         SampleBatch {
-            bucket: bucket.to_string(),
+            bucket: bucket.clone(),
             config_hash: config_hash.to_string(),
             obs_dim,
             ..SampleBatch::default()
@@ -236,12 +232,6 @@ impl SampleBatch {
         let n = self.len();
         if let Some((name, len)) = self.column_rows().into_iter().find(|(_, len)| *len != n) {
             return Err(format!("column {name} has {len} rows, sample_id has {n}"));
-        }
-        if self.bucket.is_empty() || !self.bucket.chars().all(bucket_char) {
-            return Err(format!(
-                "bucket {:?}: use letters, digits, '-' and '_'",
-                self.bucket
-            ));
         }
         for i in 0..n {
             if self.completed_at_ns[i] < self.issued_at_ns[i] {
@@ -321,7 +311,8 @@ pub fn from_arrow(batch: &RecordBatch, out: &mut Vec<SampleBatch>) -> Result<(),
             .last()
             .is_some_and(|b| b.config_hash == hash && b.obs_dim == w);
         if !fits {
-            out.push(SampleBatch::new("unknown", hash, w));
+            // The bucket is in the file's path: the caller sets it.
+            out.push(SampleBatch::new(&Bucket::default(), hash, w));
         }
         columns.append_row(out.last_mut().expect("pushed"), i);
     }
@@ -355,7 +346,7 @@ mod tests {
             episode_return: (id == 2).then_some(4.5),
             success: (id == 2).then_some(true),
             config_hash: config.into(),
-            bucket: "train".into(),
+            bucket: Bucket::train(),
         }
     }
 
@@ -363,7 +354,7 @@ mod tests {
     /// the derived flag computed), Arrow in, the same records back.
     #[test]
     fn records_round_trip_through_arrow_in_table_order() {
-        let mut b = SampleBatch::new("train", "cafe", 2);
+        let mut b = SampleBatch::new(&Bucket::train(), "cafe", 2);
         for id in 0..3 {
             b.push(&record(id, "cafe")).unwrap();
         }
@@ -382,12 +373,12 @@ mod tests {
         assert_eq!((newer.value(0), newer.value(1)), (false, true));
         let mut back = Vec::new();
         from_arrow(&arrow, &mut back).unwrap();
-        back[0].bucket = "train".into();
+        back[0].bucket = Bucket::train();
         assert_eq!(back, [b.clone()]);
         for id in 0..3 {
             assert_eq!(back[0].row(id as usize), record(id, "cafe"));
         }
-        let mut tail = SampleBatch::new("train", "cafe", 2);
+        let mut tail = SampleBatch::new(&Bucket::train(), "cafe", 2);
         tail.extend_from(&b, 1..3);
         assert_eq!(tail.row(0), record(1, "cafe"));
         tail.truncate(1);
@@ -397,7 +388,7 @@ mod tests {
 
     #[test]
     fn bad_records_and_columns_are_named() {
-        let mut b = SampleBatch::new("train", "cafe", 2);
+        let mut b = SampleBatch::new(&Bucket::train(), "cafe", 2);
         let mut r = record(0, "cafe");
         r.obs_max.push(3.0);
         let err = b.push(&r).unwrap_err();

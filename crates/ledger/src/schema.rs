@@ -20,6 +20,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::arrow_codec::{column, opt_u64, record_batch, timestamp, ts};
+use crate::bucket::Bucket;
 use crate::record::{
     DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode,
     Target,
@@ -352,7 +353,7 @@ pub fn decode(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, String> {
 /// A missing or mistyped column, or an unknown decision name.
 pub fn decisions_from_arrow(
     batch: &RecordBatch,
-    bucket: &str,
+    bucket: &Bucket,
     out: &mut Vec<DecisionRecord>,
 ) -> Result<(), String> {
     let u64s = |name| column::<UInt64Array>(batch, name);
@@ -375,7 +376,7 @@ pub fn decisions_from_arrow(
         out.push(DecisionRecord {
             first_sample: first.value(i),
             last_sample: last.value(i),
-            bucket: bucket.to_string(),
+            bucket: bucket.clone(),
             policy_version: policy.value(i),
             learner_version: learner.value(i),
             update: update.value(i),
@@ -449,7 +450,7 @@ pub fn duplicates_from_arrow(
         out.push(DuplicateRecord {
             idempotency_key: key.value(i).to_string(),
             original_sample: original.value(i),
-            bucket: bucket.value(i).to_string(),
+            bucket: Bucket::new(bucket.value(i)).map_err(|e| e.to_string())?,
             at_ns: at.value(i),
         });
     }

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::append_log::AppendLog;
+use crate::bucket::Bucket;
 use crate::integrity::{Integrity, RowFacts};
 use crate::layout::{bucket_dir, data_file};
 use crate::record::{
@@ -93,12 +94,12 @@ pub(crate) struct FlushPolicy {
     pub interval: Duration,
 }
 
-type LogKey = (String, String, usize);
+type LogKey = (Bucket, String, usize);
 
 /// A buffer taken for writing, restored if its file could not be written.
 enum Taken {
     Samples(LogKey, Box<SampleBatch>),
-    Decisions(String, Vec<DecisionRecord>),
+    Decisions(Bucket, Vec<DecisionRecord>),
     Invalidations(Vec<Invalidation>),
     Duplicates(Vec<DuplicateRecord>),
     Generations(Vec<GenerationRecord>),
@@ -113,7 +114,7 @@ pub(crate) struct Writer {
     /// Sample buffers by (bucket, config hash, observation width): each flush writes one
     /// log file per buffer; compaction sorts the rows into generation partitions.
     samples: HashMap<LogKey, SampleBatch>,
-    decisions: HashMap<String, Vec<DecisionRecord>>,
+    decisions: HashMap<Bucket, Vec<DecisionRecord>>,
     invalidations: Vec<Invalidation>,
     duplicates: Vec<DuplicateRecord>,
     generations: Vec<GenerationRecord>,
@@ -412,7 +413,7 @@ impl Writer {
                 _ => {}
             }
         }
-        let logged: Vec<(String, arrow_array::RecordBatch)> = logged
+        let logged: Vec<(Bucket, arrow_array::RecordBatch)> = logged
             .into_values()
             .map(|b| (b.bucket.clone(), crate::samples::to_arrow(&b)))
             .collect();

@@ -185,8 +185,8 @@ pub struct LedgerSettings {
     /// A directory or object-store URL; unset: `ledger/` in the run directory (runs without
     /// a run directory then keep no ledger).
     pub location: Option<String>,
-    /// Bucket the run's samples go to.
-    pub bucket: String,
+    /// Bucket the run's samples go to (checked when the config is read).
+    pub bucket: strata_ledger::Bucket,
     /// Flush to a file when this many rows are buffered.
     pub flush_rows: usize,
     /// ... or when the oldest buffered row is this many seconds old (bounds what a crash
@@ -199,7 +199,7 @@ impl Default for LedgerSettings {
         LedgerSettings {
             enabled: true,
             location: None,
-            bucket: "train".into(),
+            bucket: strata_ledger::Bucket::train(),
             flush_rows: 64 * 1024,
             flush_interval_secs: 1.0,
         }
@@ -369,13 +369,6 @@ impl RunConfig {
             );
         }
         let l = &self.ledger;
-        if l.bucket.is_empty() || !l.bucket.chars().all(strata_ledger::bucket_char) {
-            return bad(
-                "ledger.bucket",
-                &l.bucket,
-                "use letters, digits, '-' and '_'",
-            );
-        }
         if l.flush_rows == 0 {
             return bad("ledger.flush_rows", &l.flush_rows, "must be at least 1");
         }

@@ -346,6 +346,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`train.total_steps`"), "{err}");
+        // A bucket names a directory: one that cannot be is refused where it is read.
+        let err = RunConfig::from_toml("[ledger]\nbucket = \"../x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`ledger.bucket`") && err.contains("../x"), "{err}");
         // A syntax error keeps its position in the text.
         let err = RunConfig::from_toml("[ppo\n").unwrap_err().to_string();
         assert!(err.contains("line 1"), "{err}");

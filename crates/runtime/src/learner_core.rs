@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use strata_algo::{Ppo, RolloutBuffer, UpdateStats};
 use strata_ledger::{
-    Admission, AdmissionRules, DecisionKind, DecisionRecord, SampleFacts, VersionedRules,
+    Admission, AdmissionRules, Bucket, DecisionKind, DecisionRecord, SampleFacts, VersionedRules,
 };
 use strata_nn::ActorCritic;
 
@@ -71,7 +71,7 @@ pub struct SampleGroup {
     /// The version that produced it.
     pub version: u64,
     /// Its ledger bucket.
-    pub bucket: String,
+    pub bucket: Bucket,
     /// Its ledger sample ids as inclusive runs `(first, last)`; empty when not ledgered
     /// (then no decision record is made).
     pub sample_runs: Vec<(u64, u64)>,
@@ -370,7 +370,7 @@ mod tests {
                 count: 2,
             },
             version: 5,
-            bucket: "train".into(),
+            bucket: Bucket::train(),
             sample_runs: vec![(10, 13)],
             completed_ns: 0,
         };
@@ -382,7 +382,7 @@ mod tests {
                 count: 2,
             },
             version: 1,
-            bucket: "train".into(),
+            bucket: Bucket::train(),
             sample_runs: vec![(20, 21), (30, 31)],
             completed_ns: 0,
         };

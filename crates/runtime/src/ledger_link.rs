@@ -17,7 +17,7 @@ pub(crate) struct LedgerLink {
     ledger: Ledger,
     rules: VersionedRules,
     config_hash: String,
-    bucket: String,
+    bucket: strata_ledger::Bucket,
     obs_dim: usize,
     rows: SampleBatch,
     cursor: LedgerCursor,

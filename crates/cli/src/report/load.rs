@@ -85,7 +85,7 @@ impl RunData {
     pub(crate) fn bucket(&self) -> String {
         self.config
             .as_ref()
-            .map_or_else(|| "train".to_string(), |c| c.ledger.bucket.clone())
+            .map_or_else(|| "train".to_string(), |c| c.ledger.bucket.to_string())
     }
 }
 

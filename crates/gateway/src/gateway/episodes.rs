@@ -37,7 +37,7 @@ impl Gateway {
             (
                 r.candidate.expect("checked"),
                 Channel::Canary,
-                CANARY_BUCKET.to_string(),
+                Bucket::canary(),
             )
         } else {
             (r.stable, Channel::Stable, self.stable_bucket())

@@ -43,7 +43,7 @@ impl Gateway {
         r: &SampleRecord,
         trajectory: u64,
         version: u64,
-        bucket: &str,
+        bucket: &Bucket,
     ) -> usize {
         let mut rows = self.rows.lock();
         let seg = rows.entry(trajectory).or_insert_with(|| {

@@ -9,8 +9,8 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use rand::SeedableRng;
 use strata_ledger::{
-    now_ns, Invalidation, Ledger, LedgerConfig, LedgerData, ReasonCode, SampleBatch, SampleRecord,
-    Target,
+    now_ns, Bucket, Invalidation, Ledger, LedgerConfig, LedgerData, ReasonCode, SampleBatch,
+    SampleRecord, Target,
 };
 use strata_nn::{Head, SampleRng};
 
@@ -30,9 +30,6 @@ mod invalidation;
 mod recovery;
 mod release;
 mod reporting;
-
-/// The bucket canary samples go to.
-pub const CANARY_BUCKET: &str = "canary";
 
 /// Counters for status and benchmarks.
 #[derive(Default)]
@@ -148,7 +145,7 @@ impl Gateway {
         }
     }
 
-    fn stable_bucket(&self) -> String {
+    fn stable_bucket(&self) -> Bucket {
         self.settings.run.ledger.bucket.clone()
     }
 

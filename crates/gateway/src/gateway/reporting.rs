@@ -191,7 +191,7 @@ impl Gateway {
         &self,
         key: String,
         sample: u64,
-        bucket: String,
+        bucket: Bucket,
     ) -> Result<(), RequestError> {
         let row = strata_ledger::DuplicateRecord {
             idempotency_key: key,
