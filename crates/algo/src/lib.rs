@@ -19,10 +19,12 @@ mod config;
 mod gae;
 mod loss;
 mod ppo;
+mod steps;
 mod vtrace;
 
 pub use config::{InvalidConfig, PpoConfig};
 pub use gae::{compute_gae, GaeInput};
 pub use loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 pub use ppo::{explained_variance, Ppo, RolloutBuffer, UpdateStats};
+pub use steps::{StepColumns, Steps, StepsMut};
 pub use vtrace::compute_vtrace;

@@ -11,6 +11,7 @@ use strata_nn::{ActorCritic, Evaluation};
 
 use crate::gae::{compute_gae, GaeInput};
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
+use crate::steps::{StepColumns, Steps, StepsMut};
 use crate::vtrace::compute_vtrace;
 use crate::PpoConfig;
 
@@ -53,6 +54,31 @@ pub struct RolloutBuffer {
     pub advantages: Vec<f32>,
     /// Value targets.
     pub returns: Vec<f32>,
+}
+
+impl RolloutBuffer {
+    /// The step columns, to fill.
+    pub fn steps_mut(&mut self) -> StepsMut<'_> {
+        StepsMut {
+            obs: &mut self.obs,
+            actions: &mut self.actions,
+            log_probs: &mut self.log_probs,
+            values: &mut self.values,
+            rewards: &mut self.rewards,
+        }
+    }
+}
+
+impl StepColumns for RolloutBuffer {
+    fn steps(&self) -> Steps<'_> {
+        Steps {
+            obs: &self.obs,
+            actions: &self.actions,
+            log_probs: &self.log_probs,
+            values: &self.values,
+            rewards: &self.rewards,
+        }
+    }
 }
 
 impl RolloutBuffer {

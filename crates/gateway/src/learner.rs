@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Serialize;
-use strata_algo::RolloutBuffer;
+use strata_algo::{RolloutBuffer, StepColumns};
 use strata_runtime::learner_core::id_runs;
 use strata_runtime::{Correction, LearnerCore, RowSpan, SampleGroup};
 
@@ -228,11 +228,7 @@ impl Learner {
         let mut at = 0;
         for s in &segments {
             let n = s.len();
-            buf.obs[at * od..(at + n) * od].copy_from_slice(&s.obs);
-            buf.actions[at * ad..(at + n) * ad].copy_from_slice(&s.actions);
-            buf.log_probs[at..at + n].copy_from_slice(&s.log_probs);
-            buf.values[at..at + n].copy_from_slice(&s.values);
-            buf.rewards[at..at + n].copy_from_slice(&s.rewards);
+            buf.steps_mut().copy_from(at, s.steps(), 0, n, (od, ad));
             let last = at + n - 1;
             if s.terminated {
                 buf.terminated[last] = true;

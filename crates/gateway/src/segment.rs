@@ -1,6 +1,7 @@
 //! What the gateway hands its learner: segments of reported steps, and the one queue's
 //! messages (segments, rollbacks, invalidations).
 
+use strata_algo::{StepColumns, Steps};
 use strata_ledger::Bucket;
 
 /// Consecutive reported steps of one trajectory.
@@ -16,11 +17,11 @@ pub struct Segment {
     pub(crate) action_dim: usize,
     /// Sample ids, in order.
     pub sample_ids: Vec<u64>,
-    pub(crate) obs: Vec<f32>,
-    pub(crate) actions: Vec<f32>,
-    pub(crate) log_probs: Vec<f32>,
-    pub(crate) values: Vec<f32>,
-    pub(crate) rewards: Vec<f32>,
+    obs: Vec<f32>,
+    actions: Vec<f32>,
+    log_probs: Vec<f32>,
+    values: Vec<f32>,
+    rewards: Vec<f32>,
     /// Completion time of the last step.
     pub completed_at_ns: i64,
     /// Ended in a terminal state (else the value is bootstrapped).
@@ -85,6 +86,18 @@ impl Segment {
         self.values.push(value);
         self.rewards.push(reward);
         self.completed_at_ns = completed_at_ns;
+    }
+}
+
+impl StepColumns for Segment {
+    fn steps(&self) -> Steps<'_> {
+        Steps {
+            obs: &self.obs,
+            actions: &self.actions,
+            log_probs: &self.log_probs,
+            values: &self.values,
+            rewards: &self.rewards,
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use strata_algo::RolloutBuffer;
+use strata_algo::{RolloutBuffer, StepColumns};
 use strata_env::NormalizerStats;
 
 use crate::buffer::{SlotId, WorkerState};
@@ -98,12 +98,7 @@ impl Collector {
             let r = &mut *rollout;
             for t in 0..f.steps {
                 let (src, dst) = (t * m, t * n + w * m);
-                r.obs[dst * od..(dst + m) * od].copy_from_slice(&f.obs[src * od..(src + m) * od]);
-                r.actions[dst * ad..(dst + m) * ad]
-                    .copy_from_slice(&f.actions[src * ad..(src + m) * ad]);
-                r.log_probs[dst..dst + m].copy_from_slice(&f.log_probs[src..src + m]);
-                r.values[dst..dst + m].copy_from_slice(&f.values[src..src + m]);
-                r.rewards[dst..dst + m].copy_from_slice(&f.rewards[src..src + m]);
+                r.steps_mut().copy_from(dst, f.steps(), src, m, (od, ad));
                 r.terminated[dst..dst + m].copy_from_slice(&f.terminated[src..src + m]);
                 r.truncated[dst..dst + m].copy_from_slice(&f.truncated[src..src + m]);
                 for i in 0..m {

@@ -350,7 +350,10 @@ mod tests {
         let err = RunConfig::from_toml("[ledger]\nbucket = \"../x\"\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("`ledger.bucket`") && err.contains("../x"), "{err}");
+        assert!(
+            err.contains("`ledger.bucket`") && err.contains("../x"),
+            "{err}"
+        );
         // A syntax error keeps its position in the text.
         let err = RunConfig::from_toml("[ppo\n").unwrap_err().to_string();
         assert!(err.contains("line 1"), "{err}");
