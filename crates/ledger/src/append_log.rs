@@ -150,7 +150,8 @@ pub(crate) fn stranded(
     let Some(root) = storage.local_root() else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let found = files(root).map_err(|e| crate::LedgerError::Storage(e.to_string()))?;
+    let found =
+        files(root).map_err(|e| crate::LedgerError::storage("listing the append log", e))?;
     let mut batches = Vec::new();
     let paths: Vec<PathBuf> = found.iter().map(|(_, p)| p.clone()).collect();
     if found.is_empty() {

@@ -104,7 +104,7 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
                         .map(|(path, b)| {
                             schema::encode(&crate::samples::to_arrow(b))
                                 .map(|bytes| (path.clone(), bytes))
-                                .map_err(|e| LedgerError::Storage(format!("encoding {path}: {e}")))
+                                .map_err(|e| LedgerError::storage(format!("encoding {path}"), e))
                         })
                         .collect()
                 })

@@ -70,12 +70,21 @@ pub use writer::WriterStats;
 
 use writer::{FlushPolicy, Message, Shared, Writer};
 
+/// A failure kept with its cause, shareable: one flush's result answers every caller in
+/// its group commit.
+pub type SharedError = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
 /// Ledger failures.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum LedgerError {
-    /// The storage location failed.
-    #[error("ledger storage: {0}")]
-    Storage(String),
+    /// The storage location failed while doing `what`.
+    #[error("ledger storage: {what}: {source}")]
+    Storage {
+        /// What was being done (naming the object).
+        what: String,
+        /// The failure.
+        source: SharedError,
+    },
     /// A stored file is unreadable, foreign or misplaced.
     #[error("ledger file {path}: {reason}")]
     BadFile {
@@ -119,6 +128,19 @@ pub struct LedgerConfig {
     /// may compact a ledger at a time: leave this off for a second handle (an operator's
     /// invalidation) while a run is writing.
     pub compact_on_open: bool,
+}
+
+impl LedgerError {
+    /// A storage failure while doing `what`.
+    pub fn storage(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        LedgerError::Storage {
+            what: what.into(),
+            source: SharedError::from(source.into()),
+        }
+    }
 }
 
 impl LedgerConfig {
@@ -263,7 +285,7 @@ impl Ledger {
             ledger.flush()?;
             for f in &files {
                 std::fs::remove_file(f)
-                    .map_err(|e| LedgerError::Storage(format!("removing {}: {e}", f.display())))?;
+                    .map_err(|e| LedgerError::storage(format!("removing {}", f.display()), e))?;
             }
             tracing::info!(
                 component = "ledger",
@@ -342,7 +364,6 @@ impl Ledger {
         answer
             .recv_timeout(self.send_timeout * 6)
             .map_err(|_| LedgerError::Writer("no answer to a durable append".into()))?
-            .map_err(LedgerError::Storage)
     }
 
     /// Appends admission decisions.
@@ -405,7 +426,6 @@ impl Ledger {
         answer
             .recv_timeout(self.send_timeout * 6)
             .map_err(|_| LedgerError::Writer("no answer to a duplicate record".into()))?
-            .map_err(LedgerError::Storage)
     }
 
     fn check_duplicate(row: &DuplicateRecord) -> Result<(), LedgerError> {
@@ -546,7 +566,6 @@ impl Ledger {
         answer
             .recv_timeout(self.send_timeout * 6)
             .map_err(|_| LedgerError::Writer("no answer to a flush".into()))?
-            .map_err(LedgerError::Storage)
     }
 
     /// What the writer did so far.
@@ -555,7 +574,7 @@ impl Ledger {
     }
 
     /// The last storage failure, if the writer is failing now.
-    pub fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<LedgerError> {
         self.shared.failure.lock().clone()
     }
 
@@ -579,7 +598,6 @@ impl Ledger {
             answer
                 .recv_timeout(self.send_timeout * 6)
                 .map_err(|_| LedgerError::Writer("no answer to close".into()))?
-                .map_err(LedgerError::Storage)
         } else {
             Err(LedgerError::Writer("the writer thread stopped".into()))
         };

@@ -113,7 +113,7 @@ pub fn write_manifest(
     out: &std::path::Path,
 ) -> Result<u64, LedgerError> {
     let index = Index::new(data);
-    let io = |e: std::io::Error| LedgerError::Storage(format!("{}: {e}", out.display()));
+    let io = |e: std::io::Error| LedgerError::storage(out.display().to_string(), e);
     let dir = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -153,15 +153,15 @@ pub fn write_manifest(
             if let Some(first) = batches.first() {
                 let mut writer =
                     parquet::arrow::ArrowWriter::try_new(tmp.as_file_mut(), first.schema(), None)
-                        .map_err(|e| LedgerError::Storage(e.to_string()))?;
+                        .map_err(|e| LedgerError::storage(out.display().to_string(), e))?;
                 for b in &batches {
                     writer
                         .write(b)
-                        .map_err(|e| LedgerError::Storage(e.to_string()))?;
+                        .map_err(|e| LedgerError::storage(out.display().to_string(), e))?;
                 }
                 writer
                     .close()
-                    .map_err(|e| LedgerError::Storage(e.to_string()))?;
+                    .map_err(|e| LedgerError::storage(out.display().to_string(), e))?;
             }
         }
         ManifestFormat::Csv | ManifestFormat::Json => {

@@ -9,7 +9,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 
-use crate::LedgerError;
+use crate::{LedgerError, SharedError};
 
 /// A ledger's storage root.
 pub struct Storage {
@@ -42,27 +42,26 @@ impl Storage {
     /// # Errors
     /// [`LedgerError::Storage`] when the location cannot be opened.
     pub fn open(location: &str) -> Result<Storage, LedgerError> {
-        let err = |e: String| LedgerError::Storage(format!("{location}: {e}"));
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| LedgerError::storage(location, e);
         // File I/O runs on tokio's blocking threads: at the writer's low priority too.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .on_thread_start(lower_priority)
             .enable_all()
             .build()
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
         let local = !location.contains("://");
         let (store, prefix): (Arc<dyn ObjectStore>, Path) = if !local {
-            let url = url::Url::parse(location).map_err(|e| err(e.to_string()))?;
+            let url = url::Url::parse(location).map_err(|e| err(e.into()))?;
             let (store, prefix) = object_store::parse_url_opts(
                 &url,
                 std::env::vars().filter(|(k, _)| k.starts_with("AWS_")),
             )
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
             (Arc::from(store), prefix)
         } else {
-            std::fs::create_dir_all(location).map_err(|e| err(e.to_string()))?;
+            std::fs::create_dir_all(location).map_err(|e| err(e.into()))?;
             // Durability comes from put_all's group commit (one sync per batch of files).
-            let local =
-                LocalFileSystem::new_with_prefix(location).map_err(|e| err(e.to_string()))?;
+            let local = LocalFileSystem::new_with_prefix(location).map_err(|e| err(e.into()))?;
             (Arc::new(local), Path::default())
         };
         Ok(Storage {
@@ -125,8 +124,9 @@ impl Storage {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        let failed = |name: &str, e: &dyn std::fmt::Display| {
-            LedgerError::Storage(format!("writing {name}: {e}"))
+        let failed = |name: &str, source: SharedError| LedgerError::Storage {
+            what: format!("writing {name}"),
+            source,
         };
         if !self.local {
             // An object store's put is atomic: the object appears whole or not at all.
@@ -136,7 +136,7 @@ impl Storage {
                     self.runtime
                         .block_on(self.store.put_opts(&self.path(&name), bytes.into(), opts()))
                         .map(|_| ())
-                        .map_err(|e| failed(&name, &e))
+                        .map_err(|e| failed(&name, Arc::new(e)))
                 })
                 .collect();
         }
@@ -149,8 +149,9 @@ impl Storage {
     /// generation files a second. Reading and listing still go through object_store.
     fn put_all_local(&self, files: Vec<(String, Bytes)>) -> Vec<Result<(), LedgerError>> {
         let root = std::path::Path::new(&self.location);
-        let failed = |name: &str, e: &dyn std::fmt::Display| {
-            LedgerError::Storage(format!("writing {name}: {e}"))
+        let failed = |name: &str, source: SharedError| LedgerError::Storage {
+            what: format!("writing {name}"),
+            source,
         };
         let written: Vec<(String, std::io::Result<std::path::PathBuf>)> = files
             .into_iter()
@@ -178,15 +179,16 @@ impl Storage {
                     staged.push((results.len(), tmp, name));
                     results.push(Ok(()));
                 }
-                Err(e) => results.push(Err(failed(&name, &e))),
+                Err(e) => results.push(Err(failed(&name, Arc::new(e)))),
             }
         }
         if staged.is_empty() {
             return results;
         }
         if let Err(e) = sync_filesystem(root) {
+            let e: SharedError = Arc::new(e);
             for (i, _, name) in &staged {
-                results[*i] = Err(failed(name, &format!("syncing staged data: {e}")));
+                results[*i] = Err(failed(&format!("{name} (syncing staged data)"), e.clone()));
             }
             return results;
         }
@@ -196,14 +198,15 @@ impl Storage {
             let linked = rename_no_replace(tmp, &target);
             match linked {
                 Ok(()) => placed = true,
-                Err(e) => results[*i] = Err(failed(name, &e)),
+                Err(e) => results[*i] = Err(failed(name, Arc::new(e))),
             }
         }
         if placed {
             if let Err(e) = sync_filesystem(root) {
+                let e: SharedError = Arc::new(e);
                 for (i, _, name) in &staged {
                     if results[*i].is_ok() {
-                        results[*i] = Err(failed(name, &format!("syncing names: {e}")));
+                        results[*i] = Err(failed(&format!("{name} (syncing names)"), e.clone()));
                     }
                 }
             }
@@ -219,7 +222,7 @@ impl Storage {
         let path = self.path(relative);
         self.runtime
             .block_on(async { self.store.get(&path).await?.bytes().await })
-            .map_err(|e| LedgerError::Storage(format!("reading {relative}: {e}")))
+            .map_err(|e| LedgerError::storage(format!("reading {relative}"), e))
     }
 
     /// Removes objects (compacted log files, strays of an interrupted compaction), durable
@@ -231,14 +234,15 @@ impl Storage {
         if names.is_empty() {
             return Ok(());
         }
-        let failed = |name: &str, e: &dyn std::fmt::Display| {
-            LedgerError::Storage(format!("removing {name}: {e}"))
+        let failed = |name: &str, source: SharedError| LedgerError::Storage {
+            what: format!("removing {name}"),
+            source,
         };
         if !self.local {
             for name in names {
                 match self.runtime.block_on(self.store.delete(&self.path(name))) {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(failed(name, &e)),
+                    Err(e) => return Err(failed(name, Arc::new(e))),
                 }
             }
             return Ok(());
@@ -248,10 +252,10 @@ impl Storage {
             match std::fs::remove_file(root.join(name)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(failed(name, &e)),
+                Err(e) => return Err(failed(name, Arc::new(e))),
             }
         }
-        sync_filesystem(root).map_err(|e| failed(&names[0], &e))
+        sync_filesystem(root).map_err(|e| failed(&names[0], Arc::new(e)))
     }
 
     /// Every object under `relative_prefix`, relative to the root, sorted.
@@ -263,7 +267,7 @@ impl Storage {
         let metas: Vec<_> = self
             .runtime
             .block_on(self.store.list(Some(&prefix)).try_collect())
-            .map_err(|e| LedgerError::Storage(format!("listing {relative_prefix}: {e}")))?;
+            .map_err(|e| LedgerError::storage(format!("listing {relative_prefix}"), e))?;
         let mut names: Vec<String> = metas.iter().map(|m| self.relative(&m.location)).collect();
         names.sort();
         Ok(names)
@@ -298,7 +302,7 @@ impl Storage {
             return Ok(());
         }
         remove_staged(std::path::Path::new(&self.location))
-            .map_err(|e| LedgerError::Storage(format!("{}: {e}", self.location)))
+            .map_err(|e| LedgerError::storage(&self.location, e))
     }
 }
 

@@ -21,20 +21,21 @@ use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::lower_priority;
 use crate::storage::Storage;
+use crate::LedgerError;
 
 /// What the writer is sent.
 pub(crate) enum Message {
     Samples(Box<SampleBatch>),
     /// Samples to make durable (in the append log, or by a flush) before replying.
-    DurableSamples(Box<SampleBatch>, Sender<Result<(), String>>),
+    DurableSamples(Box<SampleBatch>, Sender<Result<(), LedgerError>>),
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
     /// A duplicate to make durable before replying: it joins the next group commit.
-    Duplicate(DuplicateRecord, Sender<Result<(), String>>),
+    Duplicate(DuplicateRecord, Sender<Result<(), LedgerError>>),
     Generation(GenerationRecord),
     /// Write everything buffered; answer when it is durable (or why not).
-    Flush(Sender<Result<(), String>>),
-    Close(Sender<Result<(), String>>),
+    Flush(Sender<Result<(), LedgerError>>),
+    Close(Sender<Result<(), LedgerError>>),
 }
 
 impl Message {
@@ -82,7 +83,7 @@ pub struct WriterStats {
 pub(crate) struct Shared {
     pub stats: Mutex<WriterStats>,
     /// The last storage failure, cleared by a successful flush.
-    pub failure: Mutex<Option<String>>,
+    pub failure: Mutex<Option<LedgerError>>,
     /// Rules version stamped on invalidations the writer detects.
     pub rules_version: AtomicU64,
 }
@@ -261,11 +262,9 @@ impl Writer {
     }
 
     /// Final flush, then compaction of the sample log into generation partitions.
-    fn close(&mut self) -> Result<(), String> {
+    fn close(&mut self) -> Result<(), LedgerError> {
         self.flush()?;
-        crate::compact::compact(&self.storage)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        crate::compact::compact(&self.storage).map(|_| ())
     }
 
     fn note_buffered(&mut self, rows: usize) {
@@ -374,9 +373,9 @@ impl Writer {
     fn durable_group(
         &mut self,
         first: SampleBatch,
-        reply: Sender<Result<(), String>>,
+        reply: Sender<Result<(), LedgerError>>,
         messages: &Receiver<Message>,
-    ) -> Option<Sender<Result<(), String>>> {
+    ) -> Option<Sender<Result<(), LedgerError>>> {
         // One append-log message per (bucket, config, width) for the whole group.
         let mut logged: HashMap<LogKey, SampleBatch> = HashMap::new();
         let mut replies = vec![reply];
@@ -420,7 +419,7 @@ impl Writer {
         let result = match self.append_log.as_mut() {
             Some(log) => log
                 .append(&logged)
-                .map_err(|e| format!("appending to the durable log: {e}")),
+                .map_err(|e| LedgerError::storage("appending to the durable log", e)),
             None => self.flush(),
         };
         for r in replies {
@@ -469,7 +468,7 @@ impl Writer {
 
     /// Writes every buffer as one group of files; what fails stays buffered for the next
     /// attempt.
-    fn flush(&mut self) -> Result<(), String> {
+    fn flush(&mut self) -> Result<(), LedgerError> {
         let mut taken: Vec<(Taken, String, arrow_array::RecordBatch)> = Vec::new();
         let mut samples: Vec<_> = std::mem::take(&mut self.samples).into_iter().collect();
         samples.sort_by(|a, b| a.0.cmp(&b.0));
@@ -507,7 +506,7 @@ impl Writer {
             let name = self.file_name(Table::Generations.name());
             taken.push((Taken::Generations(rows), name, arrow));
         }
-        let mut first_error: Option<String> = None;
+        let mut first_error: Option<LedgerError> = None;
         let t0 = Instant::now();
         let mut files = Vec::with_capacity(taken.len());
         let mut encoded = Vec::with_capacity(taken.len());
@@ -518,7 +517,7 @@ impl Writer {
                     encoded.push(what);
                 }
                 Err(e) => {
-                    first_error.get_or_insert(format!("encoding {name}: {e}"));
+                    first_error.get_or_insert(LedgerError::storage(format!("encoding {name}"), e));
                     self.restore(what);
                 }
             }
@@ -537,7 +536,7 @@ impl Writer {
                     }
                 }
                 Err(e) => {
-                    first_error.get_or_insert(e.to_string());
+                    first_error.get_or_insert(e);
                     self.restore(what);
                 }
             }
@@ -565,7 +564,7 @@ impl Writer {
             // Every durably appended row is in the sample log now.
             if let Some(log) = self.append_log.as_mut().filter(|l| !l.is_empty()) {
                 if let Err(e) = log.retire() {
-                    first_error = Some(format!("removing append-log files: {e}"));
+                    first_error = Some(LedgerError::storage("removing append-log files", e));
                 }
             }
         }

@@ -108,7 +108,7 @@ impl LedgerLink {
         // A writer that cannot store what it holds stops the run: nothing is lost silently,
         // and its buffers do not grow without bound.
         if let Some(failure) = self.ledger.failure() {
-            return Err(LedgerError::Storage(failure));
+            return Err(failure);
         }
         let rows = std::mem::replace(
             &mut self.rows,
