@@ -70,11 +70,27 @@ pub struct CheckpointMeta {
     pub weights_sha256: String,
 }
 
+/// Why tensors could not be written or read as safetensors.
+#[derive(Debug, thiserror::Error)]
+pub enum TensorFileError {
+    /// Not a safetensors file, or a tensor whose shape does not match its data.
+    #[error("not a valid safetensors file: {0}")]
+    Format(#[from] safetensors::SafeTensorError),
+    /// A tensor of another element type than f32.
+    #[error("tensor `{name}` is {dtype}, expected F32")]
+    NotF32 {
+        /// The tensor.
+        name: String,
+        /// Its element type.
+        dtype: String,
+    },
+}
+
 /// Serialises tensors as safetensors.
 ///
 /// # Errors
 /// A tensor whose shape does not match its data.
-pub fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, String> {
+pub fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, TensorFileError> {
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|t| {
@@ -88,29 +104,26 @@ pub fn tensors_to_bytes(tensors: &[NamedTensor]) -> Result<Vec<u8>, String> {
     let views: Vec<(String, TensorView<'_>)> = bytes
         .iter()
         .map(|(name, shape, data)| {
-            TensorView::new(Dtype::F32, shape.clone(), data)
-                .map(|v| (name.clone(), v))
-                .map_err(|e| e.to_string())
+            TensorView::new(Dtype::F32, shape.clone(), data).map(|v| (name.clone(), v))
         })
         .collect::<Result<_, _>>()?;
-    safetensors::serialize(views, &None).map_err(|e| e.to_string())
+    Ok(safetensors::serialize(views, &None)?)
 }
 
 /// Reads safetensors written by [`tensors_to_bytes`].
 ///
 /// # Errors
 /// Not a safetensors file, or not of f32 tensors.
-pub fn tensors_from_bytes(bytes: &[u8]) -> Result<Vec<NamedTensor>, String> {
-    let st = SafeTensors::deserialize(bytes)
-        .map_err(|e| format!("not a valid safetensors file: {e}"))?;
+pub fn tensors_from_bytes(bytes: &[u8]) -> Result<Vec<NamedTensor>, TensorFileError> {
+    let st = SafeTensors::deserialize(bytes)?;
     st.tensors()
         .into_iter()
         .map(|(name, view)| {
             if view.dtype() != Dtype::F32 {
-                return Err(format!(
-                    "tensor `{name}` is {:?}, expected F32",
-                    view.dtype()
-                ));
+                return Err(TensorFileError::NotF32 {
+                    name,
+                    dtype: format!("{:?}", view.dtype()),
+                });
             }
             let data = view
                 .data()
@@ -145,7 +158,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
 /// # Errors
 /// [`RuntimeError::Io`] naming the file that could not be written.
 pub fn save_checkpoint(state: &TrainerState, dir: &Path) -> Result<(), RuntimeError> {
-    let weights = tensors_to_bytes(&state.tensors).map_err(|e| RuntimeError::checkpoint(dir, e))?;
+    let weights = tensors_to_bytes(&state.tensors)
+        .map_err(|e| RuntimeError::checkpoint(dir, e.to_string()))?;
     let meta = CheckpointMeta {
         format_version: FORMAT_VERSION,
         config: state.config.clone(),
@@ -245,8 +259,8 @@ pub fn read_checkpoint(path: &Path) -> Result<LoadedCheckpoint, RuntimeError> {
             "checksum mismatch: the weights file is corrupt or does not belong to this meta.json",
         ));
     }
-    let tensors =
-        tensors_from_bytes(&weights).map_err(|e| RuntimeError::checkpoint(&weights_path, e))?;
+    let tensors = tensors_from_bytes(&weights)
+        .map_err(|e| RuntimeError::checkpoint(&weights_path, e.to_string()))?;
     meta.config.validate()?;
     Ok(LoadedCheckpoint { meta, tensors })
 }

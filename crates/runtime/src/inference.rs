@@ -118,7 +118,7 @@ impl InferenceClient {
         version: u64,
         rng: &SampleRng,
         sde_noise: &[f32],
-    ) -> Result<(), String> {
+    ) -> Result<(), InferenceError> {
         {
             let mut slot = self.slots.lock((self.worker, group));
             slot.obs.copy_from_slice(obs);
@@ -133,7 +133,7 @@ impl InferenceClient {
             .set(self.outstanding.get() | (1u8 << group));
         self.requests
             .try_send((self.worker, group))
-            .map_err(|e| format!("inference thread unavailable: {e}"))
+            .map_err(|_| InferenceError::Gone)
     }
 
     /// Waits for `group`'s answer (logging every `timeout`), or returns `Ok(false)` when
@@ -147,7 +147,7 @@ impl InferenceClient {
         timeout: Duration,
         heartbeat: &Heartbeat,
         mut give_up: impl FnMut() -> bool,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, InferenceError> {
         let started = std::time::Instant::now();
         let mut next_report = timeout;
         let bit = 1u8 << group;
@@ -163,7 +163,7 @@ impl InferenceClient {
                 Ok((g, incarnation)) if incarnation == self.incarnation => {
                     let answered = 1u8 << g;
                     if self.outstanding.get() & answered == 0 {
-                        return Err(format!("inference answered group {g} twice"));
+                        return Err(InferenceError::AnsweredTwice(g));
                     }
                     self.outstanding.set(self.outstanding.get() & !answered);
                     // Kept for its turn when it answers the other group.
@@ -185,12 +185,33 @@ impl InferenceClient {
                         next_report += timeout;
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err("the inference thread stopped".into())
-                }
+                Err(RecvTimeoutError::Disconnected) => return Err(InferenceError::Gone),
             }
         }
     }
+}
+
+/// Why central inference failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InferenceError {
+    /// The inference thread is gone.
+    #[error("the inference thread stopped")]
+    Gone,
+    /// A reply for a group that had no request out (a bug, reported rather than hidden).
+    #[error("inference answered group {0} twice")]
+    AnsweredTwice(usize),
+    /// A policy version could not be adopted.
+    #[error("policy: {0}")]
+    Policy(#[from] StoreError),
+    /// A model could not be built or loaded.
+    #[error(transparent)]
+    Runtime(#[from] crate::RuntimeError),
+    /// The model refused a version's parameters.
+    #[error("model: {0}")]
+    Model(#[from] strata_nn::NnError),
+    /// The env is unknown.
+    #[error(transparent)]
+    Env(#[from] strata_env::EnvError),
 }
 
 /// Everything the inference thread is given.
@@ -227,10 +248,8 @@ pub fn spawn_server(setup: ServerSetup) -> std::io::Result<JoinHandle<()>> {
         })
 }
 
-fn serve(s: ServerSetup) -> Result<(), String> {
-    let obs_dim = strata_env::spec_for(&s.config.env.name)
-        .map_err(|e| e.to_string())?
-        .obs_dim();
+fn serve(s: ServerSetup) -> Result<(), InferenceError> {
+    let obs_dim = strata_env::spec_for(&s.config.env.name)?.obs_dim();
     let mut models: Vec<(u64, Box<dyn ActorCritic>)> = Vec::with_capacity(s.versions_kept);
     // Each request with the version it asked for, read once on arrival: a worker answered
     // early in this round may post its next request (with a newer version) to the same slot
@@ -278,11 +297,11 @@ fn serve(s: ServerSetup) -> Result<(), String> {
                     let policy = match s.store.wait_for(version, true, s.wait_timeout) {
                         Ok(p) => p,
                         Err(StoreError::Closed) => return Ok(()), // shutting down
-                        Err(e) => return Err(e.to_string()),
+                        Err(e) => return Err(e.into()),
                     };
-                    policy.verify().map_err(|e| e.to_string())?;
+                    policy.verify()?;
                     let mut model = if models.len() < s.versions_kept {
-                        build_model(&s.config).map_err(|e| e.to_string())?
+                        build_model(&s.config)?
                     } else {
                         // Reuse the oldest version's model.
                         let oldest = (0..models.len())
@@ -290,9 +309,7 @@ fn serve(s: ServerSetup) -> Result<(), String> {
                             .expect("non-empty");
                         models.swap_remove(oldest).1
                     };
-                    model
-                        .set_flat_params(&policy.params)
-                        .map_err(|e| e.to_string())?;
+                    model.set_flat_params(&policy.params)?;
                     models.push((version, model));
                     models.len() - 1
                 }

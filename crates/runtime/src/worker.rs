@@ -46,7 +46,7 @@ pub enum WorkerError {
     State(String),
     /// Central inference failed.
     #[error("inference: {0}")]
-    Inference(String),
+    Inference(#[from] crate::inference::InferenceError),
     /// It panicked.
     #[error("panicked: {0}")]
     Panic(String),
@@ -603,11 +603,9 @@ fn fill_central(
     for t in 0..steps {
         for g in 0..envs.len() {
             let t0 = Instant::now();
-            let answered = client
-                .wait(g, wait_timeout, ctx.heartbeat, || {
-                    exit_requested(ctx.commands)
-                })
-                .map_err(WorkerError::Inference)?;
+            let answered = client.wait(g, wait_timeout, ctx.heartbeat, || {
+                exit_requested(ctx.commands)
+            })?;
             if !answered {
                 return Ok(false);
             }
@@ -628,9 +626,7 @@ fn fill_central(
             obs[g].copy_from_slice(&batches[g].obs);
             if t + 1 < steps {
                 write_obs(f, t + 1, g, &obs[g]);
-                client
-                    .request(g, &obs[g], version, &rngs[g], &sde_noise[g])
-                    .map_err(WorkerError::Inference)?;
+                client.request(g, &obs[g], version, &rngs[g], &sde_noise[g])?;
             }
             timing.0 += (t1 - t0).as_secs_f64();
             timing.1 += (t2 - t1).as_secs_f64();
