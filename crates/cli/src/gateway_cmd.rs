@@ -222,7 +222,7 @@ pub fn fleet(args: FleetArgs) -> Result<()> {
     fleet.lost_report_prob = args.lost_report_prob;
     fleet.timeout_prob = args.timeout_prob;
     fleet.crash_prob = args.crash_prob;
-    let report = run_fleet(&fleet).map_err(anyhow::Error::msg)?;
+    let report = run_fleet(&fleet)?;
     print_fleet(&report);
     let mut generations = serde_json::Value::Null;
     if let Some((server, dir)) = local.take() {

@@ -109,24 +109,64 @@ struct Shared {
     report: Mutex<FleetReport>,
 }
 
+/// Why the fleet stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// More agents than agent tokens.
+    #[error("{asked} agents asked for but the tokens file holds {held} agent tokens")]
+    TooFewTokens {
+        /// Agents asked for.
+        asked: usize,
+        /// Agent tokens held.
+        held: usize,
+    },
+    /// The env is unknown or failed.
+    #[error(transparent)]
+    Env(#[from] strata_env::EnvError),
+    /// A call to the gateway failed in a way retries cannot fix.
+    #[error("{what}: {source}")]
+    Call {
+        /// The call.
+        what: &'static str,
+        /// The gateway's answer or the transport's failure.
+        source: ClientError,
+    },
+    /// The gateway answered something the simulation cannot go on from.
+    #[error("{0}")]
+    Unexpected(String),
+    /// One agent failed.
+    #[error("agent {index}: {source}")]
+    Agent {
+        /// Which agent.
+        index: usize,
+        /// What went wrong.
+        source: Box<FleetError>,
+    },
+}
+
+impl FleetError {
+    fn call(what: &'static str, source: ClientError) -> Self {
+        FleetError::Call { what, source }
+    }
+}
+
 /// Runs the fleet until its step budget or time is spent.
 ///
 /// # Errors
 /// An agent failed in a way retries cannot fix (a 4xx other than expected ones).
-pub fn run_fleet(settings: &FleetSettings) -> Result<FleetReport, String> {
+pub fn run_fleet(settings: &FleetSettings) -> Result<FleetReport, FleetError> {
     let agents = settings.tokens.agent_tokens();
     if agents.len() < settings.agents {
-        return Err(format!(
-            "{} agents asked for but the tokens file holds {} agent tokens",
-            settings.agents,
-            agents.len()
-        ));
+        return Err(FleetError::TooFewTokens {
+            asked: settings.agents,
+            held: agents.len(),
+        });
     }
-    strata_env::spec_for(&settings.env).map_err(|e| e.to_string())?;
+    strata_env::spec_for(&settings.env)?;
     let shared = Arc::new(Shared::default());
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let failure: Mutex<Option<String>> = Mutex::new(None);
+    let failure: Mutex<Option<FleetError>> = Mutex::new(None);
     std::thread::scope(|s| {
         for (i, (_, token)) in agents.iter().take(settings.agents).enumerate() {
             let (shared, stop, failure) = (shared.clone(), stop.clone(), &failure);
@@ -143,7 +183,10 @@ pub fn run_fleet(settings: &FleetSettings) -> Result<FleetReport, String> {
                         }
                     };
                     if let Err(e) = agent.run(&shared, &stop, started) {
-                        *failure.lock() = Some(format!("agent {i}: {e}"));
+                        *failure.lock() = Some(FleetError::Agent {
+                            index: i,
+                            source: Box::new(e),
+                        });
                         stop.store(true, Ordering::Relaxed);
                     }
                 })
@@ -182,9 +225,8 @@ enum Step {
 }
 
 impl<'a> SimAgent<'a> {
-    fn new(settings: &'a FleetSettings, index: usize, token: &str) -> Result<Self, String> {
-        let mut env = make_vec_env_with_latency(&settings.env, 1, settings.latency_ticks)
-            .map_err(|e| e.to_string())?;
+    fn new(settings: &'a FleetSettings, index: usize, token: &str) -> Result<Self, FleetError> {
+        let mut env = make_vec_env_with_latency(&settings.env, 1, settings.latency_ticks)?;
         let spec = env.spec().clone();
         let batch = StepBatch::new(&spec, 1).with_exec(&spec);
         let mut obs = vec![0.0; spec.obs_dim()];
@@ -225,7 +267,12 @@ impl<'a> SimAgent<'a> {
         }
     }
 
-    fn run(&mut self, shared: &Shared, stop: &AtomicBool, started: Instant) -> Result<(), String> {
+    fn run(
+        &mut self,
+        shared: &Shared,
+        stop: &AtomicBool,
+        started: Instant,
+    ) -> Result<(), FleetError> {
         let mut episode_index = 0u64;
         let result = 'outer: loop {
             let key = format!("{}-episode-{episode_index}", self.name);
@@ -237,7 +284,7 @@ impl<'a> SimAgent<'a> {
                 )
             }) {
                 Ok(i) => i,
-                Err(e) => break Err(format!("start episode: {e}")),
+                Err(e) => break Err(FleetError::call("start episode", e)),
             };
             self.reward_sum = 0.0;
             let mut step = 0u64;
@@ -279,7 +326,7 @@ impl<'a> SimAgent<'a> {
         result
     }
 
-    fn step(&mut self, info: &EpisodeInfo, step: u64, shared: &Shared) -> Result<Step, String> {
+    fn step(&mut self, info: &EpisodeInfo, step: u64, shared: &Shared) -> Result<Step, FleetError> {
         let id = info.episode_id;
         let key = format!("{}-e{id}-s{step}", self.name);
         // The view the action is chosen on: the env's own (a target, the UI's top-level
@@ -302,7 +349,7 @@ impl<'a> SimAgent<'a> {
                 Ok(a) => a,
                 // The episode was ended (timed out) or held meanwhile: start another.
                 Err(ClientError::Status { status: 409, .. }) => return Ok(Step::EpisodeOver),
-                Err(e) => return Err(format!("act: {e}")),
+                Err(e) => return Err(FleetError::call("act", e)),
             };
         let a = answer.action_id;
         // What the agent sees just before executing: the env's current view, or the
@@ -330,7 +377,7 @@ impl<'a> SimAgent<'a> {
         let check = serde_json::json!({ "target": now_target, "ui_top_level": now_ui });
         let verdict: RecheckResponse = self
             .retry(|c| c.post(&format!("/v1/actions/{a}/recheck"), &check))
-            .map_err(|e| format!("recheck: {e}"))?;
+            .map_err(|e| FleetError::call("recheck", e))?;
         match verdict.verdict {
             Verdict::Proceed => {}
             Verdict::Abort => {
@@ -346,7 +393,7 @@ impl<'a> SimAgent<'a> {
                 let op = self.operator.clone();
                 let path = format!("/v1/operator/episodes/{id}/confirm");
                 self.retry(|_| op.post::<_, EpisodeInfo>(&path, &()))
-                    .map_err(|e| format!("confirm: {e}"))?;
+                    .map_err(|e| FleetError::call("confirm", e))?;
                 self.env.reobserve(0, &mut self.obs);
                 return Ok(Step::Continue);
             }
@@ -358,9 +405,7 @@ impl<'a> SimAgent<'a> {
             self.env.reset(seed, &mut self.obs);
             return Ok(Step::EpisodeOver);
         }
-        self.env
-            .step(&answer.action, &mut self.batch)
-            .map_err(|e| format!("env step: {e}"))?;
+        self.env.step(&answer.action, &mut self.batch)?;
         shared.steps.fetch_add(1, Ordering::Relaxed);
         let b = &self.batch;
         let (terminated, truncated) = (b.terminated[0], b.truncated[0]);
@@ -382,7 +427,7 @@ impl<'a> SimAgent<'a> {
                         &serde_json::json!({ "outcome": "timeout" }),
                     )
                 })
-                .map_err(|e| format!("report timeout: {e}"))?;
+                .map_err(|e| FleetError::call("report timeout", e))?;
             if r.replay.as_deref() == Some("allowed") {
                 // A read-only or idempotent action: the world is as after it; report it.
                 let _ = self.retry(|c| {
@@ -425,11 +470,15 @@ impl<'a> SimAgent<'a> {
         }
         let r: ReportResponse = self
             .retry(|c| c.post(&path, &report))
-            .map_err(|e| format!("report: {e}"))?;
+            .map_err(|e| FleetError::call("report", e))?;
         match r.status {
             ReportStatus::Stored => self.local.stored += 1,
             ReportStatus::Duplicate => self.local.duplicates += 1,
-            other => return Err(format!("report of action {a} answered {other:?}")),
+            other => {
+                return Err(FleetError::Unexpected(format!(
+                    "report of action {a} answered {other:?}"
+                )))
+            }
         }
         self.obs.copy_from_slice(&next_obs);
         if ended {

@@ -35,7 +35,7 @@ pub use api::*;
 pub use auth::{Auth, Caller, Role, TokensFile};
 pub use client::{Client, ClientError};
 pub use error::{GatewayError, RequestError};
-pub use fleet::{run_fleet, FleetReport, FleetSettings};
+pub use fleet::{run_fleet, FleetError, FleetReport, FleetSettings};
 pub use gateway::{Counters, Gateway};
 pub use metrics::Metrics;
 pub use segment::{LearnerMessage, Segment};
