@@ -11,7 +11,7 @@ use strata_nn::{ActorCritic, Evaluation};
 
 use crate::gae::{compute_gae, GaeInput};
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
-use crate::steps::{StepColumns, Steps, StepsMut};
+use crate::steps::StepsMut;
 use crate::vtrace::compute_vtrace;
 use crate::PpoConfig;
 
@@ -69,17 +69,7 @@ impl RolloutBuffer {
     }
 }
 
-impl StepColumns for RolloutBuffer {
-    fn steps(&self) -> Steps<'_> {
-        Steps {
-            obs: &self.obs,
-            actions: &self.actions,
-            log_probs: &self.log_probs,
-            values: &self.values,
-            rewards: &self.rewards,
-        }
-    }
-}
+crate::impl_step_columns!(RolloutBuffer);
 
 impl RolloutBuffer {
     /// A zeroed buffer.

@@ -38,6 +38,25 @@ pub trait StepColumns {
     fn steps(&self) -> Steps<'_>;
 }
 
+/// Implements [`StepColumns`] for a type whose step columns are its fields `obs`,
+/// `actions`, `log_probs`, `values` and `rewards`.
+#[macro_export]
+macro_rules! impl_step_columns {
+    ($t:ty) => {
+        impl $crate::StepColumns for $t {
+            fn steps(&self) -> $crate::Steps<'_> {
+                $crate::Steps {
+                    obs: &self.obs,
+                    actions: &self.actions,
+                    log_probs: &self.log_probs,
+                    values: &self.values,
+                    rewards: &self.rewards,
+                }
+            }
+        }
+    };
+}
+
 impl StepsMut<'_> {
     /// Copies `rows` rows of `src` from row `from` into rows `to..` (`obs_dim` and
     /// `action_dim` values per row in the observation and action columns).

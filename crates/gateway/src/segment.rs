@@ -1,7 +1,6 @@
 //! What the gateway hands its learner: segments of reported steps, and the one queue's
 //! messages (segments, rollbacks, invalidations).
 
-use strata_algo::{StepColumns, Steps};
 use strata_ledger::Bucket;
 
 /// Consecutive reported steps of one trajectory.
@@ -89,17 +88,7 @@ impl Segment {
     }
 }
 
-impl StepColumns for Segment {
-    fn steps(&self) -> Steps<'_> {
-        Steps {
-            obs: &self.obs,
-            actions: &self.actions,
-            log_probs: &self.log_probs,
-            values: &self.values,
-            rewards: &self.rewards,
-        }
-    }
-}
+strata_algo::impl_step_columns!(Segment);
 
 /// What the gateway tells its learner, in order, on one bounded queue; the learner stops
 /// once the queue is closed and empty.

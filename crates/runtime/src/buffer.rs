@@ -111,17 +111,7 @@ impl StepProvenance {
     }
 }
 
-impl strata_algo::StepColumns for Fragment {
-    fn steps(&self) -> strata_algo::Steps<'_> {
-        strata_algo::Steps {
-            obs: &self.obs,
-            actions: &self.actions,
-            log_probs: &self.log_probs,
-            values: &self.values,
-            rewards: &self.rewards,
-        }
-    }
-}
+strata_algo::impl_step_columns!(Fragment);
 
 impl Fragment {
     fn new(steps: usize, envs: usize, obs_dim: usize, action_dim: usize) -> Self {
