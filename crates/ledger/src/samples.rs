@@ -136,10 +136,11 @@ macro_rules! sample_columns {
                 Ok(Decoded { obs_dim: obs_dim.unwrap_or(0), $( $name, )* })
             }
 
-            fn append_row(&self, b: &mut SampleBatch, i: usize) {
+            /// Appends rows `rows` to `b`, a column at a time.
+            fn append_rows(&self, b: &mut SampleBatch, rows: Range<usize>) {
                 $(
                     let w = <$codec as Codec>::width(self.obs_dim);
-                    b.$name.extend_from_slice(&self.$name[i * w..(i + 1) * w]);
+                    b.$name.extend_from_slice(&self.$name[rows.start * w..rows.end * w]);
                 )*
             }
         }
@@ -304,9 +305,14 @@ pub fn to_arrow(b: &SampleBatch) -> RecordBatch {
 pub fn from_arrow(batch: &RecordBatch, out: &mut Vec<SampleBatch>) -> Result<(), String> {
     let columns = Decoded::read(batch)?;
     let config_hash = column::<StringArray>(batch, CONFIG_HASH)?;
-    let w = columns.obs_dim;
-    for i in 0..batch.num_rows() {
-        let hash = config_hash.value(i);
+    let (w, n) = (columns.obs_dim, batch.num_rows());
+    // Rows come in runs of one config hash (almost always one run per file).
+    let mut start = 0;
+    while start < n {
+        let hash = config_hash.value(start);
+        let end = (start..n)
+            .find(|&i| config_hash.value(i) != hash)
+            .unwrap_or(n);
         let fits = out
             .last()
             .is_some_and(|b| b.config_hash == hash && b.obs_dim == w);
@@ -314,7 +320,8 @@ pub fn from_arrow(batch: &RecordBatch, out: &mut Vec<SampleBatch>) -> Result<(),
             // The bucket is in the file's path: the caller sets it.
             out.push(SampleBatch::new(&Bucket::default(), hash, w));
         }
-        columns.append_row(out.last_mut().expect("pushed"), i);
+        columns.append_rows(out.last_mut().expect("pushed"), start..end);
+        start = end;
     }
     Ok(())
 }
