@@ -169,7 +169,7 @@ fn env_stepping(steps: usize) -> Result<f64> {
     let n = 64;
     let mut envs = make_vec_env("cartpole", n)?;
     let mut batch = StepBatch::new(envs.spec(), n);
-    envs.reset(0, &mut batch.obs);
+    envs.reset(0, &mut batch.obs)?;
     let actions: Vec<Vec<f32>> = (0..16)
         .map(|k| (0..n).map(|i| ((i * 7 + k * 3) % 2) as f32).collect())
         .collect();

@@ -34,6 +34,14 @@ pub enum EnvError {
         value: f64,
         step: u32,
     },
+    /// A Gymnasium env's worker process failed: the env raised, the process died or hung.
+    #[error("env process {process} of `{env}`: {error}")]
+    Gym {
+        env: String,
+        process: usize,
+        #[source]
+        error: crate::gym::GymError,
+    },
     /// A state given to `set_state` or a snapshot does not fit the environment.
     #[error("bad state for `{env}`: {reason}")]
     BadState { env: String, reason: String },

@@ -26,6 +26,7 @@
 
 mod classic;
 mod error;
+pub mod gym;
 pub mod latency;
 mod normalize;
 mod perturb;

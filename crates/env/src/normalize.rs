@@ -159,12 +159,13 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
     fn num_envs(&self) -> usize {
         self.inner.num_envs()
     }
-    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
-        self.inner.reset(seed, obs);
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)?;
         if self.collecting {
             self.pending.update(obs);
         }
         self.rms.normalize(obs);
+        Ok(())
     }
     fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
         self.inner.step(actions, out)?;
@@ -196,6 +197,9 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
         };
         self.set_rms(rms)?;
         self.inner.restore(snapshot)
+    }
+    fn restores_exactly(&self) -> bool {
+        self.inner.restores_exactly()
     }
     fn set_training(&mut self, training: bool) {
         self.collecting = training;
@@ -266,9 +270,10 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
     fn num_envs(&self) -> usize {
         self.inner.num_envs()
     }
-    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
-        self.inner.reset(seed, obs);
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.inner.reset(seed, obs)?;
         self.returns.fill(0.0);
+        Ok(())
     }
     fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
         self.inner.step(actions, out)?;
@@ -306,7 +311,15 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
                 })
             }
         }
-        self.inner.restore(snapshot)
+        self.inner.restore(snapshot)?;
+        if !self.inner.restores_exactly() {
+            // Fresh episodes: their discounted returns start again.
+            self.returns.fill(0.0);
+        }
+        Ok(())
+    }
+    fn restores_exactly(&self) -> bool {
+        self.inner.restores_exactly()
     }
     fn set_training(&mut self, training: bool) {
         self.collecting = training;
@@ -376,7 +389,7 @@ impl VecEnv for Box<dyn VecEnv> {
     fn num_envs(&self) -> usize {
         (**self).num_envs()
     }
-    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError> {
         (**self).reset(seed, obs)
     }
     fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
@@ -387,6 +400,9 @@ impl VecEnv for Box<dyn VecEnv> {
     }
     fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
         (**self).restore(snapshot)
+    }
+    fn restores_exactly(&self) -> bool {
+        (**self).restores_exactly()
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)

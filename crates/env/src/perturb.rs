@@ -34,6 +34,9 @@ pub enum FaultKind {
     Panic,
     /// The env stops responding for `hang_seconds`.
     Hang,
+    /// The env's process crashes with a segmentation fault (Gymnasium envs only: a
+    /// built-in env shares the trainer's process).
+    Crash,
 }
 
 /// A fault injected once, at a given step of a given vectorised env.
@@ -80,7 +83,7 @@ macro_rules! forward_vec_env {
         fn num_envs(&self) -> usize {
             self.inner.num_envs()
         }
-        fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+        fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError> {
             self.inner.reset(seed, obs)
         }
         fn snapshot(&self) -> VecEnvSnapshot {
@@ -88,6 +91,9 @@ macro_rules! forward_vec_env {
         }
         fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
             self.inner.restore(snapshot)
+        }
+        fn restores_exactly(&self) -> bool {
+            self.inner.restores_exactly()
         }
         fn set_training(&mut self, training: bool) {
             self.inner.set_training(training)
@@ -132,6 +138,11 @@ impl<V: VecEnv> VecEnv for InjectFault<V> {
                 FaultKind::Hang => {
                     std::thread::sleep(Duration::from_secs_f64(self.plan.hang_seconds))
                 }
+                // An env in the trainer's process cannot crash alone; the config refuses
+                // this for built-in envs, and a direct caller gets a contained panic.
+                FaultKind::Crash => {
+                    panic!("injected fault: a crash needs an env in a process of its own (gym:...)")
+                }
                 FaultKind::Nan => {
                     self.inner.step(actions, out)?;
                     out.obs[0] = f32::NAN;
@@ -158,7 +169,7 @@ mod tests {
     fn step_cost_takes_at_least_its_time() {
         let mut envs = StepCost::new(Vectorized::new(CartPole::default(), 4), 250);
         let mut batch = StepBatch::new(envs.spec(), 4);
-        envs.reset(0, &mut batch.obs);
+        envs.reset(0, &mut batch.obs).unwrap();
         let t = Instant::now();
         envs.step(&[0.0; 4], &mut batch).unwrap();
         assert!(t.elapsed() >= Duration::from_micros(1000));
@@ -173,7 +184,7 @@ mod tests {
         };
         let mut envs = InjectFault::new(Vectorized::new(CartPole::default(), 1), plan);
         let mut batch = StepBatch::new(envs.spec(), 1);
-        envs.reset(0, &mut batch.obs);
+        envs.reset(0, &mut batch.obs).unwrap();
         envs.step(&[0.0], &mut batch).unwrap();
         assert!(matches!(
             envs.step(&[0.0], &mut batch),
@@ -186,7 +197,7 @@ mod tests {
             hang_seconds: 0.0,
         };
         let mut envs = InjectFault::new(Vectorized::new(CartPole::default(), 1), plan);
-        envs.reset(0, &mut batch.obs);
+        envs.reset(0, &mut batch.obs).unwrap();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             envs.step(&[0.0], &mut batch)
         }));

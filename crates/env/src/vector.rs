@@ -124,7 +124,10 @@ pub trait VecEnv: Send {
     /// How many envs.
     fn num_envs(&self) -> usize;
     /// Seeds env `i` with `derive_seed(seed, i)`, resets all, writes the first observations.
-    fn reset(&mut self, seed: u64, obs: &mut [f32]);
+    ///
+    /// # Errors
+    /// Only envs in other processes fail to reset ([`EnvError::Gym`]).
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError>;
     /// Steps every env with its slice of `actions` (`num_envs * action_dim` values).
     ///
     /// Continuous actions are clipped to the action space here, at the env boundary; the
@@ -141,6 +144,12 @@ pub trait VecEnv: Send {
     /// # Errors
     /// [`EnvError::BadState`] when the snapshot is for another env or size.
     fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError>;
+    /// Whether [`VecEnv::restore`] continues the saved episodes bit for bit (built-in
+    /// envs) or starts fresh ones (envs whose state lives in another process); after an
+    /// inexact restore the caller reads the new observations with [`VecEnv::reobserve`].
+    fn restores_exactly(&self) -> bool {
+        true
+    }
     /// Wrappers collect statistics moments only while training (default: on).
     fn set_training(&mut self, _training: bool) {}
     /// Env `env`'s view for re-checks ([`crate::Env::context`]).
@@ -211,39 +220,61 @@ impl<E: Env + Clone> Vectorized<E> {
     }
 }
 
-impl<E: Env> Vectorized<E> {
-    fn check_actions(&self, actions: &[f32]) -> Result<(), EnvError> {
-        let per_env = self.spec.action_dim();
-        let expected = self.envs.len() * per_env;
-        if actions.len() != expected {
-            return Err(EnvError::ActionShape {
-                env: self.spec.name.clone(),
-                got: actions.len(),
-                expected,
-                num_envs: self.envs.len(),
-                per_env,
-            });
-        }
-        let bad = |index: usize, value: f32, reason: String| EnvError::BadAction {
-            env: self.spec.name.clone(),
-            index,
-            value,
-            reason,
-        };
-        for (k, &a) in actions.iter().enumerate() {
-            let index = k / per_env;
-            if !a.is_finite() {
-                return Err(bad(index, a, "not a finite number".into()));
-            }
-            if let Space::Discrete { n } = self.spec.action_space {
-                if a.fract() != 0.0 || a < 0.0 || a >= n as f32 {
-                    return Err(bad(index, a, format!("expected an integer in 0..{n}")));
-                }
-            }
-        }
-        Ok(())
+/// Checks an action batch before any env moves: its length, finiteness, and for a
+/// Discrete space integer indices in range.
+///
+/// # Errors
+/// [`EnvError::ActionShape`] or [`EnvError::BadAction`], naming the env.
+pub(crate) fn check_actions(
+    spec: &EnvSpec,
+    num_envs: usize,
+    actions: &[f32],
+) -> Result<(), EnvError> {
+    let per_env = spec.action_dim();
+    let expected = num_envs * per_env;
+    if actions.len() != expected {
+        return Err(EnvError::ActionShape {
+            env: spec.name.clone(),
+            got: actions.len(),
+            expected,
+            num_envs,
+            per_env,
+        });
     }
+    let bad = |index: usize, value: f32, reason: String| EnvError::BadAction {
+        env: spec.name.clone(),
+        index,
+        value,
+        reason,
+    };
+    for (k, &a) in actions.iter().enumerate() {
+        let index = k / per_env;
+        if !a.is_finite() {
+            return Err(bad(index, a, "not a finite number".into()));
+        }
+        if let Space::Discrete { n } = spec.action_space {
+            if a.fract() != 0.0 || a < 0.0 || a >= n as f32 {
+                return Err(bad(index, a, format!("expected an integer in 0..{n}")));
+            }
+        }
+    }
+    Ok(())
+}
 
+/// Writes one env's action into `out`, clipped to a Box space's bounds (a Discrete index
+/// as it is): what the env applies, while the caller keeps its unclipped sample.
+pub(crate) fn clip_action(space: &Space, action: &[f32], out: &mut [f32]) {
+    match space {
+        Space::Box { low, high } => {
+            for (k, c) in out.iter_mut().enumerate() {
+                *c = action[k].clamp(low[k], high[k]);
+            }
+        }
+        Space::Discrete { .. } => out.copy_from_slice(action),
+    }
+}
+
+impl<E: Env> Vectorized<E> {
     fn non_finite(&self, index: usize, what: &'static str, value: f64) -> EnvError {
         EnvError::NonFinite {
             env: self.spec.name.clone(),
@@ -272,7 +303,7 @@ impl<E: Env> VecEnv for Vectorized<E> {
         self.envs.len()
     }
 
-    fn reset(&mut self, seed: u64, obs: &mut [f32]) {
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError> {
         let obs_dim = self.spec.obs_dim();
         for (i, env) in self.envs.iter_mut().enumerate() {
             self.rngs[i] = EnvRng::seed_from_u64(derive_seed(seed, i as u64));
@@ -281,20 +312,19 @@ impl<E: Env> VecEnv for Vectorized<E> {
             self.episode_return[i] = 0.0;
             self.has_previous[i] = false;
         }
+        Ok(())
     }
 
     fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
-        self.check_actions(actions)?;
+        check_actions(&self.spec, self.envs.len(), actions)?;
         let obs_dim = self.spec.obs_dim();
         let act_dim = self.spec.action_dim();
         out.episodes.clear();
         for i in 0..self.envs.len() {
             let action = &actions[i * act_dim..(i + 1) * act_dim];
             let action = match &self.spec.action_space {
-                Space::Box { low, high } => {
-                    for (k, c) in self.clipped.iter_mut().enumerate() {
-                        *c = action[k].clamp(low[k], high[k]);
-                    }
+                Space::Box { .. } => {
+                    clip_action(&self.spec.action_space, action, &mut self.clipped);
                     &self.clipped[..]
                 }
                 Space::Discrete { .. } => action,
@@ -432,7 +462,7 @@ mod tests {
     fn time_limit_truncates_and_keeps_final_observation() {
         let mut envs = Vectorized::new(Pendulum::default(), 2);
         let mut batch = StepBatch::new(envs.spec(), 2);
-        envs.reset(3, &mut batch.obs);
+        envs.reset(3, &mut batch.obs).unwrap();
         for step in 1..=200 {
             envs.step(&[0.0, 0.5], &mut batch).unwrap();
             assert_eq!(batch.truncated, vec![step == 200; 2]);
@@ -449,7 +479,7 @@ mod tests {
     fn termination_autoresets_in_the_same_step() {
         let mut envs = Vectorized::new(CartPole::default(), 1);
         let mut batch = StepBatch::new(envs.spec(), 1);
-        envs.reset(0, &mut batch.obs);
+        envs.reset(0, &mut batch.obs).unwrap();
         let mut steps = 0;
         while batch.episodes.is_empty() {
             envs.step(&[1.0], &mut batch).unwrap();
@@ -466,7 +496,7 @@ mod tests {
     fn bad_actions_are_rejected_before_any_env_moves() {
         let mut envs = Vectorized::new(CartPole::default(), 2);
         let mut batch = StepBatch::new(envs.spec(), 2);
-        envs.reset(0, &mut batch.obs);
+        envs.reset(0, &mut batch.obs).unwrap();
         let before = envs.snapshot();
         for actions in [
             vec![1.0],
@@ -489,8 +519,8 @@ mod tests {
         let mut b = Vectorized::new(Pendulum::default(), 1);
         let mut batch_a = StepBatch::new(a.spec(), 1);
         let mut batch_b = batch_a.clone();
-        a.reset(4, &mut batch_a.obs);
-        b.reset(4, &mut batch_b.obs);
+        a.reset(4, &mut batch_a.obs).unwrap();
+        b.reset(4, &mut batch_b.obs).unwrap();
         let actions = [5.0_f32];
         a.step(&actions, &mut batch_a).unwrap();
         b.step(&[2.0], &mut batch_b).unwrap();
@@ -503,7 +533,7 @@ mod tests {
     fn non_finite_observations_stop_with_a_clear_error() {
         let mut envs = Vectorized::new(CartPole::default(), 2);
         let mut batch = StepBatch::new(envs.spec(), 2);
-        envs.reset(0, &mut batch.obs);
+        envs.reset(0, &mut batch.obs).unwrap();
         let mut snap = envs.snapshot();
         // An angular velocity whose square overflows: the next state is NaN.
         snap.slots[1].state = vec![0.0, 0.0, 0.01, 1e200];
@@ -527,7 +557,7 @@ mod tests {
     fn snapshot_restore_continues_identically() {
         let mut a = Vectorized::new(CartPole::default(), 3);
         let mut batch = StepBatch::new(a.spec(), 3);
-        a.reset(9, &mut batch.obs);
+        a.reset(9, &mut batch.obs).unwrap();
         for _ in 0..50 {
             a.step(&[1.0, 0.0, 1.0], &mut batch).unwrap();
         }
@@ -546,7 +576,7 @@ mod tests {
     fn without_latency_the_summary_is_the_observation_and_the_clock_ticks_once() {
         let mut envs = Vectorized::new(CartPole::default(), 2);
         let mut batch = StepBatch::new(envs.spec(), 2).with_exec(envs.spec());
-        envs.reset(1, &mut batch.obs);
+        envs.reset(1, &mut batch.obs).unwrap();
         for step in 1..=3u64 {
             envs.step(&[0.0, 1.0], &mut batch).unwrap();
             let exec = batch.exec.as_ref().unwrap();
@@ -566,8 +596,8 @@ mod tests {
         let spec = latent.spec().clone();
         let mut a = StepBatch::new(&spec, 1).with_exec(&spec);
         let mut b = StepBatch::new(&spec, 1);
-        latent.reset(9, &mut a.obs);
-        plain.reset(9, &mut b.obs);
+        latent.reset(9, &mut a.obs).unwrap();
+        plain.reset(9, &mut b.obs).unwrap();
         // First step of an episode: nothing is in flight, the action applies at once.
         latent.step(&[1.5], &mut a).unwrap();
         plain.step(&[1.5], &mut b).unwrap();

@@ -142,7 +142,7 @@ fn vectorised_time_limit_matches_gymnasium_truncation() {
         .unwrap();
     let mut envs = Vectorized::new(CartPole::default(), 1);
     let mut batch = StepBatch::new(envs.spec(), 1);
-    envs.reset(0, &mut batch.obs);
+    envs.reset(0, &mut batch.obs).unwrap();
     let mut snap = envs.snapshot();
     snap.slots[0].state = floats(&case["start_state"]);
     envs.restore(&snap).unwrap();

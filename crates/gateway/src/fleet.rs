@@ -230,7 +230,7 @@ impl<'a> SimAgent<'a> {
         let spec = env.spec().clone();
         let batch = StepBatch::new(&spec, 1).with_exec(&spec);
         let mut obs = vec![0.0; spec.obs_dim()];
-        env.reset(derive_seed(settings.seed, index as u64), &mut obs);
+        env.reset(derive_seed(settings.seed, index as u64), &mut obs)?;
         let client = Client::new(&settings.server, token);
         Ok(SimAgent {
             settings,
@@ -402,7 +402,7 @@ impl<'a> SimAgent<'a> {
             // The agent dies: its episode is left for the gateway to time out.
             self.local.crashes += 1;
             let seed = self.rng.random();
-            self.env.reset(seed, &mut self.obs);
+            self.env.reset(seed, &mut self.obs)?;
             return Ok(Step::EpisodeOver);
         }
         self.env.step(&answer.action, &mut self.batch)?;

@@ -13,7 +13,9 @@ use crate::RuntimeError;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvConfig {
-    /// Registered env name (`cartpole`, `pendulum`, `acrobot`, `mountaincar-continuous`).
+    /// A built-in env (`cartpole`, `pendulum`, `acrobot`, `mountaincar-continuous`,
+    /// `arm-reach`, `arm-reach-moving`, `ui-form`) or a Gymnasium env run in Python worker
+    /// processes: `gym:HalfCheetah-v5`, `gym:module:Env-v0`, `gym:module:make_env`.
     pub name: String,
     /// Envs stepped together.
     pub num_envs: usize,
@@ -30,6 +32,30 @@ pub struct EnvConfig {
     /// Env ticks an action takes to take effect (the env keeps evolving under the previous
     /// action meanwhile); 0: actions apply at once.
     pub action_latency_ticks: u32,
+    /// A Gymnasium env's keyword arguments and recorded layout (`gym:` envs only; left
+    /// out of built-in envs' configs, and so of their hashes).
+    #[serde(skip_serializing_if = "GymSettings::is_unset")]
+    pub gym: GymSettings,
+}
+
+/// What a `gym:` env is made with, and what it was found to look like.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GymSettings {
+    /// Keyword arguments for `gym.make` (or the factory), e.g.
+    /// `{ forward_reward_weight = 2.0 }`.
+    pub kwargs: toml::Table,
+    /// How its observation is flattened and its action space, filled in when a run
+    /// starts (part of the config hash). A saved config's layout must match the env's: a
+    /// run is not resumed or evaluated on an env whose spaces changed.
+    pub layout: Option<strata_env::gym::GymLayout>,
+}
+
+impl GymSettings {
+    /// No keyword arguments and no layout (every built-in env).
+    pub fn is_unset(&self) -> bool {
+        self.kwargs.is_empty() && self.layout.is_none()
+    }
 }
 
 impl Default for EnvConfig {
@@ -43,7 +69,15 @@ impl Default for EnvConfig {
             fault: None,
             fault_worker: 0,
             action_latency_ticks: 0,
+            gym: GymSettings::default(),
         }
+    }
+}
+
+impl EnvConfig {
+    /// The Gymnasium target of a `gym:` env name, if it is one.
+    pub fn gym_target(&self) -> Option<&str> {
+        strata_env::gym::gym_target(&self.name)
     }
 }
 
@@ -154,6 +188,14 @@ pub struct RuntimeConfig {
     /// Pin threads to these CPUs (empty: no pinning): worker `w` to `pin_cpus[w % len]`,
     /// learner thread `i` to `pin_cpus[(workers + i) % len]`.
     pub pin_cpus: Vec<usize>,
+    /// The Python interpreter `gym:` envs' processes run (unset: `$STRATA_PYTHON`, else
+    /// `python3`).
+    pub python: Option<std::path::PathBuf>,
+    /// Directories put first on those processes' `sys.path` (where a factory's module is).
+    pub python_path: Vec<std::path::PathBuf>,
+    /// Envs each Python process steps (0: each worker's envs spread over one process per
+    /// core the workers share). Envs are seeded by index, so results do not depend on it.
+    pub envs_per_process: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -172,6 +214,9 @@ impl Default for RuntimeConfig {
             restart_after_secs: 30.0,
             max_worker_restarts: 3,
             pin_cpus: Vec::new(),
+            python: None,
+            python_path: Vec::new(),
+            envs_per_process: 0,
         }
     }
 }
@@ -308,14 +353,39 @@ impl RunConfig {
                 why,
             )))
         };
-        if strata_env::spec_for(&self.env.name).is_err() {
+        let gym = self.env.gym_target().is_some();
+        if !gym && strata_env::spec_for(&self.env.name).is_err() {
             return bad(
                 "env.name",
                 &self.env.name,
                 &format!(
-                    "unknown env (known: {})",
+                    "unknown env (known: {}, or gym:ID for a Gymnasium env)",
                     strata_env::env_names().join(", ")
                 ),
+            );
+        }
+        if !gym && !self.env.gym.is_unset() {
+            return bad("env.gym", &"(set)", "applies to gym: envs only");
+        }
+        if gym && self.env.action_latency_ticks > 0 {
+            return bad(
+                "env.action_latency_ticks",
+                &self.env.action_latency_ticks,
+                "is for built-in envs; a gym: env's latency belongs in the env",
+            );
+        }
+        if let (
+            false,
+            Some(strata_env::FaultPlan {
+                kind: strata_env::FaultKind::Crash,
+                ..
+            }),
+        ) = (gym, &self.env.fault)
+        {
+            return bad(
+                "env.fault.kind",
+                &"crash",
+                "needs an env in a process of its own (gym:...); built-in envs share the trainer's",
             );
         }
         if self.env.num_envs == 0 {

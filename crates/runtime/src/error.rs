@@ -23,6 +23,12 @@ pub enum RuntimeError {
     /// The environment rejected an action or produced NaN/inf.
     #[error("environment: {0}")]
     Env(#[from] EnvError),
+    /// Python could not make or describe a `gym:` env.
+    #[error("env `{env}`: {source}")]
+    GymEnv {
+        env: String,
+        source: strata_env::gym::GymError,
+    },
     /// A checkpoint is missing, unreadable or does not fit.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint { path: PathBuf, reason: String },

@@ -2,12 +2,11 @@
 
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use strata_env::{
-    derive_seed, make_vec_env, NormalizeObservation, NormalizerStats, StepBatch, VecEnv,
-};
+use strata_env::{derive_seed, NormalizerStats, StepBatch, VecEnv};
 use strata_nn::{ActorCritic, SampleRng};
 
 use crate::checkpoint::Policy;
+use crate::factory::build_eval_envs;
 use crate::{RunConfig, RuntimeError};
 
 /// Returns of the evaluation episodes.
@@ -60,7 +59,35 @@ pub fn evaluate(
         policy_version: policy.policy_version,
         normalizer: &policy.normalizer,
     };
-    evaluate_model(policy.model.as_mut(), &pinned, episodes, seed, greedy)
+    let mut envs = EvalEnvs::default();
+    evaluate_model(
+        policy.model.as_mut(),
+        &pinned,
+        episodes,
+        seed,
+        greedy,
+        &mut envs,
+    )
+}
+
+/// The envs of evaluations, kept from one to the next (a `gym:` env's processes start
+/// once per training, not once per evaluation); every evaluation resets them with its seed.
+#[derive(Default)]
+pub(crate) struct EvalEnvs(Option<Box<dyn VecEnv>>);
+
+impl EvalEnvs {
+    /// `n` envs for `pinned`'s config with its normalisation statistics.
+    fn get(
+        &mut self,
+        pinned: &PinnedVersion<'_>,
+        n: usize,
+    ) -> Result<&mut Box<dyn VecEnv>, RuntimeError> {
+        match &mut self.0 {
+            Some(envs) if envs.num_envs() == n => envs.set_normalizer(pinned.normalizer)?,
+            _ => self.0 = Some(build_eval_envs(pinned.config, n, pinned.normalizer)?),
+        }
+        Ok(self.0.as_mut().expect("just set"))
+    }
 }
 
 /// The version an evaluation is pinned to: what defines it besides the weights.
@@ -71,28 +98,40 @@ pub(crate) struct PinnedVersion<'a> {
     pub(crate) normalizer: &'a NormalizerStats,
 }
 
-/// [`evaluate`] on a model in memory (the learner's, between updates).
+/// [`evaluate`] on a model in memory (the learner's, between updates), on `cache`'s envs.
+/// Envs that failed are not kept.
 pub(crate) fn evaluate_model(
     model: &mut dyn ActorCritic,
     pinned: &PinnedVersion<'_>,
     episodes: usize,
     seed: u64,
     greedy: bool,
+    cache: &mut EvalEnvs,
 ) -> Result<EvalResult, RuntimeError> {
     if episodes == 0 {
         return Err(RuntimeError::Config("--episodes must be at least 1".into()));
     }
     let n = episodes.min(16);
-    let mut envs = make_vec_env(&pinned.config.env.name, n)?;
-    if pinned.config.env.normalize_obs {
-        let rms = pinned.normalizer.obs.clone().ok_or_else(|| {
-            RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())
-        })?;
-        envs = Box::new(NormalizeObservation::frozen(envs, rms)?);
+    let envs = cache.get(pinned, n)?;
+    let outcome = run_episodes(model, pinned, envs.as_mut(), episodes, seed, greedy);
+    if outcome.is_err() {
+        cache.0 = None;
     }
+    outcome
+}
+
+fn run_episodes(
+    model: &mut dyn ActorCritic,
+    pinned: &PinnedVersion<'_>,
+    envs: &mut dyn VecEnv,
+    episodes: usize,
+    seed: u64,
+    greedy: bool,
+) -> Result<EvalResult, RuntimeError> {
+    let n = envs.num_envs();
     let spec = envs.spec().clone();
     let mut batch = StepBatch::new(&spec, n);
-    envs.reset(seed, &mut batch.obs);
+    envs.reset(seed, &mut batch.obs)?;
     let mut obs = batch.obs.clone();
     let quota: Vec<usize> = (0..n)
         .map(|i| episodes / n + usize::from(i < episodes % n))

@@ -1,35 +1,151 @@
 //! Building what a run config describes: its envs (wrappers included), a freshly
 //! initialised model, the PPO learner, the initial normalisation statistics and the gSDE
 //! matrix size. The trainer, the workers, central inference, checkpoints and the gateway
-//! all build through here, so a config means the same thing everywhere.
+//! all build through here, so a config means the same thing everywhere. A `gym:` env is
+//! described by Python once ([`resolve_env`]) and runs in worker processes
+//! ([`strata_env::gym`]).
+
+use std::time::Duration;
 
 use rand::SeedableRng;
 use strata_algo::Ppo;
+use strata_env::gym::{default_python, describe, GymLayout, GymOptions, GymTarget, GymVecEnv};
 use strata_env::{
-    derive_seed, make_vec_env_with_latency, InjectFault, NormalizeObservation, NormalizerStats,
-    RunningMeanStd, ScaleReward, StepCost, VecEnv,
+    derive_seed, make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation,
+    NormalizerStats, RunningMeanStd, ScaleReward, StepCost, VecEnv,
 };
 use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
 
 use crate::{RunConfig, RuntimeError};
 
+/// How long describing a `gym:` env may take (starting Python, importing the simulator,
+/// making one env).
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The Gymnasium target a `gym:` config runs, with its interpreter.
+fn gym_target(config: &RunConfig, id: &str) -> GymTarget {
+    let kwargs = serde_json::to_value(&config.env.gym.kwargs)
+        .ok()
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default();
+    GymTarget {
+        id: id.to_string(),
+        kwargs,
+        python: config.runtime.python.clone().unwrap_or_else(default_python),
+        python_path: config.runtime.python_path.clone(),
+    }
+}
+
+/// Asks Python what a `gym:` config's env looks like (cached per process).
+fn describe_gym(config: &RunConfig, id: &str) -> Result<GymLayout, RuntimeError> {
+    describe(&gym_target(config, id), DESCRIBE_TIMEOUT).map_err(|source| RuntimeError::GymEnv {
+        env: config.env.name.clone(),
+        source,
+    })
+}
+
+/// Fills in a `gym:` env's layout (`env.gym.layout`) from the env itself, or checks that
+/// a recorded one still matches it; built-in envs are left as they are.
+///
+/// # Errors
+/// [`RuntimeError::GymEnv`] when Python cannot make the env, [`RuntimeError::Config`]
+/// when the env's layout differs from the recorded one.
+pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
+    let Some(id) = config.env.gym_target().map(str::to_string) else {
+        return Ok(());
+    };
+    let found = describe_gym(config, &id)?;
+    match &config.env.gym.layout {
+        Some(recorded) if *recorded != found => Err(RuntimeError::Config(format!(
+            "env `{}` no longer has the recorded layout: the config says {recorded:?}, the env              is {found:?} (its package changed?); start a new run",
+            config.env.name
+        ))),
+        _ => {
+            config.env.gym.layout = Some(found);
+            Ok(())
+        }
+    }
+}
+
+/// The spec of a config's env: a built-in's, or a `gym:` env's from its recorded layout
+/// (else from Python).
+///
+/// # Errors
+/// [`RuntimeError::Env`] for an unknown built-in env, [`RuntimeError::GymEnv`] when Python
+/// cannot describe a `gym:` env.
+pub fn env_spec(config: &RunConfig) -> Result<EnvSpec, RuntimeError> {
+    match config.env.gym_target() {
+        None => Ok(strata_env::spec_for(&config.env.name)?),
+        Some(id) => {
+            let layout = match &config.env.gym.layout {
+                Some(layout) => layout.clone(),
+                None => describe_gym(config, id)?,
+            };
+            Ok(layout.spec(&config.env.name))
+        }
+    }
+}
+
+/// The bare vectorised env (no wrappers): built-in, or `gym:` envs in worker processes
+/// (`fault` injected inside Python).
+fn build_base_envs(
+    config: &RunConfig,
+    num_envs: usize,
+    fault: Option<&strata_env::FaultPlan>,
+) -> Result<Box<dyn VecEnv>, RuntimeError> {
+    let Some(id) = config.env.gym_target() else {
+        let mut envs =
+            make_vec_env_with_latency(&config.env.name, num_envs, config.env.action_latency_ticks)?;
+        if let Some(plan) = fault {
+            envs = Box::new(InjectFault::new(envs, plan.clone()));
+        }
+        return Ok(envs);
+    };
+    let layout = match &config.env.gym.layout {
+        Some(layout) => layout.clone(),
+        None => describe_gym(config, id)?,
+    };
+    let options = GymOptions {
+        envs_per_process: envs_per_process(config, num_envs),
+        step_timeout: Duration::from_secs_f64(config.runtime.restart_after_secs),
+        fault: fault.cloned(),
+        ..GymOptions::default()
+    };
+    let envs = GymVecEnv::start(
+        &config.env.name,
+        &gym_target(config, id),
+        &layout,
+        num_envs,
+        &options,
+    )?;
+    Ok(Box::new(envs))
+}
+
+/// Envs per Python process for a vector of `num_envs`: the configured number, or by
+/// default an even split over the cores each worker has (at least one env a process).
+fn envs_per_process(config: &RunConfig, num_envs: usize) -> usize {
+    if config.runtime.envs_per_process > 0 {
+        return config.runtime.envs_per_process;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let processes = (cores / config.runtime.workers.max(1)).clamp(1, num_envs.max(1));
+    num_envs.div_ceil(processes)
+}
+
 /// Builds the vectorised env a config asks for (`num_envs` of them), wrappers included;
 /// the configured fault only when `with_fault`.
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown env.
+/// [`RuntimeError::Env`] for an unknown env or a `gym:` env whose processes cannot start.
 pub fn build_envs(
     config: &RunConfig,
     num_envs: usize,
     with_fault: bool,
 ) -> Result<Box<dyn VecEnv>, RuntimeError> {
-    let mut envs =
-        make_vec_env_with_latency(&config.env.name, num_envs, config.env.action_latency_ticks)?;
+    let fault = config.env.fault.as_ref().filter(|_| with_fault);
+    let mut envs = build_base_envs(config, num_envs, fault)?;
     if config.env.step_cost_us > 0 {
         envs = Box::new(StepCost::new(envs, config.env.step_cost_us));
-    }
-    if let (true, Some(plan)) = (with_fault, &config.env.fault) {
-        envs = Box::new(InjectFault::new(envs, plan.clone()));
     }
     if config.env.normalize_obs {
         envs = Box::new(NormalizeObservation::new(envs));
@@ -40,12 +156,32 @@ pub fn build_envs(
     Ok(envs)
 }
 
+/// The envs an evaluation runs: the bare env, with observations normalised by the frozen
+/// statistics `normalizer` when the config normalises (rewards stay raw).
+///
+/// # Errors
+/// As [`build_envs`]; [`RuntimeError::Config`] when normalisation statistics are missing.
+pub(crate) fn build_eval_envs(
+    config: &RunConfig,
+    num_envs: usize,
+    normalizer: &NormalizerStats,
+) -> Result<Box<dyn VecEnv>, RuntimeError> {
+    let mut envs = build_base_envs(config, num_envs, None)?;
+    if config.env.normalize_obs {
+        let rms = normalizer.obs.clone().ok_or_else(|| {
+            RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())
+        })?;
+        envs = Box::new(NormalizeObservation::frozen(envs, rms)?);
+    }
+    Ok(envs)
+}
+
 /// Builds a freshly initialised model for a config.
 ///
 /// # Errors
 /// [`RuntimeError::Env`] for an unknown env.
 pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeError> {
-    let spec = strata_env::spec_for(&config.env.name)?;
+    let spec = env_spec(config)?;
     let head = head_for(&spec);
     let mut rng = SampleRng::seed_from_u64(derive_seed(config.train.seed, 1));
     Ok(Box::new(MlpActorCritic::new(
@@ -69,7 +205,7 @@ fn head_for(spec: &strata_env::EnvSpec) -> Head {
 /// # Errors
 /// [`RuntimeError::Env`] for an unknown env.
 pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
-    let spec = strata_env::spec_for(&config.env.name)?;
+    let spec = env_spec(config)?;
     Ok(config
         .network
         .sde_noise_len(spec.obs_dim(), head_for(&spec)))
@@ -81,7 +217,7 @@ pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
 /// # Errors
 /// [`RuntimeError::Env`] for an unknown env.
 pub fn build_ppo(config: &RunConfig) -> Result<Ppo, RuntimeError> {
-    let spec = strata_env::spec_for(&config.env.name)?;
+    let spec = env_spec(config)?;
     let ppo = Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3));
     Ok(match spec.action_space {
         strata_env::Space::Box { low, high } => ppo.with_action_bounds(low, high),

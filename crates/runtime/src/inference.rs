@@ -249,7 +249,7 @@ pub fn spawn_server(setup: ServerSetup) -> std::io::Result<JoinHandle<()>> {
 }
 
 fn serve(s: ServerSetup) -> Result<(), InferenceError> {
-    let obs_dim = strata_env::spec_for(&s.config.env.name)?.obs_dim();
+    let obs_dim = crate::factory::env_spec(&s.config)?.obs_dim();
     let mut models: Vec<(u64, Box<dyn ActorCritic>)> = Vec::with_capacity(s.versions_kept);
     // Each request with the version it asked for, read once on arrival: a worker answered
     // early in this round may post its next request (with a newer version) to the same slot

@@ -157,7 +157,12 @@ impl RunConfig {
         let parts: Vec<&str> = key.split('.').collect();
         let (last, path) = parts.split_last().expect("split yields at least one part");
         let mut table = &mut doc;
-        for part in path {
+        for (depth, part) in path.iter().enumerate() {
+            // A section a config leaves out when empty (`env.gym`, a kwargs table) is made
+            // here; a key it may not hold is then refused by the config's own check.
+            if depth > 0 && !table.contains_key(*part) {
+                table.insert((*part).to_string(), toml::Value::Table(toml::Table::new()));
+            }
             table = match table.get_mut(*part).and_then(toml::Value::as_table_mut) {
                 Some(t) => t,
                 None => {
@@ -279,6 +284,25 @@ mod tests {
         // "none" only turns optional keys off; a required one is named, not defaulted.
         let err = c.set("ppo.n_steps", "none").unwrap_err().to_string();
         assert!(err.contains("`ppo.n_steps` cannot be"), "{err}");
+    }
+
+    #[test]
+    fn gym_kwargs_are_set_key_by_key_and_round_trip() {
+        let sets = ["env.gym.kwargs.forward_reward_weight=2.0".to_string()];
+        let c = RunConfig::layered(Some("gym:HalfCheetah-v5"), None, &sets).unwrap();
+        assert_eq!(
+            c.env.gym.kwargs["forward_reward_weight"].as_float(),
+            Some(2.0)
+        );
+        assert_eq!(RunConfig::from_saved_toml(&c.to_toml()).unwrap(), c);
+        // Built-in envs' configs leave the section out, and a made-up section is refused.
+        assert!(!RunConfig::default().to_toml().contains("[env.gym"));
+        let err = RunConfig::default().set("env.nope.x", "1").unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+        let mut builtin = RunConfig::default();
+        builtin.set("env.gym.kwargs.x", "1").unwrap();
+        let err = builtin.validate().unwrap_err().to_string();
+        assert!(err.contains("env.gym"), "{err}");
     }
 
     #[test]

@@ -48,6 +48,7 @@ mod config;
 mod error;
 mod eval;
 mod factory;
+mod gym_presets;
 mod inference;
 mod layers;
 pub mod learner_core;
@@ -71,12 +72,12 @@ pub use checkpoint::{
     Policy, TrainerState,
 };
 pub use config::{
-    EnvConfig, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
+    EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
     RuntimeConfig, TrainConfig,
 };
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
-pub use factory::{build_envs, build_model, build_ppo};
+pub use factory::{build_envs, build_model, build_ppo, env_spec, resolve_env};
 pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};

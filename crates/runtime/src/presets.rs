@@ -8,6 +8,7 @@ use strata_nn::NetworkConfig;
 use crate::config::{
     EnvConfig, LedgerSettings, ReportSettings, RunConfig, RuntimeConfig, TrainConfig,
 };
+use crate::gym_presets;
 
 /// A run config from a preset's parts; runtime, admission, ledger and report settings
 /// default.
@@ -39,8 +40,26 @@ impl Default for RunConfig {
     }
 }
 
-/// The preset for a built-in env, or `None` for an unknown name.
+/// The preset for a built-in env or a Gymnasium env (`gym:ID`: the built-in twin's preset,
+/// a tuned one, else SB3's defaults), or `None` for an unknown name.
 pub fn preset(env: &str) -> Option<RunConfig> {
+    if let Some(id) = strata_env::gym::gym_target(env) {
+        return Some(match gym_presets::builtin_twin(id) {
+            Some(twin) => RunConfig {
+                env: EnvConfig {
+                    name: env.to_string(),
+                    ..builtin_preset(twin)?.env
+                },
+                ..builtin_preset(twin)?
+            },
+            None => gym_presets::gym_preset(env, id),
+        });
+    }
+    builtin_preset(env)
+}
+
+/// The preset for a built-in env, or `None` for an unknown name.
+fn builtin_preset(env: &str) -> Option<RunConfig> {
     let base = |num_envs: usize, normalize: bool, total_steps: u64| {
         (
             EnvConfig {

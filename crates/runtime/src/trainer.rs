@@ -15,8 +15,8 @@ use strata_nn::ActorCritic;
 use crate::buffer::WorkerState;
 use crate::checkpoint::{read_checkpoint, TrainerState};
 use crate::collector::{Books, Collector};
-use crate::eval::{evaluate_model, EvalResult, PinnedVersion};
-use crate::factory::initial_normalizer;
+use crate::eval::{evaluate_model, EvalEnvs, EvalResult, PinnedVersion};
+use crate::factory::{env_spec, initial_normalizer, resolve_env};
 use crate::learner_core::{Correction, LearnerCore};
 use crate::ledger_link::LedgerLink;
 use crate::live::{LearnerView, LedgerView, LiveHandle};
@@ -46,6 +46,8 @@ pub struct Trainer {
     live: Arc<Mutex<LearnerView>>,
     /// Samples admission dropped, for the live view.
     dropped_samples: u64,
+    /// The envs evaluations run on, kept between them.
+    eval_envs: EvalEnvs,
 }
 
 impl Trainer {
@@ -105,11 +107,14 @@ impl Trainer {
     }
 
     /// Wires the buffer, policy store, queues and workers, from scratch or a saved state.
-    fn start(config: RunConfig, resume: Option<TrainerState>) -> Result<Self, RuntimeError> {
+    fn start(mut config: RunConfig, resume: Option<TrainerState>) -> Result<Self, RuntimeError> {
         config.validate()?;
+        // A gym: env's layout is recorded (a fresh run) or checked (a resumed one) before
+        // the config is hashed.
+        resolve_env(&mut config)?;
         // The update's threads are pinned after the workers' CPUs.
         let mut core = LearnerCore::new(&config, config.runtime.workers)?;
-        let spec = strata_env::spec_for(&config.env.name)?;
+        let spec = env_spec(&config)?;
         let (workers, n) = (config.runtime.workers, config.env.num_envs);
         let mut progress = Progress::default();
         let mut normalizer = initial_normalizer(&config, spec.obs_dim());
@@ -148,6 +153,7 @@ impl Trainer {
             ledger: None,
             live: Arc::new(Mutex::new(LearnerView::default())),
             dropped_samples: 0,
+            eval_envs: EvalEnvs::default(),
             config,
         };
         trainer.publish_live(false);
@@ -453,7 +459,14 @@ impl Trainer {
             policy_version: self.progress.policy_version,
             normalizer: &self.normalizer,
         };
-        let mut result = evaluate_model(self.core.model_mut(), &pinned, episodes, seed, true)?;
+        let mut result = evaluate_model(
+            self.core.model_mut(),
+            &pinned,
+            episodes,
+            seed,
+            true,
+            &mut self.eval_envs,
+        )?;
         result.global_step = Some(self.progress.global_step);
         let seconds = started.elapsed().as_secs_f64();
         self.progress.time.eval += seconds;

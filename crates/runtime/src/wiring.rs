@@ -80,7 +80,7 @@ impl Wiring {
         initial: PublishedPolicy,
         starts: Vec<Option<WorkerState>>,
     ) -> Result<Wiring, RuntimeError> {
-        let spec = strata_env::spec_for(&config.env.name)?;
+        let spec = crate::factory::env_spec(config)?;
         let workers = config.runtime.workers;
         let per_worker_envs = config.env.num_envs / workers;
         let lag = config.effective_lag();

@@ -270,11 +270,17 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 sde_noise.clone_from(&state.sde_noise);
                 sde_drawn = sde_len > 0;
             }
-            (
-                state.obs.chunks(gm * od).map(<[f32]>::to_vec).collect(),
-                state.rngs,
-                state.fragments,
-            )
+            let mut obs: Vec<Vec<f32>> = state.obs.chunks(gm * od).map(<[f32]>::to_vec).collect();
+            // Envs whose state lives in another process restart on fresh episodes: the
+            // policy acts on what they show now.
+            for (e, o) in envs.iter_mut().zip(obs.iter_mut()) {
+                if !e.restores_exactly() {
+                    for (i, row) in o.chunks_exact_mut(od).enumerate() {
+                        e.reobserve(i, row);
+                    }
+                }
+            }
+            (obs, state.rngs, state.fragments)
         }
         None => {
             // Fresh envs. A replacement gets seeds of its own incarnation and continues the
@@ -284,7 +290,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             let mut rngs = Vec::with_capacity(groups);
             for (g, e) in envs.iter_mut().enumerate() {
                 let seed = derive_seed(derive_seed(config.train.seed, 1000 + stream), g as u64);
-                e.reset(seed, &mut batches[g].obs);
+                e.reset(seed, &mut batches[g].obs)?;
                 obs.push(batches[g].obs.clone());
                 rngs.push(SampleRng::seed_from_u64(derive_seed(
                     derive_seed(config.train.seed, 2000 + stream),

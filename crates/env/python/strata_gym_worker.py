@@ -1,0 +1,357 @@
+"""Strata's Gymnasium worker process: steps k environments for one Rust rollout worker.
+
+Started by Strata (strata_env::gym), never by hand: the program arrives on stdin, the
+arguments name file descriptors the parent left open. Two modes:
+
+- ``--describe``: make one env, write its layout (spaces, flattening, time limit) as a
+  length-prefixed JSON message to the reply pipe, exit.
+- serving: make ``--envs`` envs, map the shared-memory region (``--shm-fd``), answer "ready",
+  then for every command byte read from ``--cmd-fd`` step or reset all envs in the region
+  and answer on ``--reply-fd``: ``K`` done, or ``E`` and a length-prefixed traceback.
+
+Nothing is pickled on the hot path: actions, observations, rewards, flags, final
+observations and env clocks live in the region; a step is one byte each way. Each env is
+stepped on its own and reset in the same step when its episode ends (Gymnasium's
+"same-step" autoreset), keeping the final observation for bootstrapping. The env clock is
+this process's count of the env's steps, across episodes.
+
+The region layout must match strata_env's (crates/env/src/gym/region.rs): a 64-byte
+header, then arrays at 64-byte aligned offsets in the order of ``REGION_ARRAYS``.
+"""
+import argparse
+import importlib
+import json
+import mmap
+import os
+import signal
+import struct
+import sys
+import time
+import traceback
+
+PROTOCOL = 1
+MAGIC = 0x47525453  # "STRG" little-endian
+HEADER = 64
+ERROR_TEXT_MAX = 60 * 1024
+# name, dtype, values per env ("obs": observation width, "act": action width)
+REGION_ARRAYS = [
+    ("actions", "f4", "act"),
+    ("obs", "f4", "obs"),
+    ("final_obs", "f4", "obs"),
+    ("rewards", "f8", 1),
+    ("clock", "u8", 1),
+    ("seeds", "u8", 1),
+    ("terminated", "u1", 1),
+    ("truncated", "u1", 1),
+    ("success", "u1", 1),  # 0: the env does not say, 1: failed, 2: succeeded
+]
+
+
+def align(n):
+    return (n + 63) // 64 * 64
+
+
+def region_views(np, buf, k, obs_dim, act_dim):
+    """Numpy views of the region's arrays (rows per env for the vector-valued ones)."""
+    views, offset = {}, HEADER
+    for name, dtype, per in REGION_ARRAYS:
+        width = {"obs": obs_dim, "act": act_dim}.get(per, per)
+        view = np.frombuffer(buf, dtype=np.dtype(dtype), count=k * width, offset=offset)
+        views[name] = view.reshape(k, width) if isinstance(per, str) else view
+        offset = align(offset + k * width * np.dtype(dtype).itemsize)
+    return views
+
+
+# --- spaces -------------------------------------------------------------------------
+
+
+class Flat:
+    """How one space is flattened into f32 values: width, description, writer."""
+
+    def __init__(self, dim, text, write):
+        self.dim, self.text, self.write = dim, text, write
+
+
+def flattener(np, spaces, space):
+    """Box, Discrete, MultiBinary, MultiDiscrete, and Dict or Tuple of them, flattened as
+    gymnasium.spaces.flatten does (one-hot for discrete values, Dict in key order)."""
+    if isinstance(space, spaces.Box):
+        n = int(np.prod(space.shape))
+
+        def write(out, value):
+            out[:] = np.asarray(value).reshape(-1)
+
+        return Flat(n, f"Box{tuple(space.shape)}", write)
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+
+        def write(out, value):
+            out[:] = 0.0
+            out[int(value) - start] = 1.0
+
+        return Flat(n, f"Discrete({n})", write)
+    if isinstance(space, spaces.MultiBinary):
+        n = int(np.prod(space.shape))
+
+        def write(out, value):
+            out[:] = np.asarray(value).reshape(-1)
+
+        return Flat(n, f"MultiBinary{tuple(space.shape)}", write)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = [int(v) for v in np.asarray(space.nvec).reshape(-1)]
+        starts = [int(v) for v in np.asarray(space.start).reshape(-1)]
+        offsets = np.cumsum([0] + nvec[:-1])
+
+        def write(out, value):
+            out[:] = 0.0
+            flat = np.asarray(value).reshape(-1)
+            for off, v, s in zip(offsets, flat, starts):
+                out[off + int(v) - s] = 1.0
+
+        return Flat(sum(nvec), f"MultiDiscrete({nvec})", write)
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        keyed = isinstance(space, spaces.Dict)
+        items = list(space.spaces.items()) if keyed else list(enumerate(space.spaces))
+        parts, offset = [], 0
+        for key, sub in items:
+            flat = flattener(np, spaces, sub)
+            parts.append((key, offset, flat))
+            offset += flat.dim
+
+        def write(out, value):
+            for key, off, flat in parts:
+                flat.write(out[off : off + flat.dim], value[key])
+
+        inner = ", ".join(f"{k}={f.text}" if keyed else f.text for k, _, f in parts)
+        return Flat(offset, f"{'Dict' if keyed else 'Tuple'}({inner})", write)
+    raise TypeError(f"observation space {space} cannot be flattened (Box, Discrete, "
+                    "MultiBinary, MultiDiscrete, Dict or Tuple of them)")
+
+
+def finite_bound(v):
+    """An action bound Strata can store: infinite bounds become f32's largest value."""
+    return max(min(float(v), 3.4028234e38), -3.4028234e38)
+
+
+def action_layout(np, spaces, space):
+    """The action space as Strata's config stores it, and the converter of one f32 row."""
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return {"Discrete": {"n": int(space.n)}}, lambda row: int(row[0]) + start
+    if isinstance(space, spaces.Box):
+        shape, dtype = space.shape, space.dtype
+        low = [finite_bound(v) for v in np.asarray(space.low).reshape(-1)]
+        high = [finite_bound(v) for v in np.asarray(space.high).reshape(-1)]
+        return {"Box": {"low": low, "high": high}}, lambda row: row.reshape(shape).astype(dtype)
+    raise TypeError(f"action space {space} is not supported (Box or Discrete)")
+
+
+# --- making envs --------------------------------------------------------------------
+
+
+def resolve(gym, target):
+    """`module:callable` is called; anything else goes to gym.make (which itself accepts
+    `module:EnvId`, importing the module to register its envs)."""
+    module_name, sep, attr = target.rpartition(":")
+    if sep and module_name:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            module = None
+        factory = getattr(module, attr, None) if module is not None else None
+        if callable(factory):
+            return factory
+    return lambda **kwargs: gym.make(target, **kwargs)
+
+
+def describe(np, gym, env, target):
+    flat = flattener(np, gym.spaces, env.observation_space)
+    action, _ = action_layout(np, gym.spaces, env.action_space)
+    spec = getattr(env, "spec", None)
+    limit = getattr(spec, "max_episode_steps", None)
+    threshold = getattr(spec, "reward_threshold", None)
+    return {
+        "id": getattr(spec, "id", None) or target,
+        "observation": flat.text,
+        "obs_dim": flat.dim,
+        "action": action,
+        "max_episode_steps": int(limit) if limit is not None else None,
+        "reward_threshold": float(threshold) if threshold is not None else None,
+    }
+
+
+# --- Strata's own envs -------------------------------------------------------------
+
+
+def register_strata_envs(gym, np):
+    """`strata/Null-v0`: an env that does nothing, for measuring what the processes and
+    the protocol cost (kwargs: obs_dim, continuous)."""
+
+    class NullEnv(gym.Env):
+        def __init__(self, obs_dim=4, continuous=False):
+            self.observation_space = gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32)
+            self.action_space = (gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if continuous
+                                 else gym.spaces.Discrete(2))
+            self._obs = np.zeros(obs_dim, np.float32)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            return self._obs, {}
+
+        def step(self, action):
+            return self._obs, 0.0, False, False, {}
+
+    if "strata/Null-v0" not in gym.registry:
+        gym.register("strata/Null-v0", entry_point=NullEnv, max_episode_steps=1000)
+
+
+# --- faults (env.fault) -------------------------------------------------------------
+
+
+def inject(fault, np, obs_row):
+    kind = fault["kind"]
+    if kind == "panic":
+        raise RuntimeError(f"injected fault: the env raised at step {fault['at_step']}")
+    if kind == "nan":
+        obs_row[:] = np.nan
+    elif kind == "hang":
+        time.sleep(float(fault.get("hang_seconds", 30.0)))
+    elif kind == "crash":
+        import ctypes
+
+        ctypes.string_at(0)  # a real segmentation fault
+
+
+# --- the serving loop ---------------------------------------------------------------
+
+
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def send_message(fd, message):
+    data = json.dumps(message).encode()
+    write_all(fd, struct.pack("<I", len(data)) + data)
+
+
+def send_error(fd, text):
+    """`E`, then the traceback as a length-prefixed UTF-8 text."""
+    data = text.encode()[-ERROR_TEXT_MAX:]
+    write_all(fd, b"E" + struct.pack("<I", len(data)) + data)
+
+
+def serve(args, np, gym, make, kwargs):
+    k = args.envs
+    envs = [make(**kwargs) for _ in range(k)]
+    expected = json.loads(args.layout)
+    got = describe(np, gym, envs[0], args.target)
+    for key in ("observation", "obs_dim", "action"):
+        if got[key] != expected.get(key):
+            raise ValueError(f"the env's {key} is {got[key]!r}, the run expects "
+                             f"{expected.get(key)!r} (its spaces changed since the config "
+                             "recorded them)")
+    obs_dim = got["obs_dim"]
+    act_dim = len(got["action"]["Box"]["low"]) if "Box" in got["action"] else 1
+    flat = flattener(np, gym.spaces, envs[0].observation_space)
+    _, to_action = action_layout(np, gym.spaces, envs[0].action_space)
+    buf = mmap.mmap(args.shm_fd, 0)
+    header = struct.unpack_from("<5I", buf, 0)
+    if header != (MAGIC, PROTOCOL, k, obs_dim, act_dim):
+        raise ValueError(f"shared region header {header} does not match protocol "
+                         f"{PROTOCOL} with {k} envs, obs {obs_dim}, action {act_dim}")
+    v = region_views(np, buf, k, obs_dim, act_dim)
+    actions, obs, final_obs = v["actions"], v["obs"], v["final_obs"]
+    rewards, clock, seeds = v["rewards"], v["clock"], v["seeds"]
+    terminated, truncated, success = v["terminated"], v["truncated"], v["success"]
+    fault = json.loads(args.fault) if args.fault else None
+    steps = 0
+
+    def step_all():
+        nonlocal steps
+        steps += 1
+        for i in range(k):
+            env = envs[i]
+            o, r, te, tr, info = env.step(to_action(actions[i]))
+            clock[i] += 1
+            rewards[i] = r
+            terminated[i] = te
+            truncated[i] = tr
+            if te or tr:
+                flat.write(final_obs[i], o)
+                s = info.get("is_success") if isinstance(info, dict) else None
+                success[i] = 0 if s is None else (2 if s else 1)
+                o, _ = env.reset()
+            flat.write(obs[i], o)
+        if fault is not None and steps == fault["at_step"]:
+            inject(fault, np, obs[0])
+
+    def reset_all():
+        for i in range(k):
+            o, _ = envs[i].reset(seed=int(seeds[i]))
+            flat.write(obs[i], o)
+            terminated[i] = truncated[i] = success[i] = 0
+
+    commands = {b"S": step_all, b"R": reset_all}
+    os.write(args.reply_fd, b"K")
+    while True:
+        command = os.read(args.cmd_fd, 1)
+        if not command or command == b"Q":
+            break
+        try:
+            commands[command]()
+        except Exception:
+            send_error(args.reply_fd, traceback.format_exc())
+            continue
+        os.write(args.reply_fd, b"K")
+    for env in envs:
+        env.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="strata_gym_worker")
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--kwargs", default="{}")
+    parser.add_argument("--path", action="append", default=[])
+    parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--describe", action="store_true")
+    parser.add_argument("--cmd-fd", type=int)
+    parser.add_argument("--shm-fd", type=int)
+    parser.add_argument("--envs", type=int, default=1)
+    parser.add_argument("--layout", default="{}")
+    parser.add_argument("--fault", default="")
+    args = parser.parse_args()
+    # Ctrl-C belongs to the trainer, which stops this process in order; prints go to
+    # stderr, so nothing an env prints can be taken for the protocol.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.dup2(2, 1)
+    for p in reversed(args.path):
+        sys.path.insert(0, p)
+    try:
+        import numpy as np
+        import gymnasium as gym
+
+        register_strata_envs(gym, np)
+        make = resolve(gym, args.target)
+        kwargs = json.loads(args.kwargs)
+        if args.describe:
+            env = make(**kwargs)
+            send_message(args.reply_fd, {"layout": describe(np, gym, env, args.target)})
+            env.close()
+            return 0
+        serve(args, np, gym, make, kwargs)
+        return 0
+    except Exception:
+        text = traceback.format_exc()
+        try:
+            if args.describe:
+                send_message(args.reply_fd, {"error": text})
+            else:
+                send_error(args.reply_fd, text)
+        except OSError:
+            sys.stderr.write(text)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+//! Gymnasium environments in Python worker processes, as a [`VecEnv`](crate::VecEnv).
+//!
+//! [`GymVecEnv`] runs `num_envs` envs in processes of `envs_per_process` each. Every
+//! process steps all its envs per wake-up and exchanges actions, observations, rewards,
+//! flags, final observations and env clocks with Rust through a shared-memory region of
+//! its own; a step costs one byte each way on a pipe. Nothing is pickled on the hot path.
+//! [`describe`] asks Python what an env looks like ([`GymLayout`]: how its observation is
+//! flattened, its action space, time limit and solve threshold).
+//!
+//! Faults are contained: an env that raises, returns NaN, crashes its process or hangs
+//! makes the vector fail with an error naming the process and what happened; its process
+//! group is killed and reaped, and the caller (a rollout worker) starts fresh envs. The
+//! processes die with the trainer (a parent-death signal) and the regions are anonymous
+//! memory files, so a killed trainer leaves neither processes nor shared memory behind.
+//!
+//! # Terminology
+//!
+//! - **target**: what to make: a Gymnasium id (`HalfCheetah-v5`, or `module:Env-v0`,
+//!   which imports `module` first) or a factory `module:callable`, with keyword arguments.
+//! - **layout**: how one env's observation is flattened into f32 values (Box as is,
+//!   discrete values one-hot, Dict in key order) and its action space. It is part of a
+//!   run's config hash: a run resumed or evaluated against an env whose layout changed is
+//!   refused.
+
+mod process;
+mod region;
+mod vec_env;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::{EnvSpec, Space};
+use process::{EnvProcess, Launch};
+
+pub use vec_env::{GymOptions, GymVecEnv};
+
+/// The prefix that marks an env name as a Gymnasium target (`gym:HalfCheetah-v5`).
+pub const GYM_PREFIX: &str = "gym:";
+
+/// The target of a `gym:` env name, if it is one.
+pub fn gym_target(name: &str) -> Option<&str> {
+    name.strip_prefix(GYM_PREFIX).filter(|t| !t.is_empty())
+}
+
+/// The interpreter env processes run when none is configured: `$STRATA_PYTHON`, else
+/// `python3` on the `PATH` (an activated virtual environment's).
+pub fn default_python() -> PathBuf {
+    std::env::var_os("STRATA_PYTHON")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from("python3"), PathBuf::from)
+}
+
+/// What went wrong with a Gymnasium env process.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum GymError {
+    /// The interpreter could not be started.
+    #[error("could not start Python `{python}`: {reason}")]
+    Spawn {
+        /// The interpreter.
+        python: String,
+        /// Why.
+        reason: String,
+    },
+    /// The env (or making it) raised a Python exception.
+    #[error("the env raised in Python:\n{traceback}")]
+    Raised {
+        /// Python's traceback.
+        traceback: String,
+    },
+    /// The process died (a crash in the simulator, a kill).
+    #[error("its process (pid {pid}) {status}")]
+    Exited {
+        /// Its process id.
+        pid: u32,
+        /// How it ended.
+        status: String,
+    },
+    /// The process did not answer in time; it was killed.
+    #[error("its process (pid {pid}) did not answer within {waited:.1?}; killed")]
+    Hung {
+        /// Its process id.
+        pid: u32,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// The process answered something the protocol does not allow.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The shared-memory region could not be made.
+    #[error("shared memory: {0}")]
+    Region(String),
+}
+
+/// What to run and where: the env target, its keyword arguments and the interpreter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GymTarget {
+    /// A Gymnasium id (`HalfCheetah-v5`, `gymnasium_robotics:FetchReachDense-v4`) or a
+    /// factory `module:callable`.
+    pub id: String,
+    /// Keyword arguments for `gym.make` or the factory.
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+    /// The Python interpreter (a virtual environment's `bin/python`, say).
+    pub python: PathBuf,
+    /// Directories put first on the processes' `sys.path` (where a factory's module is).
+    pub python_path: Vec<PathBuf>,
+}
+
+impl GymTarget {
+    /// `id` with no keyword arguments, run by `python`.
+    pub fn new(id: &str, python: impl Into<PathBuf>) -> Self {
+        GymTarget {
+            id: id.to_string(),
+            kwargs: serde_json::Map::new(),
+            python: python.into(),
+            python_path: Vec::new(),
+        }
+    }
+
+    /// The worker program's arguments that say what to make.
+    fn args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--target".to_string(),
+            self.id.clone(),
+            "--kwargs".to_string(),
+            serde_json::Value::Object(self.kwargs.clone()).to_string(),
+        ];
+        for p in &self.python_path {
+            args.extend(["--path".to_string(), p.display().to_string()]);
+        }
+        args
+    }
+
+    fn launch(&self, extra: Vec<String>) -> Launch {
+        let mut args = self.args();
+        args.extend(extra);
+        Launch {
+            python: self.python.clone(),
+            args,
+        }
+    }
+}
+
+/// What one env looks like to Strata: its flattened observation and its action space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GymLayout {
+    /// The env's registered id (or the factory's name).
+    pub id: String,
+    /// How the observation is flattened: `Box(17,)`,
+    /// `Dict(achieved_goal=Box(3,), desired_goal=Box(3,), observation=Box(10,))`.
+    pub observation: String,
+    /// Values in a flattened observation.
+    pub obs_dim: usize,
+    /// The action space (infinite Box bounds stored as f32's largest value).
+    pub action: Space,
+    /// The env's time limit, if it has one.
+    pub max_episode_steps: Option<u32>,
+    /// The registered solve threshold, if any.
+    pub reward_threshold: Option<f64>,
+}
+
+impl GymLayout {
+    /// The [`EnvSpec`] of an env named `name` with this layout.
+    pub fn spec(&self, name: &str) -> EnvSpec {
+        EnvSpec {
+            name: name.to_string(),
+            gymnasium_id: self.id.clone(),
+            observation_space: Space::uniform_box(self.obs_dim, f32::NEG_INFINITY, f32::INFINITY),
+            action_space: self.action.clone(),
+            max_episode_steps: self.max_episode_steps.unwrap_or(u32::MAX),
+            reward_threshold: self.reward_threshold.unwrap_or(f64::INFINITY),
+        }
+    }
+}
+
+/// Asks Python what `target` looks like, starting one process that makes one env (once
+/// per target and process: later calls answer from a cache).
+///
+/// # Errors
+/// [`GymError::Spawn`] without an interpreter, [`GymError::Raised`] when the env cannot
+/// be made (gymnasium missing, an unknown id, a space that cannot be flattened), and
+/// [`GymError::Hung`] after `timeout`.
+pub fn describe(target: &GymTarget, timeout: Duration) -> Result<GymLayout, GymError> {
+    static CACHE: OnceLock<Mutex<HashMap<String, GymLayout>>> = OnceLock::new();
+    let key = format!("{}\0{:?}", target.python.display(), target.args());
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(layout) = cache.lock().get(&key) {
+        return Ok(layout.clone());
+    }
+    let mut process = EnvProcess::start(&target.launch(vec!["--describe".into()]), None, timeout)?;
+    let message = process.read_message(timeout)?;
+    #[derive(Deserialize)]
+    struct Described {
+        layout: Option<GymLayout>,
+        error: Option<String>,
+    }
+    let described: Described = serde_json::from_slice(&message)
+        .map_err(|e| GymError::Protocol(format!("unreadable description: {e}")))?;
+    let layout = match (described.layout, described.error) {
+        (Some(layout), None) => layout,
+        (_, Some(traceback)) => return Err(GymError::Raised { traceback }),
+        (None, None) => return Err(GymError::Protocol("an empty description".into())),
+    };
+    cache.lock().insert(key, layout.clone());
+    Ok(layout)
+}

@@ -1,0 +1,393 @@
+//! One Python env process: started in its own process group with a parent-death signal,
+//! driven by one command byte per step over a pipe, answered by one byte, killed and
+//! reaped when it fails, hangs or is dropped.
+//!
+//! Pipes rather than an eventfd or futex: a process that dies closes its end, so a crash
+//! (a segfault in a simulator) is seen at once as end-of-file instead of as a timeout.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Sender};
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, Signal};
+
+use super::region::Region;
+use super::GymError;
+
+/// The worker program, fed to `python -` on its stdin.
+const WORKER_PROGRAM: &str = include_str!("../../python/strata_gym_worker.py");
+/// How long a process that was asked to quit gets before it is killed.
+const QUIT_GRACE: Duration = Duration::from_secs(2);
+/// How long a killed process gets to be reaped before it is given up on (logged).
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// What to run: the interpreter and the program's arguments.
+#[derive(Clone, Debug)]
+pub(crate) struct Launch {
+    /// The Python interpreter.
+    pub(crate) python: PathBuf,
+    /// Arguments after `python -`.
+    pub(crate) args: Vec<String>,
+}
+
+/// A started env process and the owner's ends of its pipes.
+pub(crate) struct EnvProcess {
+    child: Child,
+    /// Owner -> process: one command byte (`S`tep, `R`eset, `Q`uit).
+    commands: File,
+    /// Process -> owner: `K`, or `E` and a traceback.
+    replies: File,
+    /// Its shared-memory region (none for a describing process).
+    pub(crate) region: Option<Region>,
+    /// Set once it failed: it is dead (killed and reaped) and answers nothing more.
+    dead: bool,
+}
+
+/// Requests to the spawner thread: a command to start, and where to send the child.
+type SpawnRequest = (Command, Sender<std::io::Result<Child>>);
+
+/// Every env process is started by one long-lived thread, because Linux sends the
+/// parent-death signal when the *thread* that forked the child ends: started from a worker
+/// thread, a process would be killed when that thread is replaced. This thread lives as
+/// long as the trainer, so its children die with the trainer and not before.
+fn spawner() -> &'static Sender<SpawnRequest> {
+    static SPAWNER: OnceLock<Sender<SpawnRequest>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        // Capacity 1: callers wait their turn (for at most the spawn timeout).
+        let (tx, rx) = bounded::<SpawnRequest>(1);
+        std::thread::Builder::new()
+            .name("strata-env-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("the env spawner thread starts");
+        tx
+    })
+}
+
+/// Starts a command through the spawner thread, waiting at most `timeout`.
+fn spawn_command(command: Command, timeout: Duration) -> std::io::Result<Child> {
+    let timed_out = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the env spawner did not start the process within {timeout:?}"),
+        )
+    };
+    let (reply, answer) = bounded(1);
+    spawner()
+        .send_timeout((command, reply), timeout)
+        .map_err(|_| timed_out())?;
+    answer.recv_timeout(timeout).map_err(|_| timed_out())?
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
+}
+
+impl EnvProcess {
+    /// Starts `python - ARGS --reply-fd R [--cmd-fd C --shm-fd M]` in a process group of
+    /// its own (a terminal's Ctrl-C reaches the trainer only, which stops it in order)
+    /// that is killed when the trainer dies, and feeds it the worker program.
+    ///
+    /// # Errors
+    /// [`GymError::Spawn`] when the interpreter cannot be started.
+    pub(crate) fn start(
+        launch: &Launch,
+        region: Option<Region>,
+        timeout: Duration,
+    ) -> Result<Self, GymError> {
+        let spawn_error = |reason: String| GymError::Spawn {
+            python: launch.python.display().to_string(),
+            reason,
+        };
+        let io = |e: std::io::Error| spawn_error(e.to_string());
+        let (command_read, command_write) = pipe().map_err(io)?;
+        let (reply_read, reply_write) = pipe().map_err(io)?;
+        let mut args = launch.args.clone();
+        args.extend([
+            "--reply-fd".into(),
+            reply_write.as_raw_fd().to_string(),
+            "--cmd-fd".into(),
+            command_read.as_raw_fd().to_string(),
+        ]);
+        let inherited: Vec<i32> = [&command_read, &reply_write]
+            .iter()
+            .map(|fd| fd.as_raw_fd())
+            .chain(region.as_ref().map(|r| r.fd().as_raw_fd()))
+            .collect();
+        if let Some(r) = &region {
+            args.extend(["--shm-fd".into(), r.fd().as_raw_fd().to_string()]);
+        }
+        let stderr = std::io::stderr().as_fd().try_clone_to_owned().map_err(io)?;
+        let mut command = Command::new(&launch.python);
+        command
+            .arg("-")
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(stderr))
+            .process_group(0);
+        let parent = rustix::process::getpid();
+        // SAFETY: the closure runs in the forked child before exec and makes only
+        // async-signal-safe system calls (prctl, getppid, fcntl), allocating nothing.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The trainer may have died before the signal was armed.
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(std::io::Error::other("the trainer exited"));
+                }
+                for &fd in &inherited {
+                    let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+                }
+                Ok(())
+            });
+        }
+        let mut child = spawn_command(command, timeout).map_err(io)?;
+        // The child's ends are its own now: with ours closed, its death is end-of-file.
+        drop((command_read, reply_write));
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let fed = stdin.write_all(WORKER_PROGRAM.as_bytes());
+        drop(stdin);
+        let mut process = EnvProcess {
+            child,
+            commands: File::from(command_write),
+            replies: File::from(reply_read),
+            region,
+            dead: false,
+        };
+        if let Err(e) = fed {
+            return Err(process.died(format!("took no program on stdin ({e})")));
+        }
+        Ok(process)
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends one command byte.
+    ///
+    /// # Errors
+    /// [`GymError::Exited`] when the process is gone.
+    pub(crate) fn send(&mut self, command: u8) -> Result<(), GymError> {
+        if self.dead {
+            return Err(self.gone());
+        }
+        match self.commands.write_all(&[command]) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.died(format!("stopped reading commands ({e})"))),
+        }
+    }
+
+    /// Waits at most `timeout` for the answer to the last command.
+    ///
+    /// # Errors
+    /// [`GymError::Raised`] with the env's traceback, [`GymError::Exited`] when the
+    /// process died, [`GymError::Hung`] when it did not answer in time (it is killed).
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Result<(), GymError> {
+        if self.dead {
+            return Err(self.gone());
+        }
+        let deadline = Instant::now() + timeout;
+        match self.read_byte(deadline)? {
+            Some(b'K') => Ok(()),
+            Some(b'E') => {
+                let text = self.read_text(deadline)?;
+                Err(GymError::Raised { traceback: text })
+            }
+            Some(other) => {
+                self.kill();
+                Err(GymError::Protocol(format!(
+                    "unexpected reply byte {other:#04x} from pid {}",
+                    self.pid()
+                )))
+            }
+            None => Err(self.died("closed its reply pipe".into())),
+        }
+    }
+
+    /// Reads one length-prefixed message (a description, or an error's text).
+    pub(crate) fn read_message(&mut self, timeout: Duration) -> Result<Vec<u8>, GymError> {
+        let deadline = Instant::now() + timeout;
+        let mut len = [0u8; 4];
+        self.read_exact(&mut len, deadline)?;
+        let mut data = vec![0u8; u32::from_le_bytes(len) as usize];
+        self.read_exact(&mut data, deadline)?;
+        Ok(data)
+    }
+
+    fn read_text(&mut self, deadline: Instant) -> Result<String, GymError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let data = self.read_message(timeout.max(Duration::from_secs(1)))?;
+        Ok(String::from_utf8_lossy(&data).into_owned())
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), GymError> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            self.readable(deadline)?;
+            match self.replies.read(&mut buf[filled..]) {
+                Ok(0) => return Err(self.died("closed its reply pipe mid-message".into())),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.died(format!("reply pipe failed ({e})"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// One byte, or `None` at end-of-file.
+    fn read_byte(&mut self, deadline: Instant) -> Result<Option<u8>, GymError> {
+        let mut byte = [0u8; 1];
+        loop {
+            self.readable(deadline)?;
+            match self.replies.read(&mut byte) {
+                Ok(0) => return Ok(None),
+                Ok(_) => return Ok(Some(byte[0])),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.died(format!("reply pipe failed ({e})"))),
+            }
+        }
+    }
+
+    /// Waits until the reply pipe has data or is closed; kills the process at `deadline`.
+    fn readable(&mut self, deadline: Instant) -> Result<(), GymError> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let timeout =
+                rustix::event::Timespec::try_from(left).unwrap_or(rustix::event::Timespec {
+                    tv_sec: i64::MAX,
+                    tv_nsec: 0,
+                });
+            let mut fds = [PollFd::new(&self.replies, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) => {
+                    let pid = self.pid();
+                    self.kill();
+                    return Err(GymError::Hung {
+                        pid,
+                        waited: left.max(Duration::from_millis(1)),
+                    });
+                }
+                Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(self.died(format!("poll failed ({e})"))),
+            }
+        }
+    }
+
+    /// Marks the process dead after it stopped answering: kills what is left of its
+    /// group, reaps it and says how it ended.
+    fn died(&mut self, what: String) -> GymError {
+        let pid = self.pid();
+        let status = self.kill();
+        GymError::Exited {
+            pid,
+            status: format!("{what}; {status}"),
+        }
+    }
+
+    /// The error every call after a failure returns.
+    fn gone(&self) -> GymError {
+        GymError::Exited {
+            pid: self.pid(),
+            status: "was stopped after an earlier failure".into(),
+        }
+    }
+
+    /// Kills the process group (the env's own children too) and reaps the process;
+    /// returns how it ended.
+    fn kill(&mut self) -> String {
+        self.dead = true;
+        let pid = Pid::from_raw(self.child.id() as i32).expect("a child's pid is positive");
+        // The group may be gone already; that is the point.
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+        self.reap(REAP_WAIT)
+    }
+
+    /// Waits at most `wait` for the process to exit; describes its status.
+    fn reap(&mut self, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return describe_status(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(None) => {
+                    tracing::error!(
+                        component = "env",
+                        pid = self.child.id(),
+                        ?wait,
+                        "env process still running after SIGKILL; left to the OS"
+                    );
+                    return format!("still running {wait:?} after SIGKILL");
+                }
+                Err(e) => return format!("could not be reaped ({e})"),
+            }
+        }
+    }
+
+    /// Asks the process to quit (closing its envs), then kills what is left of its group
+    /// and reaps it. Called for every process of a vector before any is waited on.
+    pub(crate) fn ask_to_quit(&mut self) {
+        if !self.dead {
+            let _ = self.commands.write_all(b"Q");
+        }
+    }
+
+    /// Waits up to the grace period for a process asked to quit, then kills its group.
+    pub(crate) fn finish(&mut self) {
+        if self.dead {
+            return;
+        }
+        let deadline = Instant::now() + QUIT_GRACE;
+        // End-of-file on the reply pipe: it exited.
+        let mut byte = [0u8; 64];
+        while self.readable(deadline).is_ok() {
+            match self.replies.read(&mut byte) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        if !self.dead {
+            self.kill();
+        }
+    }
+}
+
+impl Drop for EnvProcess {
+    fn drop(&mut self) {
+        self.ask_to_quit();
+        self.finish();
+    }
+}
+
+/// "exited with status 1", "was killed by signal 11 (SIGSEGV)".
+fn describe_status(status: std::process::ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    let signal = status.signal().unwrap_or(0);
+    let name = match signal {
+        6 => " (SIGABRT)",
+        9 => " (SIGKILL)",
+        11 => " (SIGSEGV)",
+        15 => " (SIGTERM)",
+        7 => " (SIGBUS)",
+        8 => " (SIGFPE)",
+        _ => "",
+    };
+    format!("was killed by signal {signal}{name}")
+}

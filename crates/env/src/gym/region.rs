@@ -1,0 +1,225 @@
+//! The shared-memory region one env process and its Rust owner exchange steps through: an
+//! anonymous memory file (`memfd`), so nothing is left in `/dev/shm` however either side
+//! dies, mapped by both. The layout (a 64-byte header, then arrays at 64-byte aligned
+//! offsets) is mirrored by `REGION_ARRAYS` in `python/strata_gym_worker.py`.
+
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use memmap2::MmapMut;
+
+/// Identifies a Strata region ("STRG", little-endian).
+const MAGIC: u32 = 0x4752_5453;
+/// Bumped whenever the layout changes; the worker refuses a region of another version.
+pub(crate) const PROTOCOL: u32 = 1;
+const HEADER: usize = 64;
+
+/// Where each array lives, in bytes from the start of the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Offsets {
+    actions: usize,
+    obs: usize,
+    final_obs: usize,
+    rewards: usize,
+    clock: usize,
+    seeds: usize,
+    terminated: usize,
+    truncated: usize,
+    success: usize,
+    end: usize,
+}
+
+fn align(n: usize) -> usize {
+    n.div_ceil(64) * 64
+}
+
+impl Offsets {
+    /// The layout for `k` envs with `obs_dim` observation and `act_dim` action values,
+    /// in the order of the worker's `REGION_ARRAYS`.
+    fn new(k: usize, obs_dim: usize, act_dim: usize) -> Self {
+        let mut at = HEADER;
+        let mut next = |bytes: usize| {
+            let here = at;
+            at = align(at + bytes);
+            here
+        };
+        let actions = next(k * act_dim * 4);
+        let obs = next(k * obs_dim * 4);
+        let final_obs = next(k * obs_dim * 4);
+        let rewards = next(k * 8);
+        let clock = next(k * 8);
+        let seeds = next(k * 8);
+        let terminated = next(k);
+        let truncated = next(k);
+        let success = next(k);
+        Offsets {
+            actions,
+            obs,
+            final_obs,
+            rewards,
+            clock,
+            seeds,
+            terminated,
+            truncated,
+            success,
+            end: at,
+        }
+    }
+}
+
+/// What an env's step left in the region, borrowed while the process is idle.
+pub(crate) struct StepView<'a> {
+    pub(crate) obs: &'a [f32],
+    pub(crate) final_obs: &'a [f32],
+    pub(crate) rewards: &'a [f64],
+    pub(crate) clock: &'a [u64],
+    pub(crate) terminated: &'a [u8],
+    pub(crate) truncated: &'a [u8],
+    pub(crate) success: &'a [u8],
+}
+
+/// One process's region: `k` envs' actions, observations, rewards, flags, final
+/// observations, env clocks and reset seeds.
+///
+/// Access discipline: the child touches the region only between a command and its reply,
+/// and the owner only outside that window ([`super::process::EnvProcess`] enforces it by
+/// taking `&mut` for both), so the two never access it at the same time.
+pub(crate) struct Region {
+    file: File,
+    map: MmapMut,
+    at: Offsets,
+    k: usize,
+    obs_dim: usize,
+    act_dim: usize,
+}
+
+impl Region {
+    /// Creates a zeroed region for `k` envs and writes its header.
+    ///
+    /// # Errors
+    /// When the memory file cannot be created, sized or mapped.
+    pub(crate) fn create(k: usize, obs_dim: usize, act_dim: usize) -> std::io::Result<Self> {
+        let at = Offsets::new(k, obs_dim, act_dim);
+        let fd = rustix::fs::memfd_create("strata-gym", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = File::from(fd);
+        file.set_len(at.end as u64)?;
+        // SAFETY: the file is ours alone until the child is started, and afterwards the
+        // child accesses it only while the owner waits (see the type's docs). Its size is
+        // fixed: nobody truncates it while mapped.
+        let mut map = unsafe { MmapMut::map_mut(&file)? };
+        for (i, value) in [MAGIC, PROTOCOL, k as u32, obs_dim as u32, act_dim as u32]
+            .into_iter()
+            .enumerate()
+        {
+            map[i * 4..i * 4 + 4].copy_from_slice(&value.to_le_bytes());
+        }
+        Ok(Region {
+            file,
+            map,
+            at,
+            k,
+            obs_dim,
+            act_dim,
+        })
+    }
+
+    /// The memory file, for the child to map.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// `count` values of `T` at byte `offset`.
+    fn slice<T: Plain>(&self, offset: usize, count: usize) -> &[T] {
+        let bytes = &self.map[offset..offset + count * size_of::<T>()];
+        // SAFETY: offsets are 64-byte aligned within a page-aligned mapping, the range is
+        // in bounds (checked by the slice above), and every bit pattern is a valid `T`.
+        unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), count) }
+    }
+
+    fn slice_mut<T: Plain>(&mut self, offset: usize, count: usize) -> &mut [T] {
+        let bytes = &mut self.map[offset..offset + count * size_of::<T>()];
+        // SAFETY: as in `slice`; `&mut self` makes the borrow exclusive on this side.
+        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), count) }
+    }
+
+    /// The actions the next step applies, `k * act_dim`.
+    pub(crate) fn actions_mut(&mut self) -> &mut [f32] {
+        let (at, n) = (self.at.actions, self.k * self.act_dim);
+        self.slice_mut(at, n)
+    }
+
+    /// Seeds of the next reset, one per env.
+    pub(crate) fn seeds_mut(&mut self) -> &mut [u64] {
+        let (at, n) = (self.at.seeds, self.k);
+        self.slice_mut(at, n)
+    }
+
+    /// Each env's clock: the worker increments it per step; the owner sets it on restore.
+    pub(crate) fn clock_mut(&mut self) -> &mut [u64] {
+        let (at, n) = (self.at.clock, self.k);
+        self.slice_mut(at, n)
+    }
+
+    /// The current observations, `k * obs_dim`.
+    pub(crate) fn obs(&self) -> &[f32] {
+        self.slice(self.at.obs, self.k * self.obs_dim)
+    }
+
+    /// Everything the last step wrote.
+    pub(crate) fn step_view(&self) -> StepView<'_> {
+        let (k, d) = (self.k, self.obs_dim);
+        StepView {
+            obs: self.slice(self.at.obs, k * d),
+            final_obs: self.slice(self.at.final_obs, k * d),
+            rewards: self.slice(self.at.rewards, k),
+            clock: self.slice(self.at.clock, k),
+            terminated: self.slice(self.at.terminated, k),
+            truncated: self.slice(self.at.truncated, k),
+            success: self.slice(self.at.success, k),
+        }
+    }
+}
+
+/// Plain numbers: any bit pattern is a valid value.
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for f64 {}
+impl Plain for u64 {}
+impl Plain for u8 {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_are_aligned_and_disjoint() {
+        let at = Offsets::new(3, 17, 6);
+        let starts = [
+            at.actions,
+            at.obs,
+            at.final_obs,
+            at.rewards,
+            at.clock,
+            at.seeds,
+            at.terminated,
+            at.truncated,
+            at.success,
+        ];
+        assert!(starts.iter().all(|s| s % 64 == 0));
+        assert!(starts.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(at.obs - at.actions, align(3 * 6 * 4));
+        assert_eq!(at.end, at.success + 64);
+    }
+
+    #[test]
+    fn a_region_starts_with_its_header_and_holds_what_is_written() {
+        let mut region = Region::create(2, 3, 1).unwrap();
+        assert_eq!(&region.map[0..4], &MAGIC.to_le_bytes());
+        assert_eq!(&region.map[12..16], &3u32.to_le_bytes());
+        region.actions_mut().copy_from_slice(&[1.0, 2.0]);
+        region.seeds_mut().copy_from_slice(&[7, 9]);
+        assert_eq!(region.slice::<f32>(region.at.actions, 2), &[1.0, 2.0]);
+        assert_eq!(region.slice::<u64>(region.at.seeds, 2), &[7, 9]);
+        assert_eq!(region.obs(), &[0.0; 6]);
+    }
+}

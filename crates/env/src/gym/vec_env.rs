@@ -1,0 +1,427 @@
+//! [`GymVecEnv`]: a vector of Gymnasium envs spread over worker processes.
+
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+
+use super::process::EnvProcess;
+use super::region::Region;
+use super::{GymError, GymLayout, GymTarget};
+use crate::vector::{check_actions, clip_action};
+use crate::{
+    derive_seed, EnvError, EnvRng, EnvSpec, EpisodeEnd, FaultPlan, SlotSnapshot, StepBatch, VecEnv,
+    VecEnvSnapshot,
+};
+
+/// How a [`GymVecEnv`] runs its processes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GymOptions {
+    /// Envs each process steps (the last may have fewer); 0: all in one process.
+    pub envs_per_process: usize,
+    /// How long a step or reset may take before the process is taken for hung and killed.
+    pub step_timeout: Duration,
+    /// How long starting a process and making its envs may take.
+    pub start_timeout: Duration,
+    /// A fault the first process injects inside Python (raise, NaN, crash, hang), for
+    /// robustness tests; never for a replacement worker.
+    pub fault: Option<FaultPlan>,
+}
+
+impl Default for GymOptions {
+    fn default() -> Self {
+        GymOptions {
+            envs_per_process: 0,
+            step_timeout: Duration::from_secs(30),
+            start_timeout: Duration::from_secs(120),
+            fault: None,
+        }
+    }
+}
+
+/// One process and the envs it owns (`first .. first + k` of the vector).
+struct Member {
+    process: EnvProcess,
+    first: usize,
+    k: usize,
+}
+
+/// `num_envs` Gymnasium envs in worker processes, with Strata's [`VecEnv`] semantics:
+/// same-step autoreset keeping the final observation, per-env seeds derived from one run
+/// seed, continuous actions clipped to the action space at the env boundary, NaN
+/// observations or rewards refused. Envs are seeded by their index in the vector, so how
+/// they are spread over processes does not change what they do.
+///
+/// Once a process fails (raises, dies, hangs), the vector is failed: every later call
+/// returns that error, and the owner replaces it. Dropping it stops every process.
+pub struct GymVecEnv {
+    spec: EnvSpec,
+    members: Vec<Member>,
+    num_envs: usize,
+    obs_dim: usize,
+    act_dim: usize,
+    elapsed: Vec<u32>,
+    episode_return: Vec<f64>,
+    /// The seed of the last reset, and how many restores since (their reset seeds).
+    seed: u64,
+    step_timeout: Duration,
+    failed: Option<EnvError>,
+}
+
+impl GymVecEnv {
+    /// Starts the processes for `num_envs` envs of `target`, each checking that its env
+    /// still has `layout`; the envs are reset (seed 0) and ready to step.
+    ///
+    /// # Errors
+    /// [`EnvError::Gym`] when a process cannot be started, its env cannot be made, or
+    /// its layout differs from `layout`.
+    pub fn start(
+        name: &str,
+        target: &GymTarget,
+        layout: &GymLayout,
+        num_envs: usize,
+        options: &GymOptions,
+    ) -> Result<Self, EnvError> {
+        let spec = layout.spec(name);
+        let (obs_dim, act_dim) = (spec.obs_dim(), spec.action_dim());
+        let per = match options.envs_per_process {
+            0 => num_envs.max(1),
+            n => n,
+        };
+        let fail = |process: usize, error: GymError| EnvError::Gym {
+            env: name.to_string(),
+            process,
+            error,
+        };
+        let layout_json = serde_json::to_string(layout).expect("a layout serialises");
+        let mut members = Vec::new();
+        let mut first = 0;
+        while first < num_envs {
+            let k = per.min(num_envs - first);
+            let index = members.len();
+            let region = Region::create(k, obs_dim, act_dim)
+                .map_err(|e| fail(index, GymError::Region(e.to_string())))?;
+            let mut extra = vec![
+                "--envs".to_string(),
+                k.to_string(),
+                "--layout".to_string(),
+                layout_json.clone(),
+            ];
+            if let (0, Some(plan)) = (index, &options.fault) {
+                extra.extend([
+                    "--fault".to_string(),
+                    serde_json::to_string(plan).expect("a fault plan serialises"),
+                ]);
+            }
+            let process =
+                EnvProcess::start(&target.launch(extra), Some(region), options.start_timeout)
+                    .map_err(|e| fail(index, e))?;
+            members.push(Member { process, first, k });
+            first += k;
+        }
+        // Started together, then waited on: the processes make their envs in parallel.
+        for (index, m) in members.iter_mut().enumerate() {
+            m.process
+                .wait(options.start_timeout)
+                .map_err(|e| fail(index, e))?;
+        }
+        let mut envs = GymVecEnv {
+            spec,
+            members,
+            num_envs,
+            obs_dim,
+            act_dim,
+            elapsed: vec![0; num_envs],
+            episode_return: vec![0.0; num_envs],
+            seed: 0,
+            step_timeout: options.step_timeout,
+            failed: None,
+        };
+        let mut obs = vec![0.0; num_envs * obs_dim];
+        envs.reset(0, &mut obs)?;
+        Ok(envs)
+    }
+
+    /// Process ids, in env order (for tests and operators).
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.process.pid()).collect()
+    }
+
+    /// Sends `command` to every process, then waits for each answer: the processes work in
+    /// parallel. The first failure fails the vector (every process is stopped).
+    fn round(&mut self, command: u8) -> Result<(), EnvError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let mut outcome = Ok(());
+        for (index, m) in self.members.iter_mut().enumerate() {
+            if let Err(e) = m.process.send(command) {
+                outcome = Err((index, e));
+                break;
+            }
+        }
+        if outcome.is_ok() {
+            for (index, m) in self.members.iter_mut().enumerate() {
+                if let Err(e) = m.process.wait(self.step_timeout) {
+                    outcome = Err((index, e));
+                    break;
+                }
+            }
+        }
+        outcome.map_err(|(process, error)| self.fail(process, error))
+    }
+
+    /// Records a failure and stops every process (the vector will be replaced).
+    fn fail(&mut self, process: usize, error: GymError) -> EnvError {
+        let error = EnvError::Gym {
+            env: self.spec.name.clone(),
+            process,
+            error,
+        };
+        for m in &mut self.members {
+            m.process.ask_to_quit();
+        }
+        for m in &mut self.members {
+            m.process.finish();
+        }
+        self.failed = Some(error.clone());
+        error
+    }
+
+    fn non_finite(&mut self, index: usize, what: &'static str, value: f64) -> EnvError {
+        let error = EnvError::NonFinite {
+            env: self.spec.name.clone(),
+            index,
+            what,
+            value,
+            step: self.elapsed[index],
+        };
+        self.failed = Some(error.clone());
+        error
+    }
+
+    /// Copies the processes' current observations into `obs` (all envs, row-major).
+    fn read_obs(&self, obs: &mut [f32]) {
+        let d = self.obs_dim;
+        for m in &self.members {
+            let region = m
+                .process
+                .region
+                .as_ref()
+                .expect("a stepping process has a region");
+            obs[m.first * d..(m.first + m.k) * d].copy_from_slice(region.obs());
+        }
+    }
+
+    /// Resets every env with the seed of its index under `seed`, keeping the clocks.
+    fn reset_with(&mut self, seeds: impl Fn(usize) -> u64) -> Result<(), EnvError> {
+        for m in &mut self.members {
+            let region = m
+                .process
+                .region
+                .as_mut()
+                .expect("a stepping process has a region");
+            for (j, s) in region.seeds_mut().iter_mut().enumerate() {
+                *s = seeds(m.first + j);
+            }
+        }
+        self.round(b'R')?;
+        self.elapsed.fill(0);
+        self.episode_return.fill(0.0);
+        Ok(())
+    }
+}
+
+impl VecEnv for GymVecEnv {
+    fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    fn num_envs(&self) -> usize {
+        self.num_envs
+    }
+
+    fn reset(&mut self, seed: u64, obs: &mut [f32]) -> Result<(), EnvError> {
+        self.seed = seed;
+        self.reset_with(|i| derive_seed(seed, i as u64))?;
+        self.read_obs(obs);
+        Ok(())
+    }
+
+    fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        check_actions(&self.spec, self.num_envs, actions)?;
+        let ad = self.act_dim;
+        for m in &mut self.members {
+            let region = m
+                .process
+                .region
+                .as_mut()
+                .expect("a stepping process has a region");
+            let dst = region.actions_mut();
+            let src = &actions[m.first * ad..(m.first + m.k) * ad];
+            for (d, s) in dst.chunks_exact_mut(ad).zip(src.chunks_exact(ad)) {
+                clip_action(&self.spec.action_space, s, d);
+            }
+        }
+        self.round(b'S')?;
+        out.episodes.clear();
+        let d = self.obs_dim;
+        for mi in 0..self.members.len() {
+            let (first, k) = (self.members[mi].first, self.members[mi].k);
+            let region = self.members[mi]
+                .process
+                .region
+                .as_ref()
+                .expect("a stepping process has a region");
+            let view = region.step_view();
+            let rows = first * d..(first + k) * d;
+            out.obs[rows.clone()].copy_from_slice(view.obs);
+            let mut bad = None;
+            for j in 0..k {
+                let i = first + j;
+                let (reward, done) = (
+                    view.rewards[j],
+                    view.terminated[j] != 0 || view.truncated[j] != 0,
+                );
+                let seen = if done {
+                    &view.final_obs[j * d..(j + 1) * d]
+                } else {
+                    &view.obs[j * d..(j + 1) * d]
+                };
+                if let Some(v) = seen
+                    .iter()
+                    .chain(&view.obs[j * d..(j + 1) * d])
+                    .find(|v| !v.is_finite())
+                {
+                    bad = Some((i, "observation", f64::from(*v)));
+                    break;
+                }
+                if !reward.is_finite() {
+                    bad = Some((i, "reward", reward));
+                    break;
+                }
+                if let Some(exec) = out.exec.as_mut() {
+                    exec.start(i);
+                    exec.observe(i, seen);
+                    exec.finish(i);
+                }
+                out.rewards[i] = reward as f32;
+                out.terminated[i] = view.terminated[j] != 0;
+                out.truncated[i] = view.truncated[j] != 0;
+                out.clock[i] = view.clock[j];
+                self.elapsed[i] += 1;
+                self.episode_return[i] += reward;
+                if done {
+                    out.final_obs[i * d..(i + 1) * d].copy_from_slice(seen);
+                    out.episodes.push(EpisodeEnd {
+                        env: i,
+                        episode_return: self.episode_return[i],
+                        length: self.elapsed[i],
+                        terminated: out.terminated[i],
+                        success: match view.success[j] {
+                            1 => Some(false),
+                            2 => Some(true),
+                            _ => None,
+                        },
+                    });
+                    self.elapsed[i] = 0;
+                    self.episode_return[i] = 0.0;
+                }
+            }
+            if let Some((i, what, value)) = bad {
+                return Err(self.non_finite(i, what, value));
+            }
+        }
+        Ok(())
+    }
+
+    /// The counters and clocks, and a seed stream for the fresh episodes a restore starts:
+    /// an env's state lives in its process and is not saved.
+    fn snapshot(&self) -> VecEnvSnapshot {
+        let mut clocks = vec![0; self.num_envs];
+        for m in &self.members {
+            if let Some(region) = m.process.region.as_ref() {
+                clocks[m.first..m.first + m.k].copy_from_slice(region.step_view().clock);
+            }
+        }
+        VecEnvSnapshot {
+            slots: (0..self.num_envs)
+                .map(|i| SlotSnapshot {
+                    state: Vec::new(),
+                    rng: EnvRng::seed_from_u64(derive_seed(self.seed ^ clocks[i], i as u64)),
+                    elapsed: self.elapsed[i],
+                    episode_return: self.episode_return[i],
+                    clock: clocks[i],
+                    previous_action: Vec::new(),
+                })
+                .collect(),
+            obs_rms: None,
+            return_rms: None,
+        }
+    }
+
+    /// Starts fresh episodes seeded from the snapshot, continuing the env clocks (see
+    /// [`VecEnv::restores_exactly`]).
+    fn restore(&mut self, snapshot: &VecEnvSnapshot) -> Result<(), EnvError> {
+        if snapshot.slots.len() != self.num_envs {
+            return Err(EnvError::BadState {
+                env: self.spec.name.clone(),
+                reason: format!(
+                    "snapshot holds {} envs, this vector has {}",
+                    snapshot.slots.len(),
+                    self.num_envs
+                ),
+            });
+        }
+        for m in &mut self.members {
+            let region = m
+                .process
+                .region
+                .as_mut()
+                .expect("a stepping process has a region");
+            for (j, c) in region.clock_mut().iter_mut().enumerate() {
+                *c = snapshot.slots[m.first + j].clock;
+            }
+        }
+        let seeds: Vec<u64> = snapshot
+            .slots
+            .iter()
+            .map(|s| s.rng.clone().next_u64())
+            .collect();
+        self.reset_with(|i| seeds[i])
+    }
+
+    fn restores_exactly(&self) -> bool {
+        false
+    }
+
+    fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
+        let d = self.obs_dim;
+        let m = self
+            .members
+            .iter()
+            .find(|m| (m.first..m.first + m.k).contains(&env))
+            .expect("env index in range");
+        let region = m
+            .process
+            .region
+            .as_ref()
+            .expect("a stepping process has a region");
+        let j = env - m.first;
+        obs.copy_from_slice(&region.obs()[j * d..(j + 1) * d]);
+    }
+}
+
+impl Drop for GymVecEnv {
+    /// Asks every process to quit first, then waits for each: they close in parallel.
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            m.process.ask_to_quit();
+        }
+        for m in &mut self.members {
+            m.process.finish();
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Gymnasium envs in worker processes, against the real Gymnasium: layouts, stepping with
+//! same-step autoreset, seeding independent of the process split, every fault contained,
+//! and no process left behind. Needs Python with gymnasium (`STRATA_PYTHON`); skipped
+//! without it unless `STRATA_REQUIRE_GYM` is set.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use strata_env::gym::{
+    default_python, describe, GymError, GymLayout, GymOptions, GymTarget, GymVecEnv,
+};
+use strata_env::{EnvError, FaultKind, FaultPlan, Space, StepBatch, VecEnv};
+
+/// The interpreter, if it has gymnasium.
+fn python() -> Option<PathBuf> {
+    let python = default_python();
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import gymnasium"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
+        "STRATA_REQUIRE_GYM is set but `{}` cannot import gymnasium",
+        python.display()
+    );
+    eprintln!(
+        "skipped: `{}` cannot import gymnasium (set STRATA_PYTHON)",
+        python.display()
+    );
+    None
+}
+
+fn target(python: &Path, id: &str) -> GymTarget {
+    let mut t = GymTarget::new(id, python);
+    t.python_path
+        .push(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python"));
+    t
+}
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn start(
+    t: &GymTarget,
+    n: usize,
+    per: usize,
+    fault: Option<FaultPlan>,
+) -> Result<GymVecEnv, EnvError> {
+    let layout = describe(t, TIMEOUT).unwrap();
+    let options = GymOptions {
+        envs_per_process: per,
+        step_timeout: Duration::from_secs(2),
+        fault,
+        ..GymOptions::default()
+    };
+    GymVecEnv::start(&format!("gym:{}", t.id), t, &layout, n, &options)
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; its state is `Z`.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn cartpole_is_described_as_gymnasium_registers_it() {
+    let Some(py) = python() else { return };
+    let layout = describe(&target(&py, "CartPole-v1"), TIMEOUT).unwrap();
+    assert_eq!(
+        layout,
+        GymLayout {
+            id: "CartPole-v1".into(),
+            observation: "Box(4,)".into(),
+            obs_dim: 4,
+            action: Space::Discrete { n: 2 },
+            max_episode_steps: Some(500),
+            reward_threshold: Some(475.0),
+        }
+    );
+}
+
+#[test]
+fn dict_observations_are_flattened_in_key_order_with_one_hot_discretes() {
+    let Some(py) = python() else { return };
+    let t = target(&py, "strata_test_envs:make_dict_env");
+    let layout = describe(&t, TIMEOUT).unwrap();
+    assert_eq!(
+        layout.observation,
+        "Dict(flags=MultiBinary(2,), mode=Discrete(3), pos=Box(2,))"
+    );
+    assert_eq!(layout.obs_dim, 7);
+    assert_eq!(layout.max_episode_steps, None);
+    let mut envs = start(&t, 2, 1, None).unwrap();
+    let mut batch = StepBatch::new(envs.spec(), 2);
+    envs.reset(3, &mut batch.obs).unwrap();
+    // flags [0, 1], mode 0 one-hot, then the position.
+    assert_eq!(&batch.obs[..5], &[0.0, 1.0, 1.0, 0.0, 0.0]);
+    envs.step(&[0.0, 0.0, 0.0, 0.0], &mut batch).unwrap();
+    assert_eq!(&batch.obs[..5], &[1.0, 1.0, 0.0, 1.0, 0.0]);
+    assert_eq!(batch.rewards, vec![1.0, 1.0]);
+    assert_eq!(batch.clock, vec![1, 1]);
+}
+
+#[test]
+fn episodes_autoreset_in_the_same_step_and_keep_their_final_observation() {
+    let Some(py) = python() else { return };
+    let t = target(&py, "strata_test_envs:make_dict_env");
+    let mut envs = start(&t, 1, 1, None).unwrap();
+    let spec = envs.spec().clone();
+    let mut batch = StepBatch::new(&spec, 1).with_exec(&spec);
+    envs.reset(0, &mut batch.obs).unwrap();
+    // Pushes of 3 leave the unit square within two steps: terminated, successful, and
+    // reset at once.
+    let mut steps = 0;
+    while batch.episodes.is_empty() {
+        envs.step(&[3.0, 0.0], &mut batch).unwrap();
+        steps += 1;
+        assert!(steps <= 2);
+    }
+    assert!(batch.terminated[0] && !batch.truncated[0]);
+    assert_eq!(batch.episodes[0].success, Some(true));
+    assert_eq!(batch.episodes[0].length, steps);
+    // The action was clipped to 1 at the env boundary: x moved by at most 1 per step
+    // from within 0.5 of 0 (unclipped, one push would take it past 2.5).
+    let x_final = batch.final_obs[5];
+    assert!((1.0..2.5).contains(&x_final), "{x_final}");
+    assert!(batch.obs[5].abs() <= 0.5, "a fresh start state");
+    let exec = batch.exec.as_ref().unwrap();
+    assert_eq!(exec.ticks, vec![1]);
+    assert_eq!(
+        exec.max, batch.final_obs,
+        "the summary is of what the action led to"
+    );
+    // Without leaving the square, the limit of 6 truncates.
+    for step in 1..=6 {
+        envs.step(&[0.0, 0.0], &mut batch).unwrap();
+        assert_eq!(batch.truncated[0], step == 6);
+    }
+    assert_eq!(batch.episodes[0].success, Some(false));
+    assert_eq!(batch.clock, vec![u64::from(steps) + 6]);
+}
+
+#[test]
+fn seeds_follow_the_env_index_not_the_process_split() {
+    let Some(py) = python() else { return };
+    let t = target(&py, "CartPole-v1");
+    let run = |per: usize| {
+        let mut envs = start(&t, 5, per, None).unwrap();
+        assert_eq!(envs.pids().len(), 5usize.div_ceil(per));
+        let mut batch = StepBatch::new(envs.spec(), 5);
+        envs.reset(11, &mut batch.obs).unwrap();
+        let mut seen = batch.obs.clone();
+        let mut ends = Vec::new();
+        for k in 0..120 {
+            let actions: Vec<f32> = (0..5).map(|i| ((i + k) % 2) as f32).collect();
+            envs.step(&actions, &mut batch).unwrap();
+            seen.extend_from_slice(&batch.obs);
+            ends.extend(batch.episodes.iter().map(|e| (e.env, e.length)));
+        }
+        (seen, ends)
+    };
+    let (one, ends) = run(5);
+    assert!(!ends.is_empty(), "episodes ended within 120 steps");
+    assert_eq!(run(2), (one.clone(), ends));
+    assert_eq!(run(1).0, one);
+}
+
+#[test]
+fn dropping_the_vector_stops_and_reaps_every_process() {
+    let Some(py) = python() else { return };
+    let envs = start(&target(&py, "CartPole-v1"), 4, 2, None).unwrap();
+    let pids = envs.pids();
+    assert!(pids.iter().all(|&p| alive(p)));
+    drop(envs);
+    assert!(pids.iter().all(|&p| !alive(p)), "{pids:?}");
+}
+
+/// Runs `kind` at the third step and returns the error and the pids.
+fn fault(kind: FaultKind) -> (EnvError, Vec<u32>) {
+    let py = python().expect("checked by the caller");
+    let plan = FaultPlan {
+        kind,
+        at_step: 3,
+        hang_seconds: 60.0,
+    };
+    let mut envs = start(&target(&py, "CartPole-v1"), 2, 1, Some(plan)).unwrap();
+    let pids = envs.pids();
+    let mut batch = StepBatch::new(envs.spec(), 2);
+    for _ in 0..2 {
+        envs.step(&[0.0, 1.0], &mut batch).unwrap();
+    }
+    let error = envs.step(&[0.0, 1.0], &mut batch).unwrap_err();
+    // A failed vector keeps answering the same error (compared as text: NaN != NaN).
+    let again = envs.step(&[0.0, 1.0], &mut batch).unwrap_err();
+    assert_eq!(again.to_string(), error.to_string());
+    drop(envs);
+    assert!(pids.iter().all(|&p| !alive(p)), "{pids:?}");
+    (error, pids)
+}
+
+#[test]
+fn an_env_that_raises_fails_with_its_traceback() {
+    if python().is_none() {
+        return;
+    }
+    let (error, _) = fault(FaultKind::Panic);
+    let EnvError::Gym {
+        process: 0,
+        error: GymError::Raised { traceback },
+        ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert!(traceback.contains("injected fault"), "{traceback}");
+    assert!(
+        error
+            .to_string()
+            .contains("env process 0 of `gym:CartPole-v1`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_nan_observation_is_refused() {
+    if python().is_none() {
+        return;
+    }
+    let (error, _) = fault(FaultKind::Nan);
+    assert!(
+        matches!(
+            error,
+            EnvError::NonFinite {
+                index: 0,
+                what: "observation",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_crashed_process_is_seen_at_once() {
+    if python().is_none() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let (error, pids) = fault(FaultKind::Crash);
+    let EnvError::Gym {
+        error: GymError::Exited { pid, status },
+        ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!(*pid, pids[0]);
+    assert!(status.contains("signal 11 (SIGSEGV)"), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(30), "not a timeout");
+}
+
+#[test]
+fn a_hung_process_is_killed_after_the_step_timeout() {
+    if python().is_none() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let (error, _) = fault(FaultKind::Hang);
+    assert!(
+        matches!(
+            error,
+            EnvError::Gym {
+                error: GymError::Hung { .. },
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    // Two seconds of step timeout, not the sixty of the hang.
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn bad_targets_get_clear_errors() {
+    let Some(py) = python() else { return };
+    let error = describe(&target(&py, "NoSuchEnv-v0"), TIMEOUT).unwrap_err();
+    assert!(
+        matches!(&error, GymError::Raised { traceback } if traceback.contains("NoSuchEnv")),
+        "{error}"
+    );
+    let error = describe(
+        &GymTarget::new("CartPole-v1", "/nonexistent/python"),
+        TIMEOUT,
+    )
+    .unwrap_err();
+    assert!(matches!(error, GymError::Spawn { .. }), "{error}");
+    // An env whose spaces no longer match the recorded layout is refused when it starts.
+    let t = target(&py, "CartPole-v1");
+    let mut layout = describe(&t, TIMEOUT).unwrap();
+    layout.obs_dim = 5;
+    layout.observation = "Box(5,)".into();
+    let error = GymVecEnv::start("gym:CartPole-v1", &t, &layout, 1, &GymOptions::default())
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("spaces changed"), "{error}");
+}

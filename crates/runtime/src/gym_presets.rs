@@ -1,0 +1,221 @@
+//! Presets for Gymnasium envs (`gym:ID`). The classic-control ids take the built-in twin's
+//! preset, so `gym:CartPole-v1` and `cartpole` train alike; the MuJoCo tasks start from
+//! rl-zoo3's PPO hyperparameters (its v4 entries: the v5 bodies and rewards are the same);
+//! an id without a preset gets SB3's PPO defaults.
+
+use strata_algo::PpoConfig;
+use strata_ledger::AdmissionRules;
+use strata_nn::{Activation, NetworkConfig};
+
+use crate::config::{
+    EnvConfig, LedgerSettings, ReportSettings, RunConfig, RuntimeConfig, TrainConfig,
+};
+
+/// `module:Env-v0` registers its envs by importing `module`: the preset is the env's.
+fn env_id(id: &str) -> &str {
+    id.rsplit(':').next().unwrap_or(id)
+}
+
+/// The built-in env a Gymnasium id reproduces, whose preset it takes.
+pub(crate) fn builtin_twin(id: &str) -> Option<&'static str> {
+    match env_id(id) {
+        "CartPole-v1" => Some("cartpole"),
+        "Pendulum-v1" => Some("pendulum"),
+        "Acrobot-v1" => Some("acrobot"),
+        "MountainCarContinuous-v0" => Some("mountaincar-continuous"),
+        _ => None,
+    }
+}
+
+/// The preset of `gym:ID` without a built-in twin (`name` is the whole env name).
+pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
+    let mut config = match env_id(id) {
+        "HalfCheetah-v5" => mujoco(half_cheetah()),
+        "Hopper-v5" => mujoco(hopper()),
+        "Pusher-v5" => mujoco(MujocoPreset::defaults()),
+        "FetchReachDense-v4" => fetch_reach(),
+        _ => generic(),
+    };
+    config.env.name = name.to_string();
+    config
+}
+
+/// An rl-zoo3 MuJoCo entry: one env, VecNormalize (observations and rewards), 1M steps.
+struct MujocoPreset {
+    ppo: PpoConfig,
+    network: NetworkConfig,
+}
+
+impl MujocoPreset {
+    /// rl-zoo3's `mujoco-defaults` (the tasks it has not tuned): SB3's PPO as it is.
+    fn defaults() -> Self {
+        MujocoPreset {
+            ppo: PpoConfig::default(),
+            network: NetworkConfig::default(),
+        }
+    }
+}
+
+/// The zoo's tuned MuJoCo policies: ReLU 256-256 networks without orthogonal init,
+/// log-std -2.
+fn zoo_network() -> NetworkConfig {
+    NetworkConfig {
+        policy_hidden: vec![256, 256],
+        value_hidden: vec![256, 256],
+        activation: Activation::Relu,
+        log_std_init: -2.0,
+        ortho_init: false,
+        ..NetworkConfig::default()
+    }
+}
+
+/// rl-zoo3 HalfCheetah-v4.
+fn half_cheetah() -> MujocoPreset {
+    MujocoPreset {
+        ppo: PpoConfig {
+            n_steps: 512,
+            batch_size: 64,
+            n_epochs: 20,
+            gamma: 0.98,
+            gae_lambda: 0.92,
+            learning_rate: 2.0633e-5,
+            ent_coef: 0.000401762,
+            clip_range: 0.1,
+            max_grad_norm: Some(0.8),
+            vf_coef: 0.58096,
+            ..PpoConfig::default()
+        },
+        network: zoo_network(),
+    }
+}
+
+/// rl-zoo3 Hopper-v4.
+fn hopper() -> MujocoPreset {
+    MujocoPreset {
+        ppo: PpoConfig {
+            n_steps: 512,
+            batch_size: 32,
+            n_epochs: 5,
+            gamma: 0.999,
+            gae_lambda: 0.99,
+            learning_rate: 9.80828e-5,
+            ent_coef: 0.00229519,
+            clip_range: 0.2,
+            max_grad_norm: Some(0.7),
+            vf_coef: 0.835671,
+            ..PpoConfig::default()
+        },
+        network: zoo_network(),
+    }
+}
+
+fn mujoco(preset: MujocoPreset) -> RunConfig {
+    assemble(
+        EnvConfig {
+            num_envs: 1,
+            normalize_obs: true,
+            normalize_reward: true,
+            ..EnvConfig::default()
+        },
+        1_000_000,
+        preset.ppo,
+        preset.network,
+    )
+}
+
+/// FetchReachDense-v4 (Gymnasium-Robotics; rl-zoo3 tunes only off-policy methods for
+/// Fetch): the continuous-control settings of the arm-reach preset on 8 envs, with
+/// normalised observations and rewards and a horizon fit for 50-step episodes.
+fn fetch_reach() -> RunConfig {
+    assemble(
+        EnvConfig {
+            num_envs: 8,
+            normalize_obs: true,
+            normalize_reward: true,
+            ..EnvConfig::default()
+        },
+        500_000,
+        PpoConfig {
+            n_steps: 128,
+            batch_size: 256,
+            n_epochs: 10,
+            gamma: 0.95,
+            gae_lambda: 0.95,
+            learning_rate: 1e-3,
+            anneal_lr: true,
+            ..PpoConfig::default()
+        },
+        NetworkConfig::default(),
+    )
+}
+
+/// Any other id: SB3's PPO defaults (2048 steps per update, here as 8 envs x 256).
+fn generic() -> RunConfig {
+    assemble(
+        EnvConfig {
+            num_envs: 8,
+            ..EnvConfig::default()
+        },
+        1_000_000,
+        PpoConfig {
+            n_steps: 256,
+            ..PpoConfig::default()
+        },
+        NetworkConfig::default(),
+    )
+}
+
+fn assemble(env: EnvConfig, total_steps: u64, ppo: PpoConfig, network: NetworkConfig) -> RunConfig {
+    RunConfig {
+        env,
+        ppo,
+        network,
+        train: TrainConfig {
+            total_steps,
+            ..TrainConfig::default()
+        },
+        runtime: RuntimeConfig::default(),
+        admission: AdmissionRules::default(),
+        ledger: LedgerSettings::default(),
+        report: ReportSettings::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gym_twins_of_builtin_envs_train_with_the_builtin_preset() {
+        let gym = crate::preset("gym:CartPole-v1").unwrap();
+        let mut builtin = crate::preset("cartpole").unwrap();
+        builtin.env.name = "gym:CartPole-v1".into();
+        assert_eq!(gym, builtin);
+        assert_eq!(builtin_twin("gymnasium:Pendulum-v1"), Some("pendulum"));
+    }
+
+    #[test]
+    fn every_gym_preset_is_valid_and_keeps_its_name() {
+        for id in [
+            "HalfCheetah-v5",
+            "Hopper-v5",
+            "Pusher-v5",
+            "gymnasium_robotics:FetchReachDense-v4",
+            "my_pkg.envs:make_env",
+        ] {
+            let name = format!("gym:{id}");
+            let c = gym_preset(&name, id);
+            c.validate().unwrap();
+            assert_eq!(c.env.name, name);
+        }
+        let cheetah = gym_preset("gym:HalfCheetah-v5", "HalfCheetah-v5");
+        assert_eq!(cheetah.network.policy_hidden, vec![256, 256]);
+        assert_eq!((cheetah.ppo.n_steps, cheetah.ppo.n_epochs), (512, 20));
+        assert!(cheetah.env.normalize_obs && cheetah.env.normalize_reward);
+        let fetch = gym_preset(
+            "gym:gymnasium_robotics:FetchReachDense-v4",
+            "gymnasium_robotics:FetchReachDense-v4",
+        );
+        assert_eq!(fetch.env.num_envs, 8);
+    }
+}

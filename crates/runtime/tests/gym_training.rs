@@ -1,0 +1,242 @@
+//! Training on Gymnasium envs in worker processes: `gym:CartPole-v1` learns as the built-in
+//! `cartpole` does, each fault inside Python (raise, NaN, segfault, hang) costs one invalid
+//! fragment and a respawned process while training goes on, results do not depend on how
+//! envs are spread over processes, a resumed run starts fresh episodes, and no process is
+//! left behind. Needs Python with gymnasium (`STRATA_PYTHON`); skipped without it unless
+//! `STRATA_REQUIRE_GYM` is set.
+
+use std::sync::Mutex;
+
+use strata_env::{FaultKind, FaultPlan};
+use strata_runtime::{preset, RunConfig, Trainer};
+
+/// Tests here count this process's Python children, so they run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn gymnasium() -> bool {
+    let python = strata_env::gym::default_python();
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import gymnasium"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
+        "STRATA_REQUIRE_GYM is set but `{}` cannot import gymnasium",
+        python.display()
+    );
+    if !ok {
+        eprintln!(
+            "skipped: `{}` cannot import gymnasium (set STRATA_PYTHON)",
+            python.display()
+        );
+    }
+    ok
+}
+
+/// Processes whose parent is this one (zombies included: an unreaped child is left
+/// behind too), with their names.
+fn children() -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(me) {
+            found.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    found
+}
+
+fn train_through(config: RunConfig) -> Trainer {
+    let mut t = Trainer::new(config).unwrap();
+    while !t.finished() {
+        t.iterate().unwrap();
+    }
+    t
+}
+
+fn quick(env: &str, seed: u64, budget: u64) -> RunConfig {
+    let mut c = preset(env).unwrap();
+    c.train.seed = seed;
+    c.train.total_steps = budget;
+    c.train.deterministic = true;
+    c.train.stop_when_solved = true;
+    c
+}
+
+#[test]
+fn gym_cartpole_learns_as_the_builtin_cartpole_does() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    // Start states come from different generators (NumPy's and ours), the dynamics are the
+    // same to 1e-9 (tests/gymnasium_fixtures.rs): both solve, in similar numbers of steps.
+    let mut steps = (Vec::new(), Vec::new());
+    for seed in 1..=3 {
+        for (env, out) in [
+            ("cartpole", &mut steps.0),
+            ("gym:CartPole-v1", &mut steps.1),
+        ] {
+            let s = train_through(quick(env, seed, 150_000)).summary();
+            assert!(s.solved, "{env} seed {seed}: {:?}", s.final_mean_return);
+            assert!(s.final_mean_return.unwrap() >= 475.0);
+            out.push(s.steps_to_solve.unwrap() as f64);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (builtin, gym) = (median(&mut steps.0), median(&mut steps.1));
+    assert!(
+        gym / builtin < 2.0 && builtin / gym < 2.0,
+        "median steps to solve: built-in {builtin}, gym {gym}"
+    );
+    assert!(children().is_empty(), "{:?}", children());
+}
+
+/// A 2-worker CartPole run whose worker 1 meets `kind` inside Python at its 30th step.
+fn with_fault(kind: FaultKind) -> RunConfig {
+    let mut c = preset("gym:CartPole-v1").unwrap();
+    c.runtime.workers = 2;
+    c.env.fault = Some(FaultPlan {
+        kind,
+        at_step: 30,
+        hang_seconds: 120.0,
+    });
+    c.env.fault_worker = 1;
+    c.train.total_steps = 12 * c.steps_per_update();
+    c.runtime.restart_after_secs = if kind == FaultKind::Hang { 2.0 } else { 60.0 };
+    c
+}
+
+fn contained(kind: FaultKind, reasons: &[&str]) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let mut t = train_through(with_fault(kind));
+    let invalid = &t.progress().invalid_fragments;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!((invalid[0].worker, invalid[0].incarnation), (1, 0));
+    assert!(
+        reasons.iter().any(|r| invalid[0].reason.contains(r)),
+        "{:?}",
+        invalid[0].reason
+    );
+    assert_eq!(t.progress().global_step, t.config().train.total_steps);
+    // The replacement worker runs fresh processes; the failed ones are gone.
+    let pythons = children().len();
+    assert!(
+        pythons >= 2,
+        "both workers' processes run: {:?}",
+        children()
+    );
+    t.shutdown();
+    drop(t);
+    assert!(children().is_empty(), "left behind: {:?}", children());
+}
+
+#[test]
+fn an_env_that_raises_costs_one_fragment() {
+    contained(FaultKind::Panic, &["injected fault"]);
+}
+
+#[test]
+fn an_env_that_returns_nan_costs_one_fragment() {
+    contained(FaultKind::Nan, &["non-finite observation"]);
+}
+
+#[test]
+fn an_env_process_that_segfaults_costs_one_fragment() {
+    contained(FaultKind::Crash, &["SIGSEGV"]);
+}
+
+#[test]
+fn an_env_process_that_hangs_is_killed_and_costs_one_fragment() {
+    // The env's own timeout and the learner's silence check race; either names it.
+    contained(FaultKind::Hang, &["did not answer within", "silent for"]);
+}
+
+#[test]
+fn the_process_split_does_not_change_a_deterministic_run() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let run = |per: usize| {
+        let mut c = quick("gym:CartPole-v1", 4, 6 * 256);
+        c.train.stop_when_solved = false;
+        c.runtime.envs_per_process = per;
+        let t = train_through(c);
+        (
+            t.model().flat_params().to_vec(),
+            t.summary().final_mean_return,
+        )
+    };
+    let one_process = run(8);
+    assert_eq!(run(1), one_process, "one env per process");
+    assert_eq!(run(3), one_process, "uneven processes");
+}
+
+#[test]
+fn a_resumed_gym_run_starts_fresh_episodes_and_checks_its_layout() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = quick("gym:CartPole-v1", 2, 4 * 256);
+    c.train.stop_when_solved = false;
+    let t = train_through(c);
+    let layout = t
+        .config()
+        .env
+        .gym
+        .layout
+        .clone()
+        .expect("recorded when the run started");
+    assert_eq!(layout.obs_dim, 4);
+    strata_runtime::save_checkpoint(&t.state().unwrap(), dir.path()).unwrap();
+    let hash = t.config_hash().to_string();
+    drop(t);
+    let mut wanted = strata_runtime::read_checkpoint(dir.path())
+        .unwrap()
+        .into_state()
+        .config;
+    wanted.train.total_steps = 8 * 256;
+    let mut resumed = Trainer::resume(dir.path(), Some(wanted)).unwrap();
+    assert_eq!(resumed.config_hash(), hash);
+    while !resumed.finished() {
+        resumed.iterate().unwrap();
+    }
+    assert_eq!(resumed.progress().global_step, 8 * 256);
+    drop(resumed);
+    // A checkpoint whose env's spaces changed since is refused, naming why.
+    let mut state = strata_runtime::read_checkpoint(dir.path())
+        .unwrap()
+        .into_state();
+    let recorded = state.config.env.gym.layout.as_mut().unwrap();
+    recorded.observation = "Box(5,)".into();
+    recorded.obs_dim = 5;
+    let error = Trainer::from_state(state)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        error.contains("no longer has the recorded layout"),
+        "{error}"
+    );
+    assert!(children().is_empty(), "{:?}", children());
+}
