@@ -1,6 +1,9 @@
 //! Checks that use tools from outside the project (Python readers, tmux): skipped where the
 //! tool is missing, unless the variable CI sets says it must be there.
 
+// Each test binary that includes this file uses its own subset.
+#![allow(dead_code)]
+
 use std::process::{Command, Stdio};
 
 /// Whether `program args` runs successfully. When it does not, the caller skips its check
@@ -30,4 +33,17 @@ pub fn python_module(module: &str, require_var: &str) -> bool {
         require_var,
         module,
     )
+}
+
+/// The interpreter `gym:` envs run (`STRATA_PYTHON`, else `python3`), if it can import
+/// gymnasium (see [`available`]; `STRATA_REQUIRE_GYM` makes a missing one fail).
+pub fn gym_python() -> Option<String> {
+    let python = std::env::var("STRATA_PYTHON").unwrap_or_else(|_| "python3".into());
+    available(
+        &python,
+        &["-c", "import gymnasium"],
+        "STRATA_REQUIRE_GYM",
+        "gymnasium",
+    )
+    .then_some(python)
 }

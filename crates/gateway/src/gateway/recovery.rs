@@ -10,16 +10,17 @@ impl Gateway {
     ///
     /// # Errors
     /// Invalid settings, or unreadable state.
-    pub fn open(settings: GatewaySettings) -> Result<Gateway, GatewayError> {
+    pub fn open(mut settings: GatewaySettings) -> Result<Gateway, GatewayError> {
         settings.validate()?;
+        // A gym: env's layout is part of what the served versions are (the config hash).
+        strata_runtime::resolve_env(&mut settings.run)?;
         let dir = settings.dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| GatewayError::io(&dir, e))?;
         let tokens = TokensFile::load_or_create(&dir.join("tokens.json"), settings.agent_tokens)?;
         let auth = Auth::new(&tokens, settings.rate_limit, settings.rate_burst);
         let run = &settings.run;
         let config_hash = run.config_hash();
-        let spec =
-            strata_env::spec_for(&run.env.name).map_err(strata_runtime::RuntimeError::from)?;
+        let spec = strata_runtime::env_spec(run)?;
         let model = strata_runtime::build_model(run)?;
         let action_dim = match model.head() {
             Head::Categorical { .. } => 1,
