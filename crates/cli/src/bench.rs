@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// Acts per second the gateway benchmark asks for.
     #[arg(long, default_value_t = 10_000.0)]
     gateway_rate: f64,
+    /// Only the Gymnasium env process figures (IPC overhead; throughput against
+    /// Gymnasium's Sync/AsyncVectorEnv). Needs Python with gymnasium (`STRATA_PYTHON`).
+    #[arg(long)]
+    gym_only: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -63,6 +67,7 @@ struct Report {
     runtime: Vec<RuntimeRow>,
     ledger: Option<crate::bench_ledger::LedgerReport>,
     gateway: Option<crate::bench_gateway::GatewayReport>,
+    gym: Option<crate::bench_gym::GymReport>,
 }
 
 /// One runtime configuration's figures.
@@ -252,6 +257,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
         return write_report(&r, args.json.as_deref());
     }
+    if args.gym_only {
+        r.gym = Some(crate::bench_gym::run(args.quick)?);
+        return write_report(&r, args.json.as_deref());
+    }
     r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
     r.env_step_vs_envpool = r.env_step_cartpole64_steps_per_sec / ENVPOOL_CARTPOLE_64;
     println!(
@@ -331,6 +340,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
     r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
     if !args.skip_runtime {
         r.runtime = runtime_section(args.quick)?;
+    }
+    // Gymnasium envs need Python with gymnasium; without it the section says why.
+    match crate::bench_gym::run(args.quick) {
+        Ok(g) => r.gym = Some(g),
+        Err(e) => println!("gym env processes: skipped ({e:#})"),
     }
     write_report(&r, args.json.as_deref())
 }

@@ -125,7 +125,7 @@ enum ConfigCommand {
 
 #[derive(Subcommand, Debug)]
 enum EnvCommand {
-    /// List built-in environments.
+    /// List built-in environments (and how to name a Gymnasium one).
     List,
     /// Start from a given state, apply given actions, print each step as a JSON line.
     Rollout(RolloutArgs),
@@ -170,6 +170,17 @@ pub fn run(cli: Cli) -> Result<()> {
                     spec.reward_threshold
                 );
             }
+            println!(
+                "\nGymnasium envs run in Python worker processes: --env gym:ID (any registered id, \
+                 gym:module:Env-vN, or a factory gym:module:make_env). Tuned presets: {} and the \
+                 classic-control twins of the envs above (gym:CartPole-v1, ...). Python: \
+                 runtime.python, else $STRATA_PYTHON, else python3.",
+                strata_runtime::GYM_PRESETS
+                    .iter()
+                    .map(|id| format!("gym:{id}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             Ok(())
         }
         Command::Env(EnvCommand::Rollout(args)) => rollout(args),

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_gateway;
+mod bench_gym;
 mod bench_ledger;
 mod commands;
 mod config_args;

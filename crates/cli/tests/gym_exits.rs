@@ -205,3 +205,30 @@ fn kill_9_of_the_trainer_kills_an_env_process_stuck_in_its_env() {
         || envs.iter().all(|&p| !alive(p)),
     );
 }
+
+#[test]
+fn an_env_process_killed_from_outside_costs_a_restart_not_the_training() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(python) = gym_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (child, envs) = start_training(&python, &run, &["--set", "train.checkpoint_every=256"]);
+    // As the OOM killer would: the trainer's next message to it finds it gone (no SIGPIPE
+    // may take the trainer down with it).
+    signal(envs[0] as i32, libc::SIGKILL);
+    let pid = child.id();
+    wait_until("a replacement env process", Duration::from_secs(60), || {
+        children_of(pid).iter().any(|p| !envs.contains(p))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(pid), "the trainer survived");
+    signal(pid as i32, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(err.contains("restarting worker"), "{err}");
+    assert!(
+        err.contains("SIGKILL"),
+        "the reason names the signal: {err}"
+    );
+}

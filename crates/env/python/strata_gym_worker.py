@@ -196,10 +196,10 @@ def register_strata_envs(gym, np):
 
         def reset(self, seed=None, options=None):
             super().reset(seed=seed)
-            return self._obs, {}
+            return self._obs.copy(), {}
 
         def step(self, action):
-            return self._obs, 0.0, False, False, {}
+            return self._obs.copy(), 0.0, False, False, {}
 
     if "strata/Null-v0" not in gym.registry:
         gym.register("strata/Null-v0", entry_point=NullEnv, max_episode_steps=1000)

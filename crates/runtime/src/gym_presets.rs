@@ -27,6 +27,14 @@ pub(crate) fn builtin_twin(id: &str) -> Option<&'static str> {
     }
 }
 
+/// The Gymnasium ids with a preset of their own (besides the built-in envs' twins).
+pub const GYM_PRESETS: &[&str] = &[
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Pusher-v5",
+    "gymnasium_robotics:FetchReachDense-v4",
+];
+
 /// The preset of `gym:ID` without a built-in twin (`name` is the whole env name).
 pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
     let mut config = match env_id(id) {

@@ -78,6 +78,7 @@ pub use config::{
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
 pub use factory::{build_envs, build_model, build_ppo, env_spec, resolve_env};
+pub use gym_presets::GYM_PRESETS;
 pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};

@@ -240,3 +240,47 @@ fn a_resumed_gym_run_starts_fresh_episodes_and_checks_its_layout() {
     );
     assert!(children().is_empty(), "{:?}", children());
 }
+
+/// Whether the interpreter also has MuJoCo and Gymnasium-Robotics (the pinned
+/// environment, python/requirements-gym.txt, does).
+fn robotics() -> bool {
+    let python = strata_env::gym::default_python();
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import mujoco, gymnasium_robotics"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
+        "STRATA_REQUIRE_GYM is set but `{}` lacks mujoco or gymnasium_robotics",
+        python.display()
+    );
+    ok
+}
+
+#[test]
+fn the_mujoco_and_fetch_presets_train_and_evaluate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() || !robotics() {
+        return;
+    }
+    for env in strata_runtime::GYM_PRESETS {
+        let mut c = preset(&format!("gym:{env}")).unwrap();
+        // Two updates and a short greedy evaluation: the presets' shapes, networks and
+        // wrappers work end to end; learning is measured by the benchmarks.
+        c.train.total_steps = 2 * c.steps_per_update();
+        c.report.eval_episodes = 2;
+        let mut t = train_through(c);
+        let layout = t.config().env.gym.layout.clone().unwrap();
+        let eval = t.evaluate_current().unwrap();
+        assert_eq!(eval.episodes, 2);
+        assert!(eval.mean_return.is_finite(), "{env}: {eval:?}");
+        if env.contains("Fetch") {
+            assert!(
+                layout.observation.starts_with("Dict(achieved_goal=Box(3,)"),
+                "{layout:?}"
+            );
+            assert!(eval.success_rate.is_some(), "Fetch reports is_success");
+        }
+    }
+    assert!(children().is_empty(), "{:?}", children());
+}

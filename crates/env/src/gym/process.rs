@@ -2,12 +2,14 @@
 //! driven by one command byte per step over a pipe, answered by one byte, killed and
 //! reaped when it fails, hangs or is dropped.
 //!
-//! Pipes rather than an eventfd or futex: a process that dies closes its end, so a crash
-//! (a segfault in a simulator) is seen at once as end-of-file instead of as a timeout.
+//! A Unix socket pair rather than an eventfd or futex: a process that dies closes its end,
+//! so a crash (a segfault in a simulator) is seen at once as end-of-file instead of as a
+//! timeout; and unlike a pipe, writing to a dead process's socket can be told not to raise
+//! SIGPIPE (the `strata` binary restores SIGPIPE's default, which would kill the trainer).
 
-use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -37,13 +39,12 @@ pub(crate) struct Launch {
     pub(crate) args: Vec<String>,
 }
 
-/// A started env process and the owner's ends of its pipes.
+/// A started env process and the owner's end of its socket.
 pub(crate) struct EnvProcess {
     child: Child,
-    /// Owner -> process: one command byte (`S`tep, `R`eset, `Q`uit).
-    commands: File,
-    /// Process -> owner: `K`, or `E` and a traceback.
-    replies: File,
+    /// Owner -> process: one command byte (`S`tep, `R`eset, `Q`uit); process -> owner:
+    /// `K`, or `E` and a traceback, or a length-prefixed description.
+    socket: UnixStream,
     /// Its shared-memory region (none for a describing process).
     pub(crate) region: Option<Region>,
     /// Set once it failed: it is dead (killed and reaped) and answers nothing more.
@@ -89,14 +90,22 @@ fn spawn_command(command: Command, timeout: Duration) -> std::io::Result<Child> 
     answer.recv_timeout(timeout).map_err(|_| timed_out())?
 }
 
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
+/// Writes all of `data` without raising SIGPIPE when the peer is gone.
+fn send_all(socket: &UnixStream, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match rustix::net::send(socket, data, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(n) => data = &data[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 impl EnvProcess {
-    /// Starts `python - ARGS --reply-fd R [--cmd-fd C --shm-fd M]` in a process group of
+    /// Starts `python - ARGS --reply-fd S --cmd-fd S [--shm-fd M]` in a process group of
     /// its own (a terminal's Ctrl-C reaches the trainer only, which stops it in order)
-    /// that is killed when the trainer dies, and feeds it the worker program.
+    /// that is killed when the trainer dies, and feeds it the worker program on stdin.
     ///
     /// # Errors
     /// [`GymError::Spawn`] when the interpreter cannot be started.
@@ -110,18 +119,12 @@ impl EnvProcess {
             reason,
         };
         let io = |e: std::io::Error| spawn_error(e.to_string());
-        let (command_read, command_write) = pipe().map_err(io)?;
-        let (reply_read, reply_write) = pipe().map_err(io)?;
+        let (socket, theirs) = UnixStream::pair().map_err(io)?;
+        let (program, program_in) = UnixStream::pair().map_err(io)?;
         let mut args = launch.args.clone();
-        args.extend([
-            "--reply-fd".into(),
-            reply_write.as_raw_fd().to_string(),
-            "--cmd-fd".into(),
-            command_read.as_raw_fd().to_string(),
-        ]);
-        let inherited: Vec<i32> = [&command_read, &reply_write]
-            .iter()
-            .map(|fd| fd.as_raw_fd())
+        let fd = theirs.as_raw_fd().to_string();
+        args.extend(["--reply-fd".into(), fd.clone(), "--cmd-fd".into(), fd]);
+        let inherited: Vec<i32> = std::iter::once(theirs.as_raw_fd())
             .chain(region.as_ref().map(|r| r.fd().as_raw_fd()))
             .collect();
         if let Some(r) = &region {
@@ -132,7 +135,7 @@ impl EnvProcess {
         command
             .arg("-")
             .args(&args)
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(OwnedFd::from(program_in)))
             .stdout(Stdio::from(stderr))
             .process_group(0);
         let parent = rustix::process::getpid();
@@ -152,16 +155,14 @@ impl EnvProcess {
                 Ok(())
             });
         }
-        let mut child = spawn_command(command, timeout).map_err(io)?;
-        // The child's ends are its own now: with ours closed, its death is end-of-file.
-        drop((command_read, reply_write));
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        let fed = stdin.write_all(WORKER_PROGRAM.as_bytes());
-        drop(stdin);
+        let child = spawn_command(command, timeout).map_err(io)?;
+        // The child's end is its own now: with ours closed, its death is end-of-file.
+        drop(theirs);
+        let fed = send_all(&program, WORKER_PROGRAM.as_bytes());
+        drop(program);
         let mut process = EnvProcess {
             child,
-            commands: File::from(command_write),
-            replies: File::from(reply_read),
+            socket,
             region,
             dead: false,
         };
@@ -184,7 +185,7 @@ impl EnvProcess {
         if self.dead {
             return Err(self.gone());
         }
-        match self.commands.write_all(&[command]) {
+        match send_all(&self.socket, &[command]) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.died(format!("stopped reading commands ({e})"))),
         }
@@ -237,7 +238,7 @@ impl EnvProcess {
         let mut filled = 0;
         while filled < buf.len() {
             self.readable(deadline)?;
-            match self.replies.read(&mut buf[filled..]) {
+            match self.socket.read(&mut buf[filled..]) {
                 Ok(0) => return Err(self.died("closed its reply pipe mid-message".into())),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -252,7 +253,7 @@ impl EnvProcess {
         let mut byte = [0u8; 1];
         loop {
             self.readable(deadline)?;
-            match self.replies.read(&mut byte) {
+            match self.socket.read(&mut byte) {
                 Ok(0) => return Ok(None),
                 Ok(_) => return Ok(Some(byte[0])),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -270,7 +271,7 @@ impl EnvProcess {
                     tv_sec: i64::MAX,
                     tv_nsec: 0,
                 });
-            let mut fds = [PollFd::new(&self.replies, PollFlags::IN)];
+            let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
             match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(0) => {
                     let pid = self.pid();
@@ -343,7 +344,7 @@ impl EnvProcess {
     /// and reaps it. Called for every process of a vector before any is waited on.
     pub(crate) fn ask_to_quit(&mut self) {
         if !self.dead {
-            let _ = self.commands.write_all(b"Q");
+            let _ = send_all(&self.socket, b"Q");
         }
     }
 
@@ -356,7 +357,7 @@ impl EnvProcess {
         // End-of-file on the reply pipe: it exited.
         let mut byte = [0u8; 64];
         while self.readable(deadline).is_ok() {
-            match self.replies.read(&mut byte) {
+            match self.socket.read(&mut byte) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
