@@ -311,3 +311,25 @@ fn bad_targets_get_clear_errors() {
         .expect("refused");
     assert!(error.to_string().contains("spaces changed"), "{error}");
 }
+
+#[test]
+fn keyword_arguments_reach_the_env() {
+    let Some(py) = python() else { return };
+    let mut t = target(&py, "strata_test_envs:make_dict_env");
+    t.kwargs.insert("limit".into(), 3.into());
+    let mut envs = start(&t, 1, 1, None).unwrap();
+    let mut batch = StepBatch::new(envs.spec(), 1);
+    envs.reset(0, &mut batch.obs).unwrap();
+    for step in 1..=3 {
+        envs.step(&[0.0, 0.0], &mut batch).unwrap();
+        assert_eq!(
+            batch.truncated[0],
+            step == 3,
+            "a limit of 3, not the default 6"
+        );
+    }
+    // A keyword the env does not take is Python's error, passed on.
+    t.kwargs.insert("no_such_argument".into(), 1.into());
+    let error = describe(&t, TIMEOUT).unwrap_err().to_string();
+    assert!(error.contains("no_such_argument"), "{error}");
+}

@@ -8,29 +8,36 @@
 use std::sync::Mutex;
 
 use strata_env::{FaultKind, FaultPlan};
-use strata_runtime::{preset, RunConfig, Trainer};
+use strata_ledger::{LedgerData, Storage};
+use strata_runtime::{preset, run, RunConfig, RunDir, Trainer};
 
 /// Tests here count this process's Python children, so they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn gymnasium() -> bool {
+/// Whether the interpreter gym envs run can import `modules` (skipped when not, unless
+/// `STRATA_REQUIRE_GYM` is set).
+fn python_has(modules: &str) -> bool {
     let python = strata_env::gym::default_python();
     let ok = std::process::Command::new(&python)
-        .args(["-c", "import gymnasium"])
+        .args(["-c", &format!("import {modules}")])
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(
         ok || std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
-        "STRATA_REQUIRE_GYM is set but `{}` cannot import gymnasium",
+        "STRATA_REQUIRE_GYM is set but `{}` cannot import {modules}",
         python.display()
     );
     if !ok {
         eprintln!(
-            "skipped: `{}` cannot import gymnasium (set STRATA_PYTHON)",
+            "skipped: `{}` cannot import {modules} (set STRATA_PYTHON)",
             python.display()
         );
     }
     ok
+}
+
+fn gymnasium() -> bool {
+    python_has("gymnasium")
 }
 
 /// Processes whose parent is this one (zombies included: an unreaped child is left
@@ -241,26 +248,11 @@ fn a_resumed_gym_run_starts_fresh_episodes_and_checks_its_layout() {
     assert!(children().is_empty(), "{:?}", children());
 }
 
-/// Whether the interpreter also has MuJoCo and Gymnasium-Robotics (the pinned
-/// environment, python/requirements-gym.txt, does).
-fn robotics() -> bool {
-    let python = strata_env::gym::default_python();
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import mujoco, gymnasium_robotics"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok || std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
-        "STRATA_REQUIRE_GYM is set but `{}` lacks mujoco or gymnasium_robotics",
-        python.display()
-    );
-    ok
-}
-
 #[test]
 fn the_mujoco_and_fetch_presets_train_and_evaluate() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() || !robotics() {
+    // The pinned environment (python/requirements-gym.txt) has both.
+    if !python_has("gymnasium, mujoco, gymnasium_robotics") {
         return;
     }
     for env in strata_runtime::GYM_PRESETS {
@@ -283,4 +275,51 @@ fn the_mujoco_and_fetch_presets_train_and_evaluate() {
         }
     }
     assert!(children().is_empty(), "{:?}", children());
+}
+
+#[test]
+fn gym_samples_carry_the_six_provenance_fields_with_the_envs_own_clock() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = quick("gym:CartPole-v1", 3, 6 * 256);
+    c.train.stop_when_solved = false;
+    c.report.eval_episodes = 0;
+    let mut t = Trainer::new(c).unwrap();
+    let mut run_dir = RunDir::create(dir.path(), &t).unwrap();
+    run::train(&mut t, &mut run_dir, &mut |_| {}).unwrap();
+    let storage = Storage::open(dir.path().join("ledger").to_str().unwrap()).unwrap();
+    let data = LedgerData::read(&storage).unwrap();
+    assert_eq!(data.sample_count() as u64, t.progress().global_step);
+    let mut by_episode: std::collections::BTreeMap<u64, Vec<(u32, u64)>> = Default::default();
+    let mut ended = 0;
+    for b in &data.samples {
+        assert_eq!(b.config_hash, t.config_hash());
+        for i in 0..b.len() {
+            let r = b.row(i);
+            assert!(r.completed_at_ns >= r.issued_at_ns && r.issued_at_ns > 0);
+            assert_eq!((r.obs_count, r.obs_min.len()), (1, 4));
+            assert!(r.sampler_version >= r.policy_version);
+            ended += usize::from(r.episode_return.is_some());
+            by_episode
+                .entry(r.episode_id)
+                .or_default()
+                .push((r.step, r.env_clock));
+        }
+    }
+    assert!(ended > 0, "episodes ended and say their return");
+    // The clock is the env process's own count: one tick per step within an episode, and
+    // it does not restart with the episode.
+    let mut later_episodes = 0;
+    for steps in by_episode.values_mut() {
+        steps.sort_unstable();
+        assert!(
+            steps.windows(2).all(|w| w[1] == (w[0].0 + 1, w[0].1 + 1)),
+            "{steps:?}"
+        );
+        later_episodes += usize::from(steps[0].1 > 1);
+    }
+    assert!(later_episodes > 0, "clocks run on across episodes");
 }

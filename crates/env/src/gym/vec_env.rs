@@ -45,6 +45,22 @@ struct Member {
     k: usize,
 }
 
+impl Member {
+    fn region(&self) -> &Region {
+        self.process
+            .region
+            .as_ref()
+            .expect("a stepping process has a region")
+    }
+
+    fn region_mut(&mut self) -> &mut Region {
+        self.process
+            .region
+            .as_mut()
+            .expect("a stepping process has a region")
+    }
+}
+
 /// `num_envs` Gymnasium envs in worker processes, with Strata's [`VecEnv`] semantics:
 /// same-step autoreset keeping the final observation, per-env seeds derived from one run
 /// seed, continuous actions clipped to the action space at the env boundary, NaN
@@ -203,11 +219,7 @@ impl GymVecEnv {
     fn read_obs(&self, obs: &mut [f32]) {
         let d = self.obs_dim;
         for m in &self.members {
-            let region = m
-                .process
-                .region
-                .as_ref()
-                .expect("a stepping process has a region");
+            let region = m.region();
             obs[m.first * d..(m.first + m.k) * d].copy_from_slice(region.obs());
         }
     }
@@ -215,13 +227,9 @@ impl GymVecEnv {
     /// Resets every env with the seed of its index under `seed`, keeping the clocks.
     fn reset_with(&mut self, seeds: impl Fn(usize) -> u64) -> Result<(), EnvError> {
         for m in &mut self.members {
-            let region = m
-                .process
-                .region
-                .as_mut()
-                .expect("a stepping process has a region");
-            for (j, s) in region.seeds_mut().iter_mut().enumerate() {
-                *s = seeds(m.first + j);
+            let first = m.first;
+            for (j, s) in m.region_mut().seeds_mut().iter_mut().enumerate() {
+                *s = seeds(first + j);
             }
         }
         self.round(b'R')?;
@@ -254,13 +262,8 @@ impl VecEnv for GymVecEnv {
         check_actions(&self.spec, self.num_envs, actions)?;
         let ad = self.act_dim;
         for m in &mut self.members {
-            let region = m
-                .process
-                .region
-                .as_mut()
-                .expect("a stepping process has a region");
-            let dst = region.actions_mut();
             let src = &actions[m.first * ad..(m.first + m.k) * ad];
+            let dst = m.region_mut().actions_mut();
             for (d, s) in dst.chunks_exact_mut(ad).zip(src.chunks_exact(ad)) {
                 clip_action(&self.spec.action_space, s, d);
             }
@@ -270,11 +273,7 @@ impl VecEnv for GymVecEnv {
         let d = self.obs_dim;
         for mi in 0..self.members.len() {
             let (first, k) = (self.members[mi].first, self.members[mi].k);
-            let region = self.members[mi]
-                .process
-                .region
-                .as_ref()
-                .expect("a stepping process has a region");
+            let region = self.members[mi].region();
             let view = region.step_view();
             let rows = first * d..(first + k) * d;
             out.obs[rows.clone()].copy_from_slice(view.obs);
@@ -342,9 +341,7 @@ impl VecEnv for GymVecEnv {
     fn snapshot(&self) -> VecEnvSnapshot {
         let mut clocks = vec![0; self.num_envs];
         for m in &self.members {
-            if let Some(region) = m.process.region.as_ref() {
-                clocks[m.first..m.first + m.k].copy_from_slice(region.step_view().clock);
-            }
+            clocks[m.first..m.first + m.k].copy_from_slice(m.region().step_view().clock);
         }
         VecEnvSnapshot {
             slots: (0..self.num_envs)
@@ -376,13 +373,9 @@ impl VecEnv for GymVecEnv {
             });
         }
         for m in &mut self.members {
-            let region = m
-                .process
-                .region
-                .as_mut()
-                .expect("a stepping process has a region");
-            for (j, c) in region.clock_mut().iter_mut().enumerate() {
-                *c = snapshot.slots[m.first + j].clock;
+            let first = m.first;
+            for (j, c) in m.region_mut().clock_mut().iter_mut().enumerate() {
+                *c = snapshot.slots[first + j].clock;
             }
         }
         let seeds: Vec<u64> = snapshot
@@ -404,11 +397,7 @@ impl VecEnv for GymVecEnv {
             .iter()
             .find(|m| (m.first..m.first + m.k).contains(&env))
             .expect("env index in range");
-        let region = m
-            .process
-            .region
-            .as_ref()
-            .expect("a stepping process has a region");
+        let region = m.region();
         let j = env - m.first;
         obs.copy_from_slice(&region.obs()[j * d..(j + 1) * d]);
     }
