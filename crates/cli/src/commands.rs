@@ -4,7 +4,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -223,13 +222,10 @@ fn train(args: TrainArgs) -> Result<()> {
         None => None,
     };
     let c = trainer.config().clone();
-    let run_dir = args.run_dir.clone().unwrap_or_else(|| {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("runs").join(format!("{}-seed{}-{now}", c.env.name, c.train.seed))
-    });
+    let run_dir = args
+        .run_dir
+        .clone()
+        .unwrap_or_else(|| RunDir::default_path(&c));
     let mut dir = RunDir::create(&run_dir, &trainer)?;
     // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.
     let stop = trainer.stop_flag();

@@ -57,7 +57,7 @@ pub use analysis::{
 pub use bucket::{bucket_char, Bucket, InvalidBucket};
 pub use compact::{compact, recover};
 pub use curves::{curves, lag_histogram, Curves, EpisodePoint, VersionSwitch};
-pub use manifest::{write_manifest, ManifestFormat};
+pub use manifest::{manifest_batches, write_manifest, ManifestFormat};
 pub use reader::LedgerData;
 pub use record::{
     now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,
@@ -65,6 +65,9 @@ pub use record::{
 };
 pub use rules::{Admission, AdmissionRules, RuleKind, SampleFacts, VersionedRules};
 pub use samples::{SampleBatch, SampleRecord};
+pub use schema::{
+    decisions_to_arrow, duplicates_to_arrow, generations_to_arrow, invalidations_to_arrow,
+};
 pub use storage::Storage;
 pub use writer::WriterStats;
 

@@ -102,6 +102,41 @@ fn csv_value(v: &serde_json::Value) -> String {
     }
 }
 
+/// The manifest of `data` as Arrow: one batch per sample batch, each sample's stored
+/// columns followed by its `bucket`, `decision`, `weight`, `rules_version` and
+/// `invalidation` (null where none).
+pub fn manifest_batches(data: &LedgerData) -> Vec<RecordBatch> {
+    let index = Index::new(data);
+    data.samples
+        .iter()
+        .map(|b| {
+            let base = crate::samples::to_arrow(b);
+            let e = extra(&index, b);
+            let mut fields: Vec<Field> = base
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
+            let mut columns: Vec<ArrayRef> = base.columns().to_vec();
+            fields.push(Field::new("bucket", DataType::Utf8, false));
+            columns.push(Arc::new(StringArray::from_iter_values(
+                std::iter::repeat_n(&b.bucket, b.len()),
+            )));
+            fields.push(Field::new("decision", DataType::Utf8, true));
+            columns.push(Arc::new(StringArray::from(e.decision)));
+            fields.push(Field::new("weight", DataType::Float32, true));
+            columns.push(Arc::new(Float32Array::from(e.weight)));
+            fields.push(Field::new("rules_version", DataType::UInt64, true));
+            columns.push(Arc::new(UInt64Array::from(e.rules_version)));
+            fields.push(Field::new("invalidation", DataType::Utf8, true));
+            columns.push(Arc::new(StringArray::from(e.invalidation)));
+            let schema = Arc::new(Schema::new(fields));
+            RecordBatch::try_new(schema, columns).expect("manifest columns match")
+        })
+        .collect()
+}
+
 /// Writes the manifest of `data` to `out` (a local file, replaced atomically). Returns the
 /// number of rows.
 ///
@@ -122,34 +157,8 @@ pub fn write_manifest(
     let mut rows = 0u64;
     match format {
         ManifestFormat::Parquet => {
-            let mut batches = Vec::new();
-            for b in &data.samples {
-                let base = crate::samples::to_arrow(b);
-                let e = extra(&index, b);
-                let mut fields: Vec<Field> = base
-                    .schema()
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone())
-                    .collect();
-                let mut columns: Vec<ArrayRef> = base.columns().to_vec();
-                fields.push(Field::new("bucket", DataType::Utf8, false));
-                columns.push(Arc::new(StringArray::from_iter_values(
-                    std::iter::repeat_n(&b.bucket, b.len()),
-                )));
-                fields.push(Field::new("decision", DataType::Utf8, true));
-                columns.push(Arc::new(StringArray::from(e.decision)));
-                fields.push(Field::new("weight", DataType::Float32, true));
-                columns.push(Arc::new(Float32Array::from(e.weight)));
-                fields.push(Field::new("rules_version", DataType::UInt64, true));
-                columns.push(Arc::new(UInt64Array::from(e.rules_version)));
-                fields.push(Field::new("invalidation", DataType::Utf8, true));
-                columns.push(Arc::new(StringArray::from(e.invalidation)));
-                let schema = Arc::new(Schema::new(fields));
-                batches
-                    .push(RecordBatch::try_new(schema, columns).expect("manifest columns match"));
-                rows += b.len() as u64;
-            }
+            let batches = manifest_batches(data);
+            rows = batches.iter().map(|b| b.num_rows() as u64).sum();
             if let Some(first) = batches.first() {
                 let mut writer =
                     parquet::arrow::ArrowWriter::try_new(tmp.as_file_mut(), first.schema(), None)

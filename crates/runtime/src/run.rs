@@ -68,6 +68,20 @@ impl RunDir {
         })
     }
 
+    /// Where a run of `config` goes when no directory is named:
+    /// `runs/<env>-seed<seed>-<unix time>`.
+    pub fn default_path(config: &crate::RunConfig) -> PathBuf {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("runs").join(format!(
+            "{}-seed{}-{now}",
+            config.env.name.replace(['/', ':'], "_"),
+            config.train.seed
+        ))
+    }
+
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root

@@ -1,0 +1,252 @@
+//! `strata.load` and `Policy.predict`: a checkpointed policy acting on numpy arrays.
+
+use std::path::PathBuf;
+
+use numpy::{
+    AllowTypeChange, PyArrayLikeDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+};
+use parking_lot::Mutex;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use rand::SeedableRng;
+use strata_env::Space;
+use strata_nn::SampleRng;
+
+use crate::runtime_error;
+
+/// What `predict` keeps between calls: the model and its scratch rows.
+struct Acting {
+    policy: strata_runtime::Policy,
+    rng: SampleRng,
+    obs: Vec<f32>,
+    actions: Vec<f32>,
+    log_probs: Vec<f32>,
+    values: Vec<f32>,
+}
+
+/// A trained policy, pinned to one version of one run: `predict(obs)` gives its actions.
+///
+/// Observations are normalised with the statistics the version was trained with; Box
+/// actions are clipped to the action space, as the env applies them.
+#[pyclass(module = "strata", frozen)]
+pub(crate) struct Policy {
+    acting: Mutex<Acting>,
+    obs_dim: usize,
+    action_space: Space,
+    #[pyo3(get)]
+    policy_version: u64,
+    #[pyo3(get)]
+    config_hash: String,
+    #[pyo3(get)]
+    env: String,
+    config_toml: String,
+}
+
+impl Policy {
+    fn new(policy: strata_runtime::Policy) -> PyResult<Self> {
+        let spec = strata_runtime::env_spec(&policy.config).map_err(runtime_error)?;
+        Ok(Policy {
+            obs_dim: spec.obs_dim(),
+            action_space: spec.action_space,
+            policy_version: policy.policy_version,
+            config_hash: policy.config_hash.clone(),
+            env: policy.config.env.name.clone(),
+            config_toml: policy.config.to_toml(),
+            acting: Mutex::new(Acting {
+                rng: SampleRng::seed_from_u64(policy.config.train.seed),
+                policy,
+                obs: Vec::new(),
+                actions: Vec::new(),
+                log_probs: Vec::new(),
+                values: Vec::new(),
+            }),
+        })
+    }
+
+    /// Values per action.
+    fn action_dim(&self) -> usize {
+        self.action_space.flat_dim()
+    }
+
+    /// Copies `obs` (any float dtype) into `acting.obs`; the number of rows, and whether
+    /// the input was one observation.
+    fn take_obs(&self, obs: &Bound<'_, PyAny>, acting: &mut Acting) -> PyResult<(usize, bool)> {
+        let d = self.obs_dim;
+        let shape_error = |shape: &[usize]| {
+            PyValueError::new_err(format!(
+                "observation of shape {shape:?}: this policy expects ({d},) or (n, {d})"
+            ))
+        };
+        let mut fill = |shape: &[usize], values: &mut dyn Iterator<Item = f32>| {
+            let rows = match shape {
+                [n] if *n == d => 1,
+                [rows, n] if *n == d => *rows,
+                _ => return Err(shape_error(shape)),
+            };
+            acting.obs.clear();
+            acting.obs.extend(values);
+            Ok((rows, shape.len() == 1))
+        };
+        // The common dtypes read in place; anything else (lists, ints) is converted.
+        let (rows, single) = if let Ok(a) = obs.extract::<PyReadonlyArrayDyn<'_, f32>>() {
+            let shape = a.shape().to_vec();
+            match a.as_slice() {
+                Ok(s) => fill(&shape, &mut s.iter().copied())?,
+                Err(_) => fill(&shape, &mut a.as_array().iter().copied())?,
+            }
+        } else if let Ok(a) = obs.extract::<PyReadonlyArrayDyn<'_, f64>>() {
+            let shape = a.shape().to_vec();
+            fill(&shape, &mut a.as_array().iter().map(|&v| v as f32))?
+        } else {
+            let a: PyArrayLikeDyn<'_, f32, AllowTypeChange> = obs.extract()?;
+            let shape = a.shape().to_vec();
+            fill(&shape, &mut a.as_array().iter().copied())?
+        };
+        if let Some(i) = acting.obs.iter().position(|v| !v.is_finite()) {
+            return Err(PyValueError::new_err(format!(
+                "observation value {i} is {} (not finite)",
+                acting.obs[i]
+            )));
+        }
+        if let Some(rms) = &acting.policy.normalizer.obs {
+            rms.normalize(&mut acting.obs);
+        }
+        Ok((rows, single))
+    }
+}
+
+#[pymethods]
+impl Policy {
+    /// The actions for `obs`, one observation `(obs_dim,)` or a batch `(n, obs_dim)`:
+    /// the most likely ones (`deterministic=True`) or sampled. Returns `(actions, None)`
+    /// as Stable-Baselines3's `predict` does: int64 indices for a Discrete space, float32
+    /// values clipped to a Box space.
+    #[pyo3(signature = (obs, deterministic=true))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        obs: &Bound<'py, PyAny>,
+        deterministic: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<Py<PyAny>>)> {
+        let mut guard = self.acting.lock();
+        let acting = &mut *guard;
+        let (rows, single) = self.take_obs(obs, acting)?;
+        let ad = self.action_dim();
+        acting.actions.resize(rows * ad, 0.0);
+        let model = acting.policy.model.as_mut();
+        if deterministic {
+            model.act_greedy(&acting.obs, &mut acting.actions);
+        } else {
+            acting.log_probs.resize(rows, 0.0);
+            acting.values.resize(rows, 0.0);
+            model.act(
+                &acting.obs,
+                &mut acting.rng,
+                &[],
+                &mut acting.actions,
+                &mut acting.log_probs,
+                &mut acting.values,
+            );
+        }
+        let out = match &self.action_space {
+            Space::Discrete { .. } => {
+                let indices: Vec<i64> = acting.actions.iter().map(|&a| a as i64).collect();
+                let array = numpy::PyArray1::from_vec(py, indices);
+                if single {
+                    array.reshape(Vec::<usize>::new())?.into_any()
+                } else {
+                    array.into_any()
+                }
+            }
+            Space::Box { low, high } => {
+                for row in acting.actions.chunks_exact_mut(ad) {
+                    for (k, a) in row.iter_mut().enumerate() {
+                        *a = a.clamp(low[k], high[k]);
+                    }
+                }
+                let array = numpy::PyArray1::from_slice(py, &acting.actions);
+                if single {
+                    array.into_any()
+                } else {
+                    array.reshape([rows, ad])?.into_any()
+                }
+            }
+        };
+        Ok((out, None))
+    }
+
+    /// Observation width.
+    #[getter]
+    fn obs_dim(&self) -> usize {
+        self.obs_dim
+    }
+
+    /// `("discrete", n)` or `("box", low, high)`.
+    #[getter]
+    fn action_space<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match &self.action_space {
+            Space::Discrete { n } => ("discrete", *n).into_pyobject(py)?.into_any(),
+            Space::Box { low, high } => ("box", low.clone(), high.clone())
+                .into_pyobject(py)?
+                .into_any(),
+        })
+    }
+
+    /// The run's config, as TOML.
+    #[getter]
+    fn config(&self) -> &str {
+        &self.config_toml
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Policy(env={:?}, version={}, config_hash={:?})",
+            self.env, self.policy_version, self.config_hash
+        )
+    }
+}
+
+/// The policy of a checkpoint or run directory (its final checkpoint), or of the run's
+/// checkpoint holding policy `version`.
+#[pyfunction]
+#[pyo3(signature = (path, version=None))]
+pub(crate) fn load(py: Python<'_>, path: PathBuf, version: Option<u64>) -> PyResult<Policy> {
+    let policy = py
+        .detach(|| {
+            let dir = match version {
+                Some(v) => strata_runtime::find_version(&path, v)?,
+                None => path.clone(),
+            };
+            strata_runtime::load_policy(&dir)
+        })
+        .map_err(runtime_error)?;
+    Policy::new(policy)
+}
+
+/// Runs `episodes` fresh episodes (seeded by `seed`) with `policy`, a [`Policy`] or a
+/// checkpoint path; returns the evaluation as JSON.
+#[pyfunction]
+#[pyo3(signature = (policy, episodes=10, seed=12345, deterministic=true))]
+pub(crate) fn evaluate(
+    py: Python<'_>,
+    policy: &Bound<'_, PyAny>,
+    episodes: usize,
+    seed: u64,
+    deterministic: bool,
+) -> PyResult<String> {
+    let result = if let Ok(p) = policy.cast::<Policy>() {
+        let p = p.get();
+        py.detach(|| {
+            let mut acting = p.acting.lock();
+            strata_runtime::evaluate(&mut acting.policy, episodes, seed, deterministic)
+        })
+    } else {
+        let path: PathBuf = policy.extract()?;
+        py.detach(|| {
+            let mut loaded = strata_runtime::load_policy(&path)?;
+            strata_runtime::evaluate(&mut loaded, episodes, seed, deterministic)
+        })
+    }
+    .map_err(runtime_error)?;
+    Ok(serde_json::to_string(&result).expect("an evaluation serialises"))
+}

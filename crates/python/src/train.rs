@@ -1,0 +1,166 @@
+//! `strata.train`: a training run in a Rust thread, watched from the Python thread.
+
+use crossbeam_channel::{bounded, RecvTimeoutError};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use strata_runtime::{run, ConfigFile, RunConfig, RunDir, Trainer};
+
+use crate::runtime_error;
+
+/// How often the waiting thread looks for Ctrl-C and progress.
+const TICK: Duration = Duration::from_millis(100);
+/// Progress lines waiting for Python: what does not fit is dropped.
+const PROGRESS_QUEUE: usize = 64;
+/// How long the run's result waits for room behind progress lines Python has not read.
+const DONE_WAIT: Duration = Duration::from_secs(60);
+
+/// The config `env`'s preset with the JSON table `config_json` laid over it (the same
+/// layering as `strata train --config`).
+pub(crate) fn build_config(env: Option<&str>, config_json: &str) -> PyResult<RunConfig> {
+    let file = config_file(config_json)?;
+    RunConfig::layered(env, Some(&file), &[]).map_err(runtime_error)
+}
+
+/// A JSON object of config keys as a config file's table.
+fn config_file(config_json: &str) -> PyResult<ConfigFile> {
+    let value: serde_json::Value = serde_json::from_str(config_json)
+        .map_err(|e| crate::ConfigError::new_err(format!("config is not JSON: {e}")))?;
+    let table = toml::Table::try_from(value).map_err(|e| {
+        crate::ConfigError::new_err(format!(
+            "config must map section names to tables of keys: {e}"
+        ))
+    })?;
+    Ok(ConfigFile {
+        name: "(the config argument)".into(),
+        table,
+    })
+}
+
+/// The run directory a checkpoint path belongs to: the nearest directory at or above it
+/// holding a `config.toml` (`runs/x/checkpoints/step-N` is in `runs/x`).
+fn run_dir_of(path: &std::path::Path) -> PathBuf {
+    path.ancestors()
+        .find(|p| p.join("config.toml").is_file())
+        .unwrap_or(path)
+        .to_path_buf()
+}
+
+/// What the training thread tells the waiting one.
+enum Event {
+    /// An update finished: its metrics line, as JSON.
+    Update(String),
+    /// The run ended: its summary as JSON, or the error.
+    Done(Result<String, strata_runtime::RuntimeError>),
+}
+
+/// Trains `env` (a built-in name or `gym:ID`) with `config_json` over its preset into
+/// `run_dir` (default: `runs/<env>-seed<seed>-<time>`), or continues `resume`'s
+/// checkpoint with `config_json`'s run-control keys. Calls `progress(update_json)` after
+/// updates. Returns `(summary_json, run_dir)`.
+///
+/// Ctrl-C stops the run at its next wait; the checkpoint is written, every thread and env
+/// process stopped, then `KeyboardInterrupt` is raised.
+#[pyfunction]
+#[pyo3(signature = (env, config_json, run_dir=None, resume=None, progress=None))]
+pub(crate) fn train(
+    py: Python<'_>,
+    env: Option<&str>,
+    config_json: &str,
+    run_dir: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<(String, PathBuf)> {
+    let trainer = match &resume {
+        None => {
+            let config = build_config(env, config_json)?;
+            py.detach(|| Trainer::new(config)).map_err(runtime_error)?
+        }
+        Some(path) => {
+            let mut state = py
+                .detach(|| strata_runtime::read_checkpoint(path))
+                .map_err(runtime_error)?
+                .into_state();
+            let overrides = config_file(config_json)?;
+            let mut wanted = state.config.clone();
+            for (section, keys) in &overrides.table {
+                let Some(keys) = keys.as_table() else {
+                    return Err(crate::ConfigError::new_err(format!(
+                        "`{section}` must be a table of keys"
+                    )));
+                };
+                for (key, value) in keys {
+                    wanted
+                        .set(&format!("{section}.{key}"), &value.to_string())
+                        .map_err(runtime_error)?;
+                }
+            }
+            state.config = state.config.resumed_with(wanted).map_err(runtime_error)?;
+            py.detach(|| Trainer::from_state(state))
+                .map_err(runtime_error)?
+        }
+    };
+    let root = run_dir
+        .or_else(|| resume.as_deref().map(run_dir_of))
+        .unwrap_or_else(|| RunDir::default_path(trainer.config()));
+    let stop = trainer.stop_flag();
+    let total_steps = trainer.config().train.total_steps;
+    let (events, updates) = bounded::<Event>(PROGRESS_QUEUE);
+    let dir = root.clone();
+    let worker = std::thread::Builder::new()
+        .name("strata-train".into())
+        .spawn(move || {
+            let mut trainer = trainer;
+            let outcome = RunDir::create(&dir, &trainer).and_then(|mut run_dir| {
+                run::train(&mut trainer, &mut run_dir, &mut |record| {
+                    let line = serde_json::json!({ "record": record, "total_steps": total_steps })
+                        .to_string();
+                    // Progress is best effort: a full queue drops the line, never waits.
+                    let _ = events.try_send(Event::Update(line));
+                })
+            });
+            let done = outcome.map(|s| serde_json::to_string(&s).expect("a summary serialises"));
+            // The queue may be full of progress: the end waits its turn (the other side
+            // reads until it arrives).
+            let _ = events.send_timeout(Event::Done(done), DONE_WAIT);
+        })
+        .map_err(|e| {
+            crate::StrataError::new_err(format!("cannot start the training thread: {e}"))
+        })?;
+    let mut interrupted = None;
+    let result = loop {
+        match py.detach(|| updates.recv_timeout(TICK)) {
+            Ok(Event::Update(line)) => {
+                if let Some(callback) = &progress {
+                    if let Err(e) = callback.call1(py, (line,)) {
+                        // A broken progress display must not lose the run: report it once.
+                        e.print(py);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(Event::Done(result)) => break result,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                break Err(strata_runtime::RuntimeError::Worker {
+                    worker: 0,
+                    error: "the training thread ended without a result".into(),
+                })
+            }
+        }
+        if let Err(e) = py.check_signals() {
+            // Ctrl-C (or another signal's exception): stop in order, keep waiting for the
+            // checkpoint, then raise it.
+            stop.store(true, Ordering::Relaxed);
+            interrupted.get_or_insert(e);
+        }
+    };
+    py.detach(|| worker.join())
+        .map_err(|_| crate::StrataError::new_err("the training thread panicked"))?;
+    if let Some(e) = interrupted {
+        return Err(e);
+    }
+    Ok((result.map_err(runtime_error)?, root))
+}

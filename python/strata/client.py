@@ -1,0 +1,384 @@
+"""The gateway client: what a deployed agent and an operator call (``strata serve``).
+
+Every call that changes something is safe to retry, and this client retries it on its
+own: an act carries an idempotency key (the same answer comes back for the same key), a
+report is stored once per action (a repeat is answered ``duplicate``), an episode start
+may carry a key too. Retries cover dropped connections, timeouts, 429 and 503, with
+backoff, for up to ``retry_for`` seconds (a gateway restarting after a crash included).
+Any other refusal raises :class:`GatewayError` with the gateway's own message.
+
+    client = strata.Client("http://127.0.0.1:7878", token)
+    episode = client.start_episode()
+    action = client.act(episode.episode_id, obs, env_seq=0)
+    if client.recheck(action.action_id, target=now).verdict == "proceed":
+        ...  # execute action.action
+    client.report(action.action_id, observation_after=obs2, reward=1.0)
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+import uuid
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+from ._strata import StrataError
+
+if TYPE_CHECKING:
+    from typing import Awaitable, Callable, TypeVar
+
+    from typing_extensions import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
+
+
+class GatewayError(StrataError):
+    """The gateway refused a call: ``status`` is the HTTP status (None when it never
+    answered), ``message`` the gateway's reason."""
+
+    def __init__(self, status: Optional[int], message: str):
+        super().__init__(f"HTTP {status}: {message}" if status is not None else f"transport: {message}")
+        self.status = status
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        """No answer, rate limited, or the gateway unavailable."""
+        return self.status in (None, 429, 503)
+
+
+def _from(cls, data: Dict[str, Any]):
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Episode:
+    """An episode, pinned to one policy version."""
+
+    episode_id: int
+    policy_version: int
+    config_hash: str
+    channel: str
+    bucket: str
+    trajectory_id: int
+    status: str
+    steps: int
+    pending_action: Optional[int]
+    obs_dim: int
+    action_dim: int
+
+
+@dataclass(frozen=True)
+class Action:
+    """An action to execute; ``action`` is a list (a discrete action's index alone)."""
+
+    action_id: int
+    action: List[float]
+    policy_version: int
+    config_hash: str
+    issued_at_ns: int
+    side_effect: str
+    trajectory_id: int
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """``verdict``: ``proceed``, ``abort`` (stale: the trajectory was invalidated) or
+    ``needs_human`` (the episode awaits an operator's confirmation)."""
+
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """``status``: ``stored``, ``duplicate``, ``timed_out`` or ``status_unknown``."""
+
+    status: str
+    sample_id: Optional[int]
+    replay: Optional[str]
+
+
+@dataclass(frozen=True)
+class ReleaseStatus:
+    """Which versions serve new episodes, the canary, cooldown and the learner."""
+
+    stable: int
+    candidate: Optional[int]
+    canary_fraction: float
+    cooldown_secs: float
+    pending: List[Tuple[int, str, float]]
+    latest: int
+    open_episodes: int
+    updates: int
+    rules_version: int
+
+
+def _floats(values: Sequence[float]) -> List[float]:
+    """Plain floats (numpy arrays and scalars included)."""
+    return [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+
+
+class Client:
+    """A blocking client for one gateway and one token (an agent's or an operator's).
+    Thread-safe: each thread keeps its own connection alive."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0):
+        parsed = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"gateway URL {url!r}: expected http://host:port")
+        self.url = f"http://{parsed.netloc}"
+        self._host, self._port = parsed.hostname, parsed.port or 80
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.timeout, self.retry_for = timeout, retry_for
+        self._local = threading.local()
+        self.retries = 0
+
+    # -- transport -------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            self._local.conn = conn
+        return conn
+
+    def _once(self, method: str, path: str, body: Optional[dict]) -> Any:
+        conn = self._connection()
+        payload = json.dumps(body).encode() if body is not None else None
+        try:
+            conn.request(method, path, body=payload, headers=self._headers)
+            response = conn.getresponse()
+            text = response.read().decode()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            self._local.conn = None
+            raise GatewayError(None, f"{type(e).__name__}: {e}") from e
+        if response.status >= 400:
+            try:
+                message = json.loads(text).get("error", text)
+            except ValueError:
+                message = text
+            raise GatewayError(response.status, message)
+        return json.loads(text)
+
+    def call(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+        """One API call, retried while the failure is retryable (see the module's docs)."""
+        deadline = time.monotonic() + self.retry_for
+        wait = 0.005
+        while True:
+            try:
+                return self._once(method, path, body)
+            except GatewayError as e:
+                if not e.retryable or time.monotonic() + wait > deadline:
+                    raise
+                self.retries += 1
+                time.sleep(wait)
+                wait = min(wait * 2, 0.5)
+
+    # -- agents ------------------------------------------------------------------------
+
+    def start_episode(self, idempotency_key: Optional[str] = None) -> Episode:
+        """A new episode on the version the gateway serves (stable or canary). With a key,
+        starting again with it returns the same episode (a retried start)."""
+        key = idempotency_key or uuid.uuid4().hex
+        return _from(Episode, self.call("POST", "/v1/episodes", {"idempotency_key": key}))
+
+    def episode(self, episode_id: int) -> Episode:
+        """Where an episode stands."""
+        return _from(Episode, self.call("GET", f"/v1/episodes/{episode_id}"))
+
+    def act(
+        self,
+        episode_id: int,
+        observation: Sequence[float],
+        env_seq: int,
+        *,
+        idempotency_key: Optional[str] = None,
+        action_type: Optional[str] = None,
+        context: Optional[Dict[str, Any]] = None,
+    ) -> Action:
+        """The pinned policy's action for `observation`. `env_seq` is the environment's own
+        clock; `context` (``target``, ``ui_top_level``) is what a later re-check compares
+        against. Retries reuse the idempotency key, so they get the same action."""
+        body: Dict[str, Any] = {
+            "observation": _floats(observation),
+            "env_seq": int(env_seq),
+            "idempotency_key": idempotency_key or uuid.uuid4().hex,
+        }
+        if action_type is not None:
+            body["action_type"] = action_type
+        if context is not None:
+            body["context"] = context
+        return _from(Action, self.call("POST", f"/v1/episodes/{episode_id}/act", body))
+
+    def recheck(
+        self,
+        action_id: int,
+        *,
+        target: Optional[Sequence[float]] = None,
+        ui_top_level: Optional[Sequence[str]] = None,
+    ) -> Recheck:
+        """Before executing: is the world still as the action assumed?"""
+        body: Dict[str, Any] = {}
+        if target is not None:
+            body["target"] = _floats(target)
+        if ui_top_level is not None:
+            body["ui_top_level"] = list(ui_top_level)
+        return _from(Recheck, self.call("POST", f"/v1/actions/{action_id}/recheck", body))
+
+    def report(
+        self,
+        action_id: int,
+        *,
+        observation_after: Optional[Sequence[float]] = None,
+        reward: Optional[float] = None,
+        terminated: bool = False,
+        truncated: bool = False,
+        env_seq: Optional[int] = None,
+        completed_at_ns: Optional[int] = None,
+        during_execution: Optional[Dict[str, Any]] = None,
+        episode_return: Optional[float] = None,
+        success: Optional[bool] = None,
+        outcome: str = "executed",
+    ) -> Report:
+        """What the action did; durable in the ledger before it is answered. A retry of a
+        report whose answer was lost is answered ``duplicate`` and stored once."""
+        body: Dict[str, Any] = {"outcome": outcome, "terminated": terminated, "truncated": truncated}
+        optional = {
+            "observation_after": None if observation_after is None else _floats(observation_after),
+            "reward": None if reward is None else float(reward),
+            "env_seq": env_seq,
+            "completed_at_ns": completed_at_ns,
+            "during_execution": during_execution,
+            "episode_return": episode_return,
+            "success": success,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return _from(Report, self.call("POST", f"/v1/actions/{action_id}/report", body))
+
+    def replay(self, action_id: int, query_result: Optional[str] = None) -> Dict[str, Any]:
+        """May a timed-out action run again? For a queryable one, say what asking the world
+        found (``not_happened`` or ``happened``)."""
+        body = {} if query_result is None else {"query_result": query_result}
+        return self.call("POST", f"/v1/actions/{action_id}/replay", body)
+
+    def end_episode(self, episode_id: int) -> Episode:
+        """Ends an episode."""
+        return _from(Episode, self.call("POST", f"/v1/episodes/{episode_id}/end"))
+
+    def status(self) -> ReleaseStatus:
+        """The release state: stable, candidate, canary fraction, cooldown, learner."""
+        data = self.call("GET", "/v1/status")
+        data["pending"] = [tuple(p) for p in data.get("pending", [])]
+        return _from(ReleaseStatus, data)
+
+    # -- operators ---------------------------------------------------------------------
+
+    def _release(self, path: str, body: Dict[str, Any]) -> ReleaseStatus:
+        data = self.call("POST", path, body)
+        data["pending"] = [tuple(p) for p in data.get("pending", [])]
+        return _from(ReleaseStatus, data)
+
+    def publish(self, checkpoint: str) -> ReleaseStatus:
+        """Publishes a checkpoint written by ``strata train`` (same env and network)."""
+        return self._release("/v1/operator/publish", {"checkpoint": str(checkpoint)})
+
+    def canary(self, fraction: float) -> ReleaseStatus:
+        """Sends `fraction` of new episodes to the candidate version."""
+        return self._release("/v1/operator/canary", {"fraction": float(fraction)})
+
+    def cooldown(self, seconds: float) -> ReleaseStatus:
+        """Seconds between publishing a version and new episodes sampling with it."""
+        return self._release("/v1/operator/cooldown", {"seconds": float(seconds)})
+
+    def promote(self, version: Optional[int] = None, *, force: bool = False) -> ReleaseStatus:
+        """Makes `version` (default: the candidate) stable, with its admission rules."""
+        body: Dict[str, Any] = {"force": force}
+        if version is not None:
+            body["version"] = version
+        return self._release("/v1/operator/promote", body)
+
+    def rollback(self, version: int, *, force: bool = False) -> ReleaseStatus:
+        """Rolls the stable version (and its admission rules) back to `version`."""
+        return self._release("/v1/operator/rollback", {"version": version, "force": force})
+
+    def set_rules(self, rules: Dict[str, Any]) -> Dict[str, Any]:
+        """Registers admission rules (``{"rule": "decay", "kl_scale": 0.02}``) for the
+        versions published from now on."""
+        return self.call("POST", "/v1/operator/rules", rules)
+
+    def invalidate(
+        self,
+        text: str,
+        *,
+        trajectory: Optional[int] = None,
+        first_sample: Optional[int] = None,
+        last_sample: Optional[int] = None,
+        reason: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Invalidates a trajectory or a sample range, saying why."""
+        body: Dict[str, Any] = {"text": text}
+        for key, value in (("trajectory", trajectory), ("first_sample", first_sample),
+                           ("last_sample", last_sample), ("reason", reason)):
+            if value is not None:
+                body[key] = value
+        return self.call("POST", "/v1/operator/invalidate", body)
+
+    def confirm(self, episode_id: int) -> Episode:
+        """Resumes an episode that awaits a human's confirmation."""
+        return _from(Episode, self.call("POST", f"/v1/operator/episodes/{episode_id}/confirm"))
+
+    def close(self) -> None:
+        """Closes this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+def _awaitable(
+    method: "Callable[Concatenate[Client, P], R]",
+) -> "Callable[Concatenate[AsyncClient, P], Awaitable[R]]":
+    """`method` of the blocking client, run in a worker thread and awaited."""
+
+    async def call(self: "AsyncClient", *args: Any, **kwargs: Any) -> Any:
+        run = functools.partial(method, self.sync, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    return functools.wraps(method)(call)
+
+
+class AsyncClient:
+    """:class:`Client` for asyncio: the same methods, awaited. Each call runs the blocking
+    client in a worker thread (each thread keeps its own connection alive), so one event
+    loop drives many agents without blocking."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0):
+        self.sync = Client(url, token, timeout=timeout, retry_for=retry_for)
+
+    call = _awaitable(Client.call)
+    start_episode = _awaitable(Client.start_episode)
+    episode = _awaitable(Client.episode)
+    act = _awaitable(Client.act)
+    recheck = _awaitable(Client.recheck)
+    report = _awaitable(Client.report)
+    replay = _awaitable(Client.replay)
+    end_episode = _awaitable(Client.end_episode)
+    status = _awaitable(Client.status)
+    publish = _awaitable(Client.publish)
+    canary = _awaitable(Client.canary)
+    cooldown = _awaitable(Client.cooldown)
+    promote = _awaitable(Client.promote)
+    rollback = _awaitable(Client.rollback)
+    set_rules = _awaitable(Client.set_rules)
+    invalidate = _awaitable(Client.invalidate)
+    confirm = _awaitable(Client.confirm)
+    close = _awaitable(Client.close)

@@ -1,0 +1,137 @@
+"""strata.train / load / predict / evaluate against the real trainer."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import strata
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cartpole_trains_to_475_and_its_policy_predicts(tmp_path):
+    summary = strata.train(
+        "CartPole-v1", config={"train": {"stop_when_solved": True}}, run_dir=tmp_path / "run",
+        seed=2, max_steps=150_000, progress=False)
+    assert summary["solved"] and summary["final_mean_return"] >= 475
+    assert summary["env"] == "cartpole", "CartPole-v1 runs as its built-in twin"
+    assert summary["run_dir"] == str(tmp_path / "run")
+    policy = strata.load(summary["run_dir"])
+    assert policy.obs_dim == 4 and policy.action_space == ("discrete", 2)
+    assert policy.policy_version == summary["policy_version"]
+    result = strata.evaluate(policy, episodes=10, seed=7)
+    assert result["mean_return"] >= 475, result
+    # One observation gives a 0-d action, a batch one per row, float64 or float32 alike.
+    obs = np.random.default_rng(0).normal(0, 0.05, (6, 4))
+    batch, state = policy.predict(obs)
+    assert state is None and batch.shape == (6,) and batch.dtype == np.int64
+    for row, action in zip(obs, batch):
+        single, _ = policy.predict(row.astype(np.float32))
+        assert single.shape == () and int(single) == int(action)
+    assert policy.predict(obs.tolist())[0].tolist() == batch.tolist()
+    # Sampled actions are valid indices.
+    sampled, _ = policy.predict(obs, deterministic=False)
+    assert set(sampled.tolist()) <= {0, 1}
+
+
+def test_bad_input_gets_a_clear_error(tmp_path):
+    summary = strata.train("cartpole", run_dir=tmp_path / "run", max_steps=512, progress=False)
+    policy = strata.load(summary["run_dir"])
+    with pytest.raises(ValueError, match=r"expects \(4,\) or \(n, 4\)"):
+        policy.predict(np.zeros(5))
+    with pytest.raises(ValueError, match="not finite"):
+        policy.predict(np.array([0.0, np.nan, 0.0, 0.0]))
+    with pytest.raises(strata.ConfigError, match="learning_rat"):
+        strata.train("cartpole", config={"ppo.learning_rat": 1.0}, progress=False)
+    with pytest.raises(strata.ConfigError, match="gamma"):
+        strata.train("cartpole", config={"ppo": {"gamma": 1.5}}, progress=False)
+    with pytest.raises(strata.StrataError, match="checkpoint"):
+        strata.load(tmp_path / "nothing-here")
+
+
+def test_config_layers_nested_and_dotted_keys_over_the_preset():
+    text = strata.config("cartpole", {"ppo": {"n_epochs": 3}, "train.seed": 9,
+                                      "ppo.target_kl": None})
+    assert "n_epochs = 3" in text and "seed = 9" in text and 'target_kl = "none"' in text
+    assert "n_steps = 32" in text, "the rest is CartPole's preset"
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path):
+    whole = strata.train("cartpole", run_dir=tmp_path / "whole", max_steps=2048,
+                         deterministic=True, config={"train.checkpoint_every": 1024},
+                         progress=False)
+    middle = tmp_path / "whole" / "checkpoints" / "step-1024"
+    resumed = strata.train(resume=middle, run_dir=tmp_path / "resumed", progress=False)
+    assert resumed["total_steps"] == 2048
+    assert resumed["final_mean_return"] == whole["final_mean_return"]
+    assert resumed["config_hash"] == whole["config_hash"]
+    first = strata.load(tmp_path / "whole")
+    again = strata.load(tmp_path / "resumed")
+    obs = np.random.default_rng(1).normal(0, 0.1, (32, 4))
+    assert (first.predict(obs)[0] == again.predict(obs)[0]).all()
+    with pytest.raises(strata.ConfigError, match="resume keeps"):
+        strata.train(resume=middle, config={"ppo.n_epochs": 3}, progress=False)
+
+
+def children(pid):
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_ctrl_c_stops_with_a_checkpoint_and_no_env_process_left(tmp_path, gymnasium):
+    run = tmp_path / "run"
+    program = textwrap.dedent(f"""
+        import strata
+        strata.train("gym:CartPole-v1", run_dir={str(run)!r}, max_steps=10**9,
+                     config={{"train.checkpoint_every": 256, "report.eval_episodes": 0}},
+                     progress=False)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (run / "checkpoints").exists() or len(children(child.pid)) < 1:
+        assert time.monotonic() < deadline and child.poll() is None, child.stderr.read()
+        time.sleep(0.05)
+    envs = children(child.pid)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode != 0 and "KeyboardInterrupt" in err, err
+    assert (run / "checkpoint" / "meta.json").exists(), "the stop was checkpointed"
+    assert not any(alive(p) for p in envs), f"env processes left: {envs}"
+    policy = strata.load(run)
+    assert policy.policy_version > 0
+
+
+def test_a_gym_factory_env_trains_from_python(tmp_path, gymnasium):
+    summary = strata.train(
+        "gym:strata_test_envs:make_dict_env", run_dir=tmp_path / "run", max_steps=4096,
+        config={"runtime": {"python_path": [str(REPO / "crates/env/tests/python")]},
+                "env.gym.kwargs": {"limit": 5}},
+        progress=False)
+    assert summary["total_steps"] == 4096
+    policy = strata.load(summary["run_dir"])
+    assert policy.obs_dim == 7 and policy.action_space[0] == "box"
+    action, _ = policy.predict(np.zeros(7))
+    assert action.shape == (2,) and np.all(np.abs(action) <= 1.0), "clipped to the Box"
+    assert 'observation = "Dict(flags=MultiBinary(2,), mode=Discrete(3), pos=Box(2,))"' in policy.config
