@@ -51,13 +51,15 @@ fn alive(pid: u32) -> bool {
         .any(|&(p, _, state)| p == pid && state != 'Z')
 }
 
-/// Processes that map one of Strata's env regions (anonymous memory files).
-fn region_holders() -> Vec<u32> {
+/// Processes that map one of trainer `trainer`'s env regions (anonymous memory files
+/// named after it), anywhere on the machine.
+fn region_holders(trainer: u32) -> Vec<u32> {
+    let name = format!("memfd:strata-gym-{trainer} ");
     processes()
         .into_iter()
         .filter(|&(pid, _, _)| {
             std::fs::read_to_string(format!("/proc/{pid}/maps"))
-                .is_ok_and(|maps| maps.contains("memfd:strata-gym"))
+                .is_ok_and(|maps| maps.contains(&name))
         })
         .map(|(pid, _, _)| pid)
         .collect()
@@ -99,14 +101,11 @@ fn start_training(python: &str, run: &std::path::Path, extra: &[&str]) -> (Child
         .spawn()
         .unwrap();
     let pid = child.id();
+    // The trainer and (once they have made their envs) its env processes map the regions.
     wait_until("the env processes", Duration::from_secs(60), || {
-        children_of(pid).len() >= 2
+        children_of(pid).len() >= 2 && region_holders(pid).len() >= 3
     });
     let envs = children_of(pid);
-    assert!(
-        !region_holders().is_empty(),
-        "the env processes map their regions"
-    );
     (child, envs)
 }
 
@@ -137,11 +136,8 @@ fn stops_cleanly(sig: i32, to_group: bool) {
         envs.iter().all(|&p| !alive(p)),
         "env processes left: {envs:?}"
     );
-    assert!(
-        region_holders().is_empty(),
-        "regions left: {:?}",
-        region_holders()
-    );
+    let left = region_holders(pid as u32);
+    assert!(left.is_empty(), "regions left: {left:?}");
 }
 
 #[test]
@@ -162,6 +158,7 @@ fn kill_9_of_the_trainer_takes_its_env_processes_with_it() {
     let Some(python) = gym_python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (mut child, envs) = start_training(&python, &dir.path().join("run"), &[]);
+    let pid = child.id();
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -173,7 +170,7 @@ fn kill_9_of_the_trainer_takes_its_env_processes_with_it() {
     wait_until(
         "the regions to be unmapped",
         Duration::from_secs(10),
-        || region_holders().is_empty(),
+        || region_holders(pid).is_empty(),
     );
 }
 

@@ -100,7 +100,10 @@ impl Region {
     /// When the memory file cannot be created, sized or mapped.
     pub(crate) fn create(k: usize, obs_dim: usize, act_dim: usize) -> std::io::Result<Self> {
         let at = Offsets::new(k, obs_dim, act_dim);
-        let fd = rustix::fs::memfd_create("strata-gym", rustix::fs::MemfdFlags::CLOEXEC)?;
+        // Named after the trainer's process, so what is left of a trainer can be told
+        // apart from another's (`/proc/*/maps` shows `memfd:strata-gym-PID`).
+        let name = format!("strata-gym-{}", std::process::id());
+        let fd = rustix::fs::memfd_create(name.as_str(), rustix::fs::MemfdFlags::CLOEXEC)?;
         let file = File::from(fd);
         file.set_len(at.end as u64)?;
         // SAFETY: the file is ours alone until the child is started, and afterwards the
