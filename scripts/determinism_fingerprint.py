@@ -5,7 +5,8 @@ Trains a few small deterministic configurations (sync and async collection, cent
 inference, gSDE, normalisation) with the `strata` binary given, then prints one SHA-256 per
 run over everything a run decides: the final and best weights, the ledger's samples,
 decisions and generations (wall-clock columns dropped) and the evaluation returns. Run it
-on two builds and compare the lines.
+on two builds and compare the lines. Sample columns added since the first fingerprints
+(`ADDED_COLUMNS`) are left out, so builds before and after them still compare.
 
     scripts/determinism_fingerprint.py target/release/strata
 """
@@ -32,12 +33,16 @@ RUNS = {
 }
 
 
+# Columns a newer ledger has and an older one lacks (absent ones read as null there).
+ADDED_COLUMNS = ("worker", "fragment")
+
+
 def table_digest(path: Path, order: list[str]) -> bytes:
     if not path.exists():
         return b"absent"
     table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
     keep = [f.name for f in table.schema if not pa.types.is_timestamp(f.type)
-            and f.name not in ("age_seconds",)]
+            and f.name not in ("age_seconds", *ADDED_COLUMNS)]
     table = table.select(keep).sort_by([(c, "ascending") for c in order])
     return hashlib.sha256(json.dumps(table.to_pylist(), sort_keys=True).encode()).digest()
 

@@ -60,6 +60,8 @@ fn batch(first: u64, rows: usize) -> SampleBatch {
         b.truncated.push(false);
         b.episode_return.push(end.then_some(200.0));
         b.success.push(end.then_some(false));
+        b.worker.push(Some(0));
+        b.fragment.push(Some(id / 256));
     }
     b
 }

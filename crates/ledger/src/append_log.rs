@@ -214,6 +214,8 @@ mod tests {
             truncated: false,
             episode_return: None,
             success: None,
+            worker: None,
+            fragment: None,
         };
         b.push(&record).unwrap();
         let arrow = crate::samples::to_arrow(&b);

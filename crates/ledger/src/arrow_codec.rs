@@ -164,6 +164,37 @@ scalar_codecs! {
         |a, i| a.is_valid(i).then(|| a.value(i).to_string());
 }
 
+/// Optional `u64` in a column added after the first ledgers were written: a file without
+/// it reads as nulls.
+pub(crate) struct AddedOptU64;
+
+impl Codec for AddedOptU64 {
+    type Elem = Option<u64>;
+    type Cell = Option<u64>;
+    fn push(column: &mut Vec<Option<u64>>, cell: &Option<u64>) {
+        column.push(*cell);
+    }
+    fn cell(column: &[Option<u64>], i: usize, _width: usize) -> Option<u64> {
+        column[i]
+    }
+    fn field(name: &str) -> Field {
+        Field::new(name, DataType::UInt64, true)
+    }
+    fn encode(column: &[Option<u64>], _rows: usize, _obs_dim: usize) -> ArrayRef {
+        Arc::new(UInt64Array::from(column.to_vec()))
+    }
+    fn decode(
+        batch: &RecordBatch,
+        name: &str,
+    ) -> Result<(Vec<Option<u64>>, Option<usize>), String> {
+        if batch.column_by_name(name).is_none() {
+            return Ok((vec![None; batch.num_rows()], None));
+        }
+        let a = column::<UInt64Array>(batch, name)?;
+        Ok(((0..a.len()).map(|i| opt_u64(a, i)).collect(), None))
+    }
+}
+
 /// Nanoseconds since the epoch, as a UTC timestamp.
 pub(crate) struct Nanos;
 

@@ -9,7 +9,8 @@ use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 
 use crate::arrow_codec::{
-    column, record_batch, Bool, Codec, Nanos, ObsList, OptBool, OptF64, OptText, F32, U32, U64,
+    column, record_batch, AddedOptU64, Bool, Codec, Nanos, ObsList, OptBool, OptF64, OptText, F32,
+    U32, U64,
 };
 use crate::bucket::Bucket;
 use crate::schema::{table_schema, Table};
@@ -189,6 +190,11 @@ sample_columns! {
     episode_return: Option<f64>, [Option<f64>] by OptF64 => "episode_return",
     /// Whether the episode succeeded, on its last step, where the task defines success.
     success: Option<bool>, [Option<bool>] by OptBool => "success",
+    /// The rollout worker whose fragment holds the sample (deployed agents' samples: none).
+    /// With `fragment`, where a sample came from: one fragment id per worker's fragment.
+    worker: Option<u64>, [Option<u64>] by AddedOptU64 => "worker",
+    /// That worker's fragment number.
+    fragment: Option<u64>, [Option<u64>] by AddedOptU64 => "fragment",
 }
 
 impl SampleRecord {
@@ -352,9 +358,29 @@ mod tests {
             truncated: id == 2,
             episode_return: (id == 2).then_some(4.5),
             success: (id == 2).then_some(true),
+            worker: (id != 1).then_some(1),
+            fragment: (id != 1).then_some(40 + id),
             config_hash: config.into(),
             bucket: Bucket::train(),
         }
+    }
+
+    /// A ledger written before the `worker` and `fragment` columns existed reads back with
+    /// them null.
+    #[test]
+    fn files_without_the_added_columns_read_as_nulls() {
+        let mut b = SampleBatch::new(&Bucket::train(), "cafe", 2);
+        b.push(&record(2, "cafe")).unwrap();
+        let full = to_arrow(&b);
+        let keep: Vec<usize> = (0..full.num_columns())
+            .filter(|&i| !["worker", "fragment"].contains(&full.schema().field(i).name().as_str()))
+            .collect();
+        let old = full.project(&keep).unwrap();
+        let mut read = Vec::new();
+        from_arrow(&old, &mut read).unwrap();
+        let row = read[0].row(0);
+        assert_eq!((row.worker, row.fragment), (None, None));
+        assert_eq!(row.sample_id, 2);
     }
 
     /// Every generated path agrees: records in, Arrow out (columns in the table's order,
@@ -375,7 +401,12 @@ mod tests {
             .collect();
         assert_eq!(names[4..6], ["policy_version", "config_hash"]);
         assert_eq!(names[14..16], ["sampler_version", "newer_policy_sampling"]);
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 24);
+        assert_eq!(
+            names[22..],
+            ["worker", "fragment"],
+            "added columns come last"
+        );
         let newer = column::<BooleanArray>(&arrow, NEWER_POLICY_SAMPLING).unwrap();
         assert_eq!((newer.value(0), newer.value(1)), (false, true));
         let mut back = Vec::new();

@@ -45,6 +45,8 @@ fn record(id: u64, trajectory: u64, step: u32, version: u64, last: bool) -> Samp
         truncated: false,
         episode_return: last.then_some(f64::from(step + 1)),
         success: last.then_some(step >= 3),
+        worker: None,
+        fragment: None,
     }
 }
 

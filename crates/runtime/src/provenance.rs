@@ -93,6 +93,8 @@ pub fn append_fragment(
             out.truncated.push(f.truncated[row]);
             out.episode_return.push(end.map(|e| e.episode_return));
             out.success.push(end.and_then(|e| e.success));
+            out.worker.push(Some(w as u64));
+            out.fragment.push(Some(f.index));
             cursor.step[env] += 1;
             if done {
                 cursor.episode[env] = NONE;

@@ -37,6 +37,7 @@ fn every_consumed_sample_is_stored_with_all_six_fields() {
     let hash = trainer.config_hash().to_string();
     assert_eq!(data.sample_count() as u64, trainer.progress().global_step);
     let mut ids = Vec::new();
+    let mut fragments = std::collections::BTreeMap::new();
     for b in &data.samples {
         assert_eq!(b.bucket, "train");
         assert_eq!(b.config_hash, hash); // (1) with the policy version
@@ -51,8 +52,18 @@ fn every_consumed_sample_is_stored_with_all_six_fields() {
             assert!(r.env_clock > 0); // (4)
             assert!(r.sampler_version >= r.policy_version); // (5)
             assert_eq!(r.episode_return.is_some(), r.terminated || r.truncated);
+            // Where it came from: worker 0 or 1, and that worker's fragment number.
+            *fragments
+                .entry((r.worker.unwrap(), r.fragment.unwrap()))
+                .or_insert(0) += 1;
         }
     }
+    // Six updates of one fragment per worker, each 32 steps of 4 envs.
+    assert_eq!(fragments.len(), 12);
+    assert!(
+        fragments.values().all(|&rows| rows == 32 * 4),
+        "{fragments:?}"
+    );
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), data.sample_count(), "sample ids are unique");

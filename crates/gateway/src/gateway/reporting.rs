@@ -137,6 +137,8 @@ impl Gateway {
                 None
             },
             success: if ended { req.success } else { None },
+            worker: None,
+            fragment: None,
         };
         let mut batch = SampleBatch::new(&episode.bucket, &self.config_hash, self.obs_dim);
         batch.push(&record).map_err(RequestError::invalid)?;
