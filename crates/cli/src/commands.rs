@@ -34,6 +34,7 @@ impl Cli {
     pub fn full_screen(&self) -> bool {
         match &self.command {
             Command::Train(args) => args.monitor,
+            Command::Learner(args) => args.train.monitor,
             Command::Top(_) => true,
             _ => false,
         }
@@ -44,6 +45,11 @@ impl Cli {
 enum Command {
     /// Train a policy with PPO.
     Train(TrainArgs),
+    /// Train as the learner of a run whose rollout workers are `strata worker` processes,
+    /// over NATS JetStream.
+    Learner(crate::cluster_cmd::LearnerArgs),
+    /// Run rollout workers for a learner over NATS JetStream (any number, on any machine).
+    Worker(crate::cluster_cmd::WorkerArgs),
     /// Evaluate a checkpoint on fresh episodes.
     Eval(EvalArgs),
     /// Inspect configurations.
@@ -68,7 +74,7 @@ enum Command {
 }
 
 #[derive(Args, Debug)]
-struct TrainArgs {
+pub(crate) struct TrainArgs {
     #[command(flatten)]
     config: ConfigArgs,
     /// Run directory (default: runs/<env>-seed<seed>-<unix time>).
@@ -77,7 +83,8 @@ struct TrainArgs {
     /// Write the run summary as JSON here.
     #[arg(long)]
     summary_json: Option<PathBuf>,
-    /// Continue from a checkpoint (or a run directory) exactly where it stopped.
+    /// Continue from a checkpoint, or a run directory's newest one, exactly where it
+    /// stopped (in that run directory, unless `--run-dir` says otherwise).
     #[arg(long)]
     resume: Option<PathBuf>,
     /// No progress bar.
@@ -152,6 +159,8 @@ struct RolloutArgs {
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(args) => train(args),
+        Command::Learner(args) => crate::cluster_cmd::learner(args),
+        Command::Worker(args) => crate::cluster_cmd::worker(args),
         Command::Eval(args) => eval(args),
         Command::Config(ConfigCommand::Show(args)) => {
             print!("{}", build_config(&args)?.to_toml());
@@ -193,6 +202,30 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 fn train(args: TrainArgs) -> Result<()> {
+    run_training(args, &|config, resume| {
+        Ok(match resume {
+            Some(state) => Trainer::from_state(state)?,
+            None => Trainer::new(config)?,
+        })
+    })
+}
+
+/// Builds the trainer of a run: from a config, or from a resumed checkpoint's state.
+pub(crate) type MakeTrainer<'a> =
+    dyn Fn(strata_runtime::RunConfig, Option<strata_runtime::TrainerState>) -> Result<Trainer> + 'a;
+
+/// The checkpoint `--resume PATH` means: a checkpoint directory as it is, or a run
+/// directory's newest checkpoint (its final one, or after a crash its newest periodic one).
+fn resume_point(path: &Path) -> PathBuf {
+    if path.join("meta.json").exists() {
+        return path.to_path_buf();
+    }
+    strata_runtime::latest_checkpoint(path).unwrap_or_else(|| path.to_path_buf())
+}
+
+/// `strata train` (and `strata learner`, whose trainer has remote workers): the config or
+/// the checkpoint, the trainer `make` builds, the run directory, progress, Ctrl-C.
+pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()> {
     if args.monitor && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         bail!("--monitor draws on a terminal and stdout is not one; drop --monitor, or serve --metrics-addr and watch with `strata top`");
     }
@@ -202,12 +235,13 @@ fn train(args: TrainArgs) -> Result<()> {
             if args.config.env.is_some() || args.config.config.is_some() {
                 bail!("--resume takes the env and config from the checkpoint; drop --env/--config");
             }
-            let mut state = strata_runtime::read_checkpoint(path)?.into_state();
+            let mut state = strata_runtime::read_checkpoint(&resume_point(path))?.into_state();
             let wanted = apply_overrides(state.config.clone(), &args.config)?;
             state.config = state.config.resumed_with(wanted)?;
-            Trainer::from_state(state)?
+            let config = state.config.clone();
+            make(config, Some(state))?
         }
-        None => Trainer::new(build_config(&args.config)?)?,
+        None => make(build_config(&args.config)?, None)?,
     };
     // Before the run directory exists, so a bad address leaves nothing behind.
     let _server = match &args.metrics_addr {
@@ -222,9 +256,11 @@ fn train(args: TrainArgs) -> Result<()> {
         None => None,
     };
     let c = trainer.config().clone();
+    // A resumed run continues in its own directory unless told otherwise.
     let run_dir = args
         .run_dir
         .clone()
+        .or_else(|| args.resume.as_deref().and_then(RunDir::of_checkpoint))
         .unwrap_or_else(|| RunDir::default_path(&c));
     let mut dir = RunDir::create(&run_dir, &trainer)?;
     // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.

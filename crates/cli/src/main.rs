@@ -5,6 +5,7 @@ mod bench;
 mod bench_gateway;
 mod bench_gym;
 mod bench_ledger;
+mod cluster_cmd;
 mod commands;
 mod config_args;
 mod gateway_cmd;

@@ -39,15 +39,6 @@ fn config_file(config_json: &str) -> PyResult<ConfigFile> {
     })
 }
 
-/// The run directory a checkpoint path belongs to: the nearest directory at or above it
-/// holding a `config.toml` (`runs/x/checkpoints/step-N` is in `runs/x`).
-fn run_dir_of(path: &std::path::Path) -> PathBuf {
-    path.ancestors()
-        .find(|p| p.join("config.toml").is_file())
-        .unwrap_or(path)
-        .to_path_buf()
-}
-
 /// What the training thread tells the waiting one.
 enum Event {
     /// An update finished: its metrics line, as JSON.
@@ -103,7 +94,7 @@ pub(crate) fn train(
         }
     };
     let root = run_dir
-        .or_else(|| resume.as_deref().map(run_dir_of))
+        .or_else(|| resume.as_deref().and_then(RunDir::of_checkpoint))
         .unwrap_or_else(|| RunDir::default_path(trainer.config()));
     let stop = trainer.stop_flag();
     let total_steps = trainer.config().train.total_steps;

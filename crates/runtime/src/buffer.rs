@@ -155,6 +155,9 @@ pub struct ExperienceBuffer {
     /// Per slot: a complete fragment waits in it (for the live view's fill only).
     ready: Vec<AtomicBool>,
     per_worker: usize,
+    /// The first worker whose slots are held here (0, or the one worker of a worker
+    /// process's buffer).
+    first_worker: usize,
     /// Read back every write and check ownership.
     pub debug: bool,
 }
@@ -178,8 +181,38 @@ impl ExperienceBuffer {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             per_worker,
+            first_worker: 0,
             debug,
         }
+    }
+
+    /// Only worker `worker`'s slots (a worker process's buffer), addressed as in the
+    /// learner's buffer.
+    pub fn for_worker(
+        worker: usize,
+        per_worker: usize,
+        steps: usize,
+        envs_per_worker: usize,
+        obs_dim: usize,
+        action_dim: usize,
+    ) -> Self {
+        ExperienceBuffer {
+            first_worker: worker,
+            ..Self::new(
+                1,
+                per_worker,
+                steps,
+                envs_per_worker,
+                obs_dim,
+                action_dim,
+                false,
+            )
+        }
+    }
+
+    /// Where `slot` is held here.
+    fn local(&self, slot: SlotId) -> usize {
+        slot.index - self.first_worker * self.per_worker
     }
 
     /// Slots in all.
@@ -189,12 +222,12 @@ impl ExperienceBuffer {
 
     /// Marks `slot` as holding a complete fragment (the worker, before handing it over).
     pub fn mark_ready(&self, slot: SlotId) {
-        self.ready[slot.index].store(true, Ordering::Relaxed);
+        self.ready[self.local(slot)].store(true, Ordering::Relaxed);
     }
 
     /// Marks `slot` as free again (the learner, handing it back).
     pub fn mark_free(&self, slot: SlotId) {
-        self.ready[slot.index].store(false, Ordering::Relaxed);
+        self.ready[self.local(slot)].store(false, Ordering::Relaxed);
     }
 
     /// Slots holding a complete fragment the learner has not consumed: the buffer's fill.
@@ -225,7 +258,7 @@ impl ExperienceBuffer {
             slot.index,
             slot.worker
         );
-        self.slots[slot.index].lock()
+        self.slots[self.local(slot)].lock()
     }
 
     /// In debug mode, checks that `written` landed at `dst[offset..]` unchanged.

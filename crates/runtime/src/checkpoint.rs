@@ -279,12 +279,9 @@ pub struct Policy {
     pub normalizer: NormalizerStats,
 }
 
-/// The checkpoint of `run_dir` (its final `checkpoint/` or one of `checkpoints/step-N/`)
-/// that holds policy version `version`.
-///
-/// # Errors
-/// [`RuntimeError::Checkpoint`] listing the versions the run has checkpoints of.
-pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeError> {
+/// The checkpoints of `run_dir` (`checkpoint/`, `best/`, `checkpoints/step-N/`) with the
+/// policy version each holds.
+fn checkpoints_of(run_dir: &Path) -> Vec<(PathBuf, u64)> {
     #[derive(Deserialize)]
     struct VersionOnly {
         policy_version: u64,
@@ -293,17 +290,38 @@ pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeErro
     if let Ok(entries) = fs::read_dir(run_dir.join("checkpoints")) {
         candidates.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
     }
+    candidates
+        .into_iter()
+        .filter_map(|dir| {
+            let text = fs::read(dir.join(META)).ok()?;
+            let meta = serde_json::from_slice::<VersionOnly>(&text).ok()?;
+            Some((dir, meta.policy_version))
+        })
+        .collect()
+}
+
+/// The newest checkpoint of `run_dir` (the highest policy version of its final and
+/// periodic ones, `best/` aside): where a run that was killed continues from.
+pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
+    checkpoints_of(run_dir)
+        .into_iter()
+        .filter(|(dir, _)| !dir.ends_with(BEST_DIR))
+        .max_by_key(|(_, version)| *version)
+        .map(|(dir, _)| dir)
+}
+
+/// The checkpoint of `run_dir` (its final `checkpoint/` or one of `checkpoints/step-N/`)
+/// that holds policy version `version`.
+///
+/// # Errors
+/// [`RuntimeError::Checkpoint`] listing the versions the run has checkpoints of.
+pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeError> {
     let mut found = Vec::new();
-    for dir in candidates {
-        let Ok(text) = fs::read(dir.join(META)) else {
-            continue;
-        };
-        if let Ok(meta) = serde_json::from_slice::<VersionOnly>(&text) {
-            if meta.policy_version == version {
-                return Ok(dir);
-            }
-            found.push(meta.policy_version);
+    for (dir, policy_version) in checkpoints_of(run_dir) {
+        if policy_version == version {
+            return Ok(dir);
         }
+        found.push(policy_version);
     }
     found.sort_unstable();
     found.dedup();

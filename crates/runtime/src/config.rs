@@ -98,6 +98,8 @@ pub struct TrainConfig {
     pub solve_window: usize,
     /// Write a checkpoint every this many env steps (0: only at the end).
     pub checkpoint_every: u64,
+    /// Keep only the newest this many of those periodic checkpoints (0: all).
+    pub keep_checkpoints: usize,
     /// Threads the learner uses: with 2, the policy and value networks of each minibatch
     /// are computed side by side. 0: automatic (2 in sync mode, where workers idle while
     /// the learner trains; in async mode the cores the workers leave free, at least 1).
@@ -114,6 +116,7 @@ impl Default for TrainConfig {
             stop_when_solved: false,
             solve_window: 20,
             checkpoint_every: 0,
+            keep_checkpoints: 0,
             learner_threads: 0,
         }
     }

@@ -63,13 +63,14 @@ pub mod run;
 mod telemetry;
 pub mod tensorboard;
 mod trainer;
+pub mod transport;
 mod wiring;
 mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
-    find_version, load_policy, read_checkpoint, save_checkpoint, CheckpointMeta, LoadedCheckpoint,
-    Policy, TrainerState,
+    find_version, latest_checkpoint, load_policy, read_checkpoint, save_checkpoint, CheckpointMeta,
+    LoadedCheckpoint, Policy, TrainerState,
 };
 pub use config::{
     EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,

@@ -82,6 +82,15 @@ impl RunDir {
         ))
     }
 
+    /// The run directory a checkpoint path belongs to (the nearest directory at or above
+    /// it holding a `config.toml`: `runs/x/checkpoints/step-N` is in `runs/x`), where a
+    /// resumed run continues.
+    pub fn of_checkpoint(path: &Path) -> Option<PathBuf> {
+        path.ancestors()
+            .find(|p| p.join("config.toml").is_file())
+            .map(Path::to_path_buf)
+    }
+
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -247,6 +256,28 @@ fn save_best(trainer: &Trainer, run_dir: &RunDir, result: &EvalResult) -> Result
     Ok(())
 }
 
+/// Removes all but the newest `keep` periodic checkpoints (`keep = 0`: keeps all).
+fn prune_checkpoints(run_dir: &RunDir, keep: usize) -> Result<(), RuntimeError> {
+    if keep == 0 {
+        return Ok(());
+    }
+    let dir = run_dir.root.join("checkpoints");
+    let mut steps: Vec<(u64, PathBuf)> = fs::read_dir(&dir)
+        .map_err(|e| RuntimeError::io(&dir, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step-")?.parse().ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    steps.sort_unstable_by_key(|(step, _)| std::cmp::Reverse(*step));
+    for (_, old) in steps.into_iter().skip(keep) {
+        fs::remove_dir_all(&old).map_err(|e| RuntimeError::io(&old, e))?;
+    }
+    Ok(())
+}
+
 /// Trains until the budget is spent, the task is solved (if asked) or the trainer's stop
 /// flag is raised (Ctrl-C): keeps the sample ledger (in `ledger/` unless configured
 /// elsewhere; `ledger.enabled = false` turns it off), appends a metrics line per update,
@@ -308,6 +339,8 @@ pub fn train(
             // Everything up to the checkpoint is durable in the ledger before it is written.
             trainer.flush_ledger()?;
             save_checkpoint(&trainer.state()?, &dir)?;
+            trainer.mark_durable();
+            prune_checkpoints(run_dir, trainer.config().train.keep_checkpoints)?;
         }
     }
     if let Some(e) = evals.as_mut() {
@@ -316,6 +349,7 @@ pub fn train(
     run_dir.flush()?;
     trainer.flush_ledger()?;
     save_checkpoint(&trainer.state()?, &run_dir.checkpoint_dir())?;
+    trainer.mark_durable();
     trainer.publish_live(true);
     if let Some(stats) = trainer.close_ledger()? {
         tracing::info!(

@@ -25,10 +25,14 @@ pub enum Activity {
     Learning = 5,
     /// Stopped.
     Stopped = 6,
+    /// A worker run elsewhere that no process has taken yet (nothing to restart).
+    AwaitingProcess = 7,
 }
 
 impl Activity {
-    fn from_u8(v: u8) -> Self {
+    /// The activity a byte names (what [`Activity`] `as u8` gives; unknown: starting), for
+    /// activities reported from another process.
+    pub fn from_u8(v: u8) -> Self {
         match v {
             1 => Activity::Collecting,
             2 => Activity::WaitingForPolicy,
@@ -36,6 +40,7 @@ impl Activity {
             4 => Activity::WaitingForFragments,
             5 => Activity::Learning,
             6 => Activity::Stopped,
+            7 => Activity::AwaitingProcess,
             _ => Activity::Starting,
         }
     }
@@ -50,6 +55,7 @@ impl Activity {
             Activity::WaitingForFragments => "waiting for fragments",
             Activity::Learning => "learning",
             Activity::Stopped => "stopped",
+            Activity::AwaitingProcess => "waiting for a worker process to take it",
         }
     }
 }

@@ -56,7 +56,20 @@ impl Trainer {
     /// # Errors
     /// [`RuntimeError::InvalidConfig`] (naming the key) or an env error.
     pub fn new(config: RunConfig) -> Result<Self, RuntimeError> {
-        Self::start(config, None)
+        Self::start(config, None, crate::transport::local())
+    }
+
+    /// A run whose workers `launcher` starts (worker processes behind a transport, say),
+    /// fresh or from a checkpointed `resume` state.
+    ///
+    /// # Errors
+    /// As [`Trainer::new`] and [`Trainer::from_state`].
+    pub fn with_workers(
+        config: RunConfig,
+        resume: Option<TrainerState>,
+        launcher: std::sync::Arc<dyn crate::transport::WorkerLauncher>,
+    ) -> Result<Self, RuntimeError> {
+        Self::start(config, resume, launcher)
     }
 
     /// Continues a run from a checkpoint exactly where it stopped. `config`, when given,
@@ -79,7 +92,7 @@ impl Trainer {
     /// # Errors
     /// As [`Trainer::new`], or when the state does not fit its config.
     pub fn from_state(state: TrainerState) -> Result<Self, RuntimeError> {
-        Self::start(state.config.clone(), Some(state))
+        Self::start(state.config.clone(), Some(state), crate::transport::local())
     }
 
     /// The state a checkpoint saves: weights, optimiser, counters, normaliser and every
@@ -107,7 +120,11 @@ impl Trainer {
     }
 
     /// Wires the buffer, policy store, queues and workers, from scratch or a saved state.
-    fn start(mut config: RunConfig, resume: Option<TrainerState>) -> Result<Self, RuntimeError> {
+    fn start(
+        mut config: RunConfig,
+        resume: Option<TrainerState>,
+        launcher: std::sync::Arc<dyn crate::transport::WorkerLauncher>,
+    ) -> Result<Self, RuntimeError> {
         config.validate()?;
         // A gym: env's layout is recorded (a fresh run) or checked (a resumed one) before
         // the config is hashed.
@@ -139,7 +156,7 @@ impl Trainer {
             core.params().to_vec(),
             normalizer.clone(),
         );
-        let wiring = Wiring::start(&config, initial, starts)?;
+        let wiring = Wiring::start(&config, initial, starts, launcher)?;
         let mut trainer = Trainer {
             config_hash,
             rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
@@ -472,6 +489,15 @@ impl Trainer {
         self.progress.time.eval += seconds;
         self.progress.wall_seconds += seconds;
         Ok(result)
+    }
+
+    /// Tells the workers' launcher that everything consumed so far is in a checkpoint
+    /// (called right after one is written).
+    pub fn mark_durable(&self) {
+        self.collector
+            .wiring
+            .launcher
+            .durable(self.progress.updates);
     }
 
     /// The summary of the run so far.

@@ -15,7 +15,8 @@ use crate::inference::{
 };
 use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
-use crate::worker::{self, Holding, WorkerCommand, WorkerEvent, WorkerSetup};
+use crate::transport::WorkerLauncher;
+use crate::worker::{Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
 
 /// One running worker and its queues.
@@ -56,6 +57,8 @@ pub(crate) struct Wiring {
     pub(crate) wait_timeout: Duration,
     /// The inference thread and its queues, with `runtime.inference = "central"`.
     pub(crate) central: Option<Central>,
+    /// Where workers run: threads here, or processes reached through a transport.
+    pub(crate) launcher: Arc<dyn WorkerLauncher>,
 }
 
 /// The central inference thread's side of the wiring.
@@ -71,7 +74,7 @@ pub(crate) struct Central {
 impl Wiring {
     /// Creates the buffer, the policy store (holding `initial`), every queue, the watchdog
     /// and (with central inference) the inference thread, then starts one worker per entry
-    /// of `starts` (from its saved state, or fresh).
+    /// of `starts` (from its saved state, or fresh) through `launcher`.
     ///
     /// # Errors
     /// An env error, or [`RuntimeError::Config`] when a thread cannot start.
@@ -79,6 +82,7 @@ impl Wiring {
         config: &RunConfig,
         initial: PublishedPolicy,
         starts: Vec<Option<WorkerState>>,
+        launcher: Arc<dyn WorkerLauncher>,
     ) -> Result<Wiring, RuntimeError> {
         let spec = crate::factory::env_spec(config)?;
         let workers = config.runtime.workers;
@@ -156,6 +160,7 @@ impl Wiring {
             epoch,
             lag,
             wait_timeout,
+            launcher,
         };
         for (id, start) in starts.into_iter().enumerate() {
             let slots: Vec<SlotId> = buffer.owned_by(id).collect();
@@ -203,26 +208,28 @@ impl Wiring {
                 outstanding: std::cell::Cell::new(0),
             }
         });
-        let handle = worker::spawn(WorkerSetup {
-            id,
-            config: Arc::clone(&self.config),
-            buffer: Arc::clone(&self.buffer),
-            store: Arc::clone(&self.store),
-            free_slots: slot_rx,
-            events: self.event_tx.clone(),
-            commands: cmd_rx,
-            start,
-            max_lag: self.lag,
-            exact: self.config.train.deterministic || self.lag == 0,
-            wait_timeout: self.wait_timeout,
-            incarnation,
-            with_fault: incarnation == 0 && id == self.config.env.fault_worker,
-            heartbeat: Arc::clone(&heartbeat),
-            holding: Arc::clone(&holding),
-            first_fragment,
-            inference,
-        })
-        .map_err(|e| RuntimeError::thread(format!("worker {id}"), e))?;
+        let handle = self
+            .launcher
+            .launch(WorkerSetup {
+                id,
+                config: Arc::clone(&self.config),
+                buffer: Arc::clone(&self.buffer),
+                store: Arc::clone(&self.store),
+                free_slots: slot_rx,
+                events: self.event_tx.clone(),
+                commands: cmd_rx,
+                start,
+                max_lag: self.lag,
+                exact: self.config.train.deterministic || self.lag == 0,
+                wait_timeout: self.wait_timeout,
+                incarnation,
+                with_fault: incarnation == 0 && id == self.config.env.fault_worker,
+                heartbeat: Arc::clone(&heartbeat),
+                holding: Arc::clone(&holding),
+                first_fragment,
+                inference,
+            })
+            .map_err(|e| RuntimeError::thread(format!("worker {id}"), e))?;
         {
             // Workers' heartbeats come first, in worker order.
             let mut beats = self.beats.lock();

@@ -50,6 +50,9 @@ pub enum WorkerError {
     /// It panicked.
     #[error("panicked: {0}")]
     Panic(String),
+    /// It runs in another process, which failed or fell silent (what its transport says).
+    #[error("worker process: {0}")]
+    Remote(String),
 }
 
 /// Worker -> learner.
@@ -89,7 +92,8 @@ pub enum WorkerEvent {
 pub struct Holding(AtomicUsize);
 
 impl Holding {
-    fn set(&self, slot: Option<SlotId>) {
+    /// Records the slot being written (none between fragments).
+    pub fn set(&self, slot: Option<SlotId>) {
         self.0
             .store(slot.map_or(0, |s| s.index + 1), Ordering::Release);
     }

@@ -47,3 +47,16 @@ pub fn gym_python() -> Option<String> {
     )
     .then_some(python)
 }
+
+/// The NATS server the cluster tests start (`STRATA_NATS_SERVER`, else `nats-server` on the
+/// `PATH`), if it runs (`STRATA_REQUIRE_NATS` makes a missing one fail).
+pub fn nats_server() -> Option<String> {
+    let server = std::env::var("STRATA_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+    available(
+        &server,
+        &["--version"],
+        "STRATA_REQUIRE_NATS",
+        "nats-server",
+    )
+    .then_some(server)
+}

@@ -1,0 +1,99 @@
+//! `strata learner` and `strata worker`: one run's learner and rollout workers as separate
+//! processes over NATS JetStream (`strata-cluster`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use strata_cluster::{prepare_learner, run_worker_process, Meeting, WorkerOptions};
+
+use crate::commands::{run_training, TrainArgs};
+
+/// Where the processes of a run meet.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct NatsArgs {
+    /// The NATS server, with JetStream on (`nats-server -js`), e.g. nats://127.0.0.1:4222.
+    #[arg(long, value_name = "URL")]
+    nats: String,
+    /// The run's name on the server: a learner and its workers meet under it.
+    #[arg(long, default_value = "default")]
+    run: String,
+    /// Seconds one NATS call may take before it is retried or reported.
+    #[arg(long, default_value_t = 10.0)]
+    nats_timeout_secs: f64,
+}
+
+impl NatsArgs {
+    fn meeting(&self) -> Meeting {
+        Meeting {
+            url: self.nats.clone(),
+            run: self.run.clone(),
+            timeout: Duration::from_secs_f64(self.nats_timeout_secs),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct LearnerArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    #[command(flatten)]
+    pub(crate) train: TrainArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WorkerArgs {
+    #[command(flatten)]
+    nats: NatsArgs,
+    /// Workers this process runs at once (each takes one of the run's `runtime.workers`).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// This machine's `runtime.*` settings, e.g. `--set runtime.python=.venv/bin/python`
+    /// (repeatable); the rest of the config is the learner's.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Fault injection (tests): every N fragments, publish the fragment again under its
+    /// message id and under another; the stream and the learner must drop the copies.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    inject_republish_every: u64,
+}
+
+/// `strata learner`: `strata train` with rollout workers in `strata worker` processes.
+pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
+    let meeting = args.nats.meeting();
+    run_training(args.train, &|config, resume| {
+        prepare_learner(&meeting, config, resume).with_context(|| {
+            format!(
+                "cannot start the learner of run `{}` at {}",
+                meeting.run, meeting.url
+            )
+        })
+    })
+}
+
+/// `strata worker`: takes logical workers of the run and collects for its learner until
+/// Ctrl-C / SIGTERM.
+pub(crate) fn worker(args: WorkerArgs) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let on_signal = Arc::clone(&stop);
+    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
+        .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    let meeting = args.nats.meeting();
+    let options = WorkerOptions {
+        url: meeting.url.clone(),
+        run: meeting.run.clone(),
+        threads: args.threads,
+        sets: args.sets,
+        timeout: meeting.timeout,
+        republish_every: args.inject_republish_every,
+    };
+    let report = run_worker_process(&options, &stop)
+        .with_context(|| format!("worker of run `{}` at {}", meeting.run, meeting.url))?;
+    eprintln!(
+        "worker stopped: {} fragments published ({} duplicates), {} assignments",
+        report.fragments, report.duplicates, report.assignments
+    );
+    Ok(())
+}

@@ -1,0 +1,554 @@
+//! One run's learner and rollout workers as separate processes over a real NATS JetStream
+//! server: a distributed run is the one-process run bit for bit; Pendulum solves with two
+//! worker processes, every fragment in the ledger once though re-publishes were injected;
+//! a worker and then the learner killed with SIGKILL, and the server itself restarted,
+//! cost nothing acknowledged and train nothing twice (counted by fragment id); Ctrl-C
+//! leaves no process.
+
+#[path = "support/optional.rs"]
+mod optional;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use strata_ledger::{LedgerData, Storage};
+
+/// One scenario at a time: they time processes against each other on two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A nats-server with JetStream on, its store on disk and synced at every write.
+struct Nats {
+    binary: String,
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Nats {
+    fn start(binary: &str, dir: &Path) -> Nats {
+        let mut nats = Nats {
+            binary: binary.into(),
+            port: free_port(),
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        nats.launch();
+        nats
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn launch(&mut self) {
+        let config = self.dir.join("nats.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:{}\nmax_payload: 8MB\njetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n",
+                self.port,
+                self.dir.join("store")
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(self.dir.join("nats.log")).unwrap();
+        let child = Command::new(&self.binary)
+            .args(["-c", config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_until("nats-server to listen", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        });
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A `strata` process, killed if the test ends without it.
+struct Strata {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Strata {
+    fn start(args: &[&str], log: &Path) -> Strata {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(args)
+            .args(["--log-level", "info"])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        Strata {
+            child: Some(child),
+            log: log.to_path_buf(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: signalling a process this test started.
+        unsafe { libc::kill(self.pid() as i32, signal) };
+    }
+
+    fn kill9(&mut self) {
+        let mut c = self.child.take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    /// Waits for the exit; its status and stdout.
+    fn finish(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let mut c = self.child.take().unwrap();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                let mut out = String::new();
+                std::io::Read::read_to_string(c.stdout.as_mut().unwrap(), &mut out).unwrap();
+                return (status, out);
+            }
+            if Instant::now() >= deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!(
+                    "{} did not exit within {limit:?}:\n{}",
+                    self.log.display(),
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Strata {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn learner(nats: &Nats, run: &str, dir: &Path, extra: &[&str]) -> Strata {
+    let url = nats.url();
+    let mut args = vec!["learner", "--nats", &url, "--run", run, "--quiet"];
+    args.extend(["--run-dir", dir.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    Strata::start(&args, &dir.with_extension("log"))
+}
+
+fn worker(nats: &Nats, run: &str, log: &Path, extra: &[&str]) -> Strata {
+    let url = nats.url();
+    let mut args = vec!["worker", "--nats", &url, "--run", run];
+    args.extend_from_slice(extra);
+    Strata::start(&args, log)
+}
+
+/// Valid (not invalidated) samples per (worker, fragment).
+fn fragments_in_ledger(run_dir: &Path) -> BTreeMap<(u64, u64), usize> {
+    let storage = Storage::open(&run_dir.join("ledger").display().to_string()).unwrap();
+    let data = LedgerData::read(&storage).unwrap();
+    let invalid: Vec<(u64, u64)> = data
+        .invalidations
+        .iter()
+        .filter_map(|i| match i.target {
+            strata_ledger::Target::Samples { first, last } => Some((first, last)),
+            _ => None,
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for b in &data.samples {
+        for i in 0..b.len() {
+            let id = b.sample_id[i];
+            if invalid.iter().any(|&(f, l)| (f..=l).contains(&id)) {
+                continue;
+            }
+            *out.entry((b.worker[i].unwrap(), b.fragment[i].unwrap()))
+                .or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Every fragment number below `updates` of every worker, each with `rows` samples,
+/// once: nothing lost, nothing trained twice.
+fn assert_each_fragment_once(run_dir: &Path, workers: u64, updates: u64, rows: usize) {
+    let found = fragments_in_ledger(run_dir);
+    for w in 0..workers {
+        for f in 0..updates {
+            assert_eq!(
+                found.get(&(w, f)),
+                Some(&rows),
+                "worker {w} fragment {f}: {found:?}"
+            );
+        }
+    }
+    assert_eq!(
+        found.len() as u64,
+        workers * updates,
+        "no fragment beyond the run's: {found:?}"
+    );
+}
+
+fn summary(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_distributed_run_is_the_one_process_run_bit_for_bit() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(server) = optional::nats_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(&server, tmp.path());
+    let common = [
+        "--env",
+        "cartpole",
+        "--workers",
+        "2",
+        "--max-steps",
+        "12000",
+        "--deterministic",
+    ];
+    let local = tmp.path().join("local");
+    let status = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["train", "--quiet", "--run-dir", local.to_str().unwrap()])
+        .args(common)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let run = tmp.path().join("remote");
+    let mut l = learner(&nats, "same", &run, &common);
+    let _w0 = worker(&nats, "same", &tmp.path().join("w0.log"), &[]);
+    let _w1 = worker(&nats, "same", &tmp.path().join("w1.log"), &[]);
+    let (status, _) = l.finish(Duration::from_secs(120));
+    assert!(status.success(), "{}", l.log());
+    assert_eq!(
+        std::fs::read(local.join("checkpoint/model.safetensors")).unwrap(),
+        std::fs::read(run.join("checkpoint/model.safetensors")).unwrap(),
+        "the same weights"
+    );
+    assert_each_fragment_once(&run, 2, 12032 / 256, 32 * 4);
+}
+
+#[test]
+fn pendulum_solves_with_two_worker_processes_and_reposts_are_dropped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(server) = optional::nats_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(&server, tmp.path());
+    let run = tmp.path().join("run");
+    let summary_path = tmp.path().join("summary.json");
+    let mut l = learner(
+        &nats,
+        "pendulum",
+        &run,
+        &[
+            "--env",
+            "pendulum",
+            "--workers",
+            "2",
+            "--max-steps",
+            "200000",
+            "--stop-when-solved",
+            "--summary-json",
+            summary_path.to_str().unwrap(),
+        ],
+    );
+    // Worker 0's process publishes every third fragment twice more: under its own
+    // message id (the stream drops it) and under a new one (the learner drops it).
+    let mut w0 = worker(
+        &nats,
+        "pendulum",
+        &tmp.path().join("w0.log"),
+        &["--inject-republish-every", "3"],
+    );
+    let mut w1 = worker(&nats, "pendulum", &tmp.path().join("w1.log"), &[]);
+    let (status, _) = l.finish(Duration::from_secs(150));
+    assert!(status.success(), "{}", l.log());
+    let s = summary(&summary_path);
+    assert_eq!(s["solved"], true, "{s}");
+    let updates = s["total_steps"].as_u64().unwrap() / 4096;
+    assert_each_fragment_once(&run, 2, updates, 1024 * 2);
+    for w in [&mut w0, &mut w1] {
+        w.signal(libc::SIGINT);
+    }
+    let (status, _) = w0.finish(Duration::from_secs(30));
+    assert!(status.success(), "{}", w0.log());
+    let log = w0.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("worker stopped"))
+        .unwrap_or_default();
+    assert!(
+        !line.contains("(0 duplicates)"),
+        "the stream dropped the same-id copies: {line}"
+    );
+    assert!(w1.finish(Duration::from_secs(30)).0.success());
+}
+
+/// The newest periodic checkpoint's step (0 before the first).
+fn newest_checkpoint(run: &Path) -> u64 {
+    std::fs::read_dir(run.join("checkpoints"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+fn wait_for_step(run: &Path, step: u64, learner: &Strata) {
+    wait_until(
+        &format!("a checkpoint past step {step}"),
+        Duration::from_secs(120),
+        || newest_checkpoint(run) > step || learner.child.as_ref().is_some_and(|_| false),
+    );
+}
+
+#[test]
+fn killing_a_worker_then_the_learner_loses_nothing_and_trains_nothing_twice() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(server) = optional::nats_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(&server, tmp.path());
+    let run = tmp.path().join("run");
+    let summary_path = tmp.path().join("summary.json");
+    let budget = "200000";
+    let mut first = learner(
+        &nats,
+        "faults",
+        &run,
+        &[
+            "--env",
+            "cartpole",
+            "--workers",
+            "2",
+            "--max-steps",
+            budget,
+            "--set",
+            "runtime.restart_after_secs=2",
+            "--set",
+            "report.eval_episodes=0",
+        ],
+    );
+    let mut a = worker(&nats, "faults", &tmp.path().join("a.log"), &[]);
+    let _b = worker(&nats, "faults", &tmp.path().join("b.log"), &[]);
+    wait_for_step(&run, 5_000, &first);
+    // A standby process; then worker A dies: after two silent seconds its worker is
+    // restarted as a new incarnation, which the standby takes.
+    let standby = worker(&nats, "faults", &tmp.path().join("standby.log"), &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    a.kill9();
+    wait_until("the standby to take over", Duration::from_secs(60), || {
+        standby.log().contains("claimed")
+    });
+    let after = newest_checkpoint(&run);
+    wait_for_step(&run, after + 5_000, &first);
+    assert!(first.log().contains("restarting worker"), "{}", first.log());
+    // Then the learner dies; a new one resumes from its newest checkpoint.
+    first.kill9();
+    let mut second = Strata::start(
+        &[
+            "learner",
+            "--nats",
+            &nats.url(),
+            "--run",
+            "faults",
+            "--quiet",
+            "--resume",
+            run.to_str().unwrap(),
+            "--summary-json",
+            summary_path.to_str().unwrap(),
+        ],
+        &tmp.path().join("second.log"),
+    );
+    let (status, _) = second.finish(Duration::from_secs(150));
+    assert!(status.success(), "{}", second.log());
+    let s = summary(&summary_path);
+    let total = s["total_steps"].as_u64().unwrap();
+    assert!(total >= 200_000, "{s}");
+    assert_each_fragment_once(&run, 2, total / 256, 32 * 4);
+}
+
+#[test]
+fn a_nats_server_restart_loses_nothing_acknowledged() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(server) = optional::nats_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nats = Nats::start(&server, tmp.path());
+    let run = tmp.path().join("run");
+    let summary_path = tmp.path().join("summary.json");
+    let mut l = learner(
+        &nats,
+        "restart",
+        &run,
+        &[
+            "--env",
+            "cartpole",
+            "--workers",
+            "2",
+            "--max-steps",
+            "120000",
+            "--set",
+            "report.eval_episodes=0",
+            "--summary-json",
+            summary_path.to_str().unwrap(),
+        ],
+    );
+    let _w0 = worker(&nats, "restart", &tmp.path().join("w0.log"), &[]);
+    let _w1 = worker(&nats, "restart", &tmp.path().join("w1.log"), &[]);
+    wait_for_step(&run, 10_000, &l);
+    // SIGKILL the server mid-run and start it again on its store: everything it
+    // acknowledged (fragments, versions, assignments) is there; the clients reconnect.
+    nats.kill9();
+    std::thread::sleep(Duration::from_millis(800));
+    nats.launch();
+    let (status, _) = l.finish(Duration::from_secs(150));
+    assert!(status.success(), "{}", l.log());
+    let total = summary(&summary_path)["total_steps"].as_u64().unwrap();
+    assert_each_fragment_once(&run, 2, total / 256, 32 * 4);
+}
+
+/// Children of `pid` (their pids).
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let p: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(p)
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn ctrl_c_stops_the_learner_and_its_workers_and_leaves_no_process() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(server) = optional::nats_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(&server, tmp.path());
+    let run = tmp.path().join("run");
+    // With gymnasium at hand, the workers' envs are processes of their own too.
+    let env = if optional::gym_python().is_some() {
+        "gym:CartPole-v1"
+    } else {
+        "cartpole"
+    };
+    let mut l = learner(
+        &nats,
+        "ctrlc",
+        &run,
+        &[
+            "--env",
+            env,
+            "--workers",
+            "2",
+            "--max-steps",
+            "100000000",
+            "--set",
+            "report.eval_episodes=0",
+        ],
+    );
+    let mut workers: Vec<Strata> = (0..2)
+        .map(|i| worker(&nats, "ctrlc", &tmp.path().join(format!("w{i}.log")), &[]))
+        .collect();
+    wait_for_step(&run, 2_000, &l);
+    let mut pids: Vec<u32> = workers.iter().flat_map(|w| children_of(w.pid())).collect();
+    pids.extend(workers.iter().map(Strata::pid));
+    pids.push(l.pid());
+    if env.starts_with("gym:") {
+        assert!(
+            pids.len() >= 5,
+            "each worker runs its envs in a process: {pids:?}"
+        );
+    }
+    // Ctrl-C in each terminal: SIGINT to each process group.
+    for p in workers.iter().chain([&l]) {
+        // SAFETY: signalling a process group this test started.
+        unsafe { libc::kill(-(p.pid() as i32), libc::SIGINT) };
+    }
+    let (status, _) = l.finish(Duration::from_secs(60));
+    assert!(status.success(), "{}", l.log());
+    assert!(
+        run.join("checkpoint/meta.json").exists(),
+        "the stop was checkpointed"
+    );
+    for w in &mut workers {
+        let (status, _) = w.finish(Duration::from_secs(60));
+        assert!(status.success(), "{}", w.log());
+    }
+    wait_until("every process to be gone", Duration::from_secs(10), || {
+        !pids.iter().any(|&p| alive(p))
+    });
+}

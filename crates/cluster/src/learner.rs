@@ -1,0 +1,404 @@
+//! The learner's side: [`RemoteWorkers`], a [`WorkerLauncher`] whose workers are worker
+//! processes reached over NATS, and the thread that publishes every policy version.
+//!
+//! Behind each logical worker the learner runs a proxy thread that looks to the trainer
+//! exactly like a local rollout worker: it assigns the worker (key `assign.w<w>`), fills
+//! the slots the trainer hands it with that worker's fragments from the stream (in order;
+//! duplicates and superseded incarnations are set aside), beats its heartbeat with what the
+//! worker process reports, and reports the process's failures or silence as the worker's
+//! failure, so the trainer restarts it as a new incarnation as it would a thread. A
+//! fragment is acknowledged to the stream only once the update that trained on it is in a
+//! checkpoint ([`WorkerLauncher::durable`]), so a learner that dies loses nothing: its
+//! successor resumes from the checkpoint and is handed again everything not acknowledged.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::PullConsumer;
+use parking_lot::Mutex;
+use std::sync::mpsc::RecvTimeoutError;
+use strata_runtime::transport::{
+    Activity, MemoryPolicyStore, WorkerError, WorkerEvent, WorkerLauncher, WorkerSetup,
+};
+use strata_runtime::StoreError;
+
+use crate::link::{Delivery, Link};
+use crate::names::{assignment_key, claim_key, policy_object, state_object, LATEST_KEY};
+use crate::protocol::{self, Announcement, Assignment, Beat, Failure};
+use crate::wire;
+use crate::ClusterError;
+
+/// How long a proxy waits for a fragment per fetch (its loop's beat).
+const FETCH_WAIT: Duration = Duration::from_millis(100);
+
+/// One logical worker's lane in the stream: its consumer, and fragments taken from it
+/// that wait to be acknowledged (a fragment number each).
+struct Lane {
+    consumer: PullConsumer,
+    pending: Vec<(u64, Delivery)>,
+}
+
+/// What every proxy of a learner session shares.
+struct Session {
+    link: Arc<Link>,
+    /// A new number at every learner start: a worker knows its assignment is current.
+    id: u64,
+    config_hash: String,
+    /// A process silent this long is taken for dead.
+    silent_after: Duration,
+    /// Fragments numbered below this are in a checkpoint.
+    durable: AtomicU64,
+    lanes: Mutex<HashMap<usize, Arc<Mutex<Lane>>>>,
+    publisher: OnceLock<JoinHandle<()>>,
+}
+
+/// Workers as worker processes elsewhere, reached over NATS JetStream.
+pub struct RemoteWorkers {
+    session: Arc<Session>,
+}
+
+impl RemoteWorkers {
+    /// The workers of a run of config hash `config_hash`, reached through `link`;
+    /// `silent_after` is how long a worker process may be silent before it is taken for
+    /// dead.
+    pub(crate) fn new(link: Arc<Link>, config_hash: &str, silent_after: Duration) -> Self {
+        RemoteWorkers {
+            session: Arc::new(Session {
+                link,
+                id: session_id(),
+                config_hash: config_hash.to_string(),
+                silent_after,
+                durable: AtomicU64::new(0),
+                lanes: Mutex::new(HashMap::new()),
+                publisher: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// This learner session's number.
+    pub fn session(&self) -> u64 {
+        self.session.id
+    }
+}
+
+impl WorkerLauncher for RemoteWorkers {
+    fn launch(&self, setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
+        let session = Arc::clone(&self.session);
+        if session.publisher.get().is_none() {
+            let (s, store) = (Arc::clone(&session), Arc::clone(&setup.store));
+            let handle = std::thread::Builder::new()
+                .name("strata-policy-publisher".into())
+                .spawn(move || publish_versions(&s, &store))?;
+            let _ = session.publisher.set(handle);
+        }
+        std::thread::Builder::new()
+            .name(format!("strata-proxy-{}", setup.id))
+            .spawn(move || {
+                let (w, incarnation, events) = (setup.id, setup.incarnation, setup.events.clone());
+                if let Err(e) = proxy(&session, setup) {
+                    tracing::error!(component = %format!("proxy-{w}"), error = %e, "the worker's proxy stopped");
+                    let error = WorkerError::Remote(e.to_string());
+                    let _ = events.try_send(WorkerEvent::Failed { worker: w, incarnation, error, holding: None });
+                }
+            })
+    }
+
+    fn durable(&self, updates: u64) {
+        self.session.durable.fetch_max(updates, Ordering::Relaxed);
+    }
+}
+
+/// A learner session's number: the start time and process, never the same twice for a run
+/// (kept under 2^52 so it reads back exactly from JSON).
+fn session_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    xxhash_rust::xxh3::xxh3_64(
+        &[
+            nanos.to_le_bytes(),
+            u64::from(std::process::id()).to_le_bytes(),
+        ]
+        .concat(),
+    ) >> 12
+}
+
+/// Retries `op` while the server does not answer, until `give_up` says stop.
+fn retrying<T>(
+    what: &str,
+    mut op: impl FnMut() -> Result<T, ClusterError>,
+    give_up: impl Fn() -> bool,
+) -> Option<T> {
+    let mut wait = Duration::from_millis(50);
+    let mut next_report = Instant::now();
+    loop {
+        match op() {
+            Ok(v) => return Some(v),
+            Err(e) => {
+                if give_up() {
+                    return None;
+                }
+                if Instant::now() >= next_report {
+                    tracing::warn!(component = "cluster", error = %e, "{what}: retrying");
+                    next_report = Instant::now() + Duration::from_secs(5);
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Uploads every version the trainer publishes: the object first, then the `latest` key,
+/// then the announcement (so whoever hears of a version can fetch it).
+fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
+    let mut next = store.latest().version;
+    loop {
+        let policy = match store.wait_for(next, true, Duration::from_secs(1)) {
+            Ok(p) => p,
+            Err(StoreError::Timeout { .. }) => continue,
+            Err(StoreError::Missing(_)) => {
+                next = store.latest().version;
+                continue;
+            }
+            Err(_) => return, // closed: the run is over
+        };
+        let v = policy.version;
+        let bytes = protocol::policy_to_bytes(&policy);
+        let done = retrying(
+            "publishing a policy version",
+            || {
+                s.link.put_object(&policy_object(v), &bytes)?;
+                s.link
+                    .put(LATEST_KEY, protocol::to_bytes(&Announcement { version: v }))?;
+                s.link.publish(
+                    s.link.names.versions(),
+                    protocol::to_bytes(&Announcement { version: v }),
+                )
+            },
+            || store.is_closed(),
+        );
+        if done.is_none() {
+            return;
+        }
+        next = v + 1;
+    }
+}
+
+/// One incarnation of logical worker `w`, run by a worker process somewhere.
+fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
+    let WorkerSetup {
+        id: w,
+        buffer,
+        store,
+        free_slots,
+        events,
+        commands,
+        start,
+        incarnation,
+        heartbeat,
+        holding,
+        first_fragment,
+        ..
+    } = setup;
+    let link = &s.link;
+    let exit = || {
+        matches!(
+            commands.try_recv(),
+            Ok(_) | Err(std::sync::mpsc::TryRecvError::Disconnected)
+        )
+    };
+    heartbeat.beat(Activity::AwaitingProcess);
+    // The assignment: the state to start from goes into the object store first.
+    let mut next = start.as_ref().map_or(first_fragment, |st| st.fragments);
+    let start_state = match &start {
+        Some(state) => {
+            let name = state_object(s.id, w, incarnation);
+            let json = serde_json::to_vec(state).expect("a worker state serialises");
+            retrying(
+                "storing a worker's start state",
+                || link.put_object(&name, &json),
+                exit,
+            )
+            .ok_or(ClusterError::Stopped)?;
+            Some(name)
+        }
+        None => None,
+    };
+    let assignment = Assignment {
+        session: s.id,
+        incarnation,
+        first_fragment: next,
+        start_state,
+        version: store.latest().version,
+    };
+    let assigned = retrying(
+        "assigning a worker",
+        || {
+            let revision = link.put(&assignment_key(w), protocol::to_bytes(&assignment))?;
+            // A claim of an earlier incarnation is void: any process may take this one.
+            link.delete(&claim_key(w))?;
+            Ok(revision)
+        },
+        exit,
+    )
+    .ok_or(ClusterError::Stopped)?;
+    // When this incarnation ends (the run is over or stopped), its process lets go; a
+    // replacement incarnation's newer assignment stays.
+    let withdraw = || {
+        let _ = link.delete_if(&assignment_key(w), assigned);
+    };
+    let lane = {
+        let mut lanes = s.lanes.lock();
+        match lanes.get(&w) {
+            Some(lane) => Arc::clone(lane),
+            None => {
+                let consumer = retrying("creating a consumer", || link.fresh_consumer(w), exit)
+                    .ok_or(ClusterError::Stopped)?;
+                let lane = Arc::new(Mutex::new(Lane {
+                    consumer,
+                    pending: Vec::new(),
+                }));
+                lanes.insert(w, Arc::clone(&lane));
+                lane
+            }
+        }
+    };
+    let mut beats = link.subscribe(link.names.beats(w))?;
+    let mut failures = link.subscribe(link.names.failures(w))?;
+    let mut heard: Option<Instant> = None;
+    tracing::info!(component = %format!("proxy-{w}"), session = s.id, incarnation, first_fragment = next, "waiting for a worker process");
+    loop {
+        if exit() {
+            withdraw();
+            return Ok(());
+        }
+        while let Some(data) = link.next(&mut beats, Duration::ZERO) {
+            if let Ok(beat) = protocol::from_bytes::<Beat>("beat", &data) {
+                if (beat.session, beat.incarnation) == (s.id, incarnation) {
+                    heard = Some(Instant::now());
+                    heartbeat.beat(Activity::from_u8(beat.activity));
+                }
+            }
+        }
+        while let Some(data) = link.next(&mut failures, Duration::ZERO) {
+            if let Ok(f) = protocol::from_bytes::<Failure>("failure", &data) {
+                if (f.session, f.incarnation) == (s.id, incarnation) {
+                    let error = WorkerError::Remote(f.error);
+                    let _ = events.try_send(WorkerEvent::Failed {
+                        worker: w,
+                        incarnation,
+                        error,
+                        holding: None,
+                    });
+                    return Ok(());
+                }
+            }
+        }
+        match heard {
+            None => heartbeat.beat(Activity::AwaitingProcess),
+            Some(at) if at.elapsed() > s.silent_after => {
+                let error = WorkerError::Remote(format!(
+                    "silent for {:.1?} (its process died or lost NATS)",
+                    at.elapsed()
+                ));
+                let _ = events.try_send(WorkerEvent::Failed {
+                    worker: w,
+                    incarnation,
+                    error,
+                    holding: None,
+                });
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        let mut lane = lane.lock();
+        acknowledge_durable(s, &mut lane);
+        let Some(delivery) = (match link.fetch(&lane.consumer, FETCH_WAIT) {
+            Ok(d) => d,
+            Err(e) => {
+                // The server may be restarting: the fragments wait in the stream.
+                tracing::debug!(component = %format!("proxy-{w}"), error = %e, "fetch failed");
+                std::thread::sleep(FETCH_WAIT);
+                None
+            }
+        }) else {
+            continue;
+        };
+        let header = match wire::header(&delivery.payload) {
+            Ok(h) if h.config_hash == s.config_hash && h.worker == w => h,
+            Ok(h) => {
+                tracing::warn!(component = %format!("proxy-{w}"), config_hash = %h.config_hash, worker = h.worker, "a fragment of another run or worker; dropped");
+                let _ = link.ack(&delivery);
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(component = %format!("proxy-{w}"), error = %e, "an unreadable fragment; dropped");
+                let _ = link.ack(&delivery);
+                continue;
+            }
+        };
+        let ours = (header.session, header.incarnation) == (s.id, incarnation);
+        if !ours || header.index != next {
+            // A re-publish, a superseded incarnation's or an earlier session's fragment: not
+            // trained on; acknowledged once its number is durable either way.
+            tracing::debug!(component = %format!("proxy-{w}"), index = header.index, session = header.session, incarnation = header.incarnation, "a fragment set aside");
+            lane.pending.push((header.index, delivery));
+            acknowledge_durable(s, &mut lane);
+            continue;
+        }
+        // A free slot, handed back by the trainer (bounded waits, watching for Exit).
+        let slot = loop {
+            match free_slots.recv_timeout(FETCH_WAIT) {
+                Ok(slot) => break slot,
+                Err(RecvTimeoutError::Timeout) if !exit() => continue,
+                _ => {
+                    withdraw();
+                    return Ok(());
+                }
+            }
+        };
+        holding.set(Some(slot));
+        let written = {
+            let mut f = buffer.lock(slot);
+            wire::decode_into(&delivery.payload, &header, &mut f)
+        };
+        holding.set(None);
+        if let Err(e) = written {
+            let error = WorkerError::Remote(format!("fragment {}: {e}", header.index));
+            let _ = events.try_send(WorkerEvent::Failed {
+                worker: w,
+                incarnation,
+                error,
+                holding: Some(slot),
+            });
+            return Ok(());
+        }
+        buffer.mark_ready(slot);
+        lane.pending.push((header.index, delivery));
+        next += 1;
+        let ready = WorkerEvent::FragmentReady {
+            slot,
+            index: header.index,
+            incarnation,
+        };
+        if events.send(ready).is_err() {
+            return Ok(());
+        }
+    }
+}
+
+/// Acknowledges the lane's fragments whose numbers are in a checkpoint.
+fn acknowledge_durable(s: &Session, lane: &mut Lane) {
+    let durable = s.durable.load(Ordering::Relaxed);
+    lane.pending.retain(|(index, delivery)| {
+        if *index >= durable {
+            return true;
+        }
+        // Not acknowledged (the server is away): kept, and tried again next time.
+        s.link.ack(delivery).is_err()
+    });
+}

@@ -1,0 +1,120 @@
+//! Every NATS name a run uses, derived from its run name in one place.
+
+use crate::ClusterError;
+
+/// A run's streams, subjects, buckets and keys.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    run: String,
+}
+
+impl Names {
+    /// The names of run `run` (letters, digits, `-` and `_`: it becomes a subject token
+    /// and part of stream and bucket names).
+    pub(crate) fn new(run: &str) -> Result<Self, ClusterError> {
+        let ok = !run.is_empty()
+            && run.len() <= 64
+            && run
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(ClusterError::Config(format!(
+                "run name {run:?}: use 1-64 letters, digits, `-` or `_`"
+            )));
+        }
+        Ok(Names { run: run.into() })
+    }
+
+    /// The stream holding every fragment not yet acknowledged by the learner.
+    pub(crate) fn stream(&self) -> String {
+        format!("STRATA_{}_FRAGMENTS", self.run)
+    }
+
+    /// Where worker `w`'s fragments are published.
+    pub(crate) fn fragments(&self, w: usize) -> String {
+        format!("strata.{}.fragments.w{w}", self.run)
+    }
+
+    /// Every worker's fragment subject.
+    pub(crate) fn all_fragments(&self) -> String {
+        format!("strata.{}.fragments.>", self.run)
+    }
+
+    /// The learner's durable consumer of worker `w`'s fragments.
+    pub(crate) fn consumer(&self, w: usize) -> String {
+        format!("learner-w{w}")
+    }
+
+    /// Worker `w`'s heartbeats (core NATS: nothing to keep).
+    pub(crate) fn beats(&self, w: usize) -> String {
+        format!("strata.{}.beats.w{w}", self.run)
+    }
+
+    /// Worker `w`'s failure reports (core NATS).
+    pub(crate) fn failures(&self, w: usize) -> String {
+        format!("strata.{}.failures.w{w}", self.run)
+    }
+
+    /// Announcements of newly published policy versions (core NATS).
+    pub(crate) fn versions(&self) -> String {
+        format!("strata.{}.versions", self.run)
+    }
+
+    /// The run's key-value bucket: config, newest version, assignments, claims, the
+    /// serving pointer.
+    pub(crate) fn bucket(&self) -> String {
+        format!("strata_{}", self.run)
+    }
+
+    /// The object store holding every published version and workers' start states.
+    pub(crate) fn objects(&self) -> String {
+        format!("strata_{}_objects", self.run)
+    }
+}
+
+/// The run config (TOML) workers read.
+pub(crate) const CONFIG_KEY: &str = "config";
+/// The learner's newest published version.
+pub(crate) const LATEST_KEY: &str = "latest";
+
+/// The assignment of logical worker `w`.
+pub(crate) fn assignment_key(w: usize) -> String {
+    format!("assign.w{w}")
+}
+
+/// The claim a worker process holds on logical worker `w`.
+pub(crate) fn claim_key(w: usize) -> String {
+    format!("claim.w{w}")
+}
+
+/// Policy version `v` in the object store.
+pub(crate) fn policy_object(v: u64) -> String {
+    format!("policy-v{v}")
+}
+
+/// The state a worker starts from (a resumed run's), in the object store.
+pub(crate) fn state_object(session: u64, w: usize, incarnation: u64) -> String {
+    format!("state-s{session}-w{w}-i{incarnation}")
+}
+
+/// A fragment's message id, for the stream's deduplication: unique per learner session,
+/// worker, incarnation and fragment number.
+pub(crate) fn fragment_id(session: u64, w: usize, incarnation: u64, index: u64) -> String {
+    format!("s{session}.w{w}.i{incarnation}.f{index}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_names_become_subject_tokens_or_are_refused() {
+        let n = Names::new("cheetah-3").unwrap();
+        assert_eq!(n.fragments(2), "strata.cheetah-3.fragments.w2");
+        assert_eq!(n.stream(), "STRATA_cheetah-3_FRAGMENTS");
+        for bad in ["", "a.b", "a b", "a>", &"x".repeat(65)] {
+            assert!(Names::new(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(fragment_id(7, 1, 0, 42), "s7.w1.i0.f42");
+    }
+}

@@ -1,0 +1,273 @@
+//! A fragment as one message: a JSON header (who made it, under which version, its
+//! episodes, statistics and the worker's state after it), then its columns as raw
+//! little-endian arrays in a fixed order. Columns are most of the bytes and are copied,
+//! never parsed; the header is small.
+//!
+//! ```text
+//! u32 header length | header JSON | obs actions log_probs values rewards (f32)
+//! terminated truncated (u8) | final_obs next_obs (f32) | issued completed (i64)
+//! clock (u64) obs_count (u32) obs_hash (u64) obs_min obs_max obs_mean (f32)
+//! sampler_version (u64)
+//! ```
+
+use serde::{Deserialize, Serialize};
+use strata_env::{EpisodeEnd, NormalizerStats};
+use strata_runtime::transport::{Fragment, WorkerState};
+
+use crate::ClusterError;
+
+/// Bumped whenever the layout changes; a learner refuses messages of another.
+const FORMAT: u32 = 1;
+
+/// Who made a fragment and what it is about.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Header {
+    pub(crate) format: u32,
+    /// The run's config hash: a fragment of another run is refused.
+    pub(crate) config_hash: String,
+    /// The learner session the assignment came from.
+    pub(crate) session: u64,
+    pub(crate) worker: usize,
+    pub(crate) incarnation: u64,
+    pub(crate) index: u64,
+    pub(crate) version: u64,
+    pub(crate) steps: usize,
+    pub(crate) envs: usize,
+    pub(crate) obs_dim: usize,
+    pub(crate) action_dim: usize,
+    pub(crate) episodes: Vec<EpisodeEnd>,
+    pub(crate) stats_delta: NormalizerStats,
+    pub(crate) end_state: Option<WorkerState>,
+    pub(crate) env_seconds: f64,
+    pub(crate) inference_seconds: f64,
+    pub(crate) recorded: bool,
+}
+
+/// Who sent a fragment: the identity its header carries besides the fragment itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Origin<'a> {
+    pub(crate) config_hash: &'a str,
+    pub(crate) session: u64,
+    pub(crate) worker: usize,
+    pub(crate) incarnation: u64,
+}
+
+fn put_f32(out: &mut Vec<u8>, values: &[f32]) {
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn put_u64(out: &mut Vec<u8>, values: impl Iterator<Item = u64>) {
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The message for fragment `f`.
+pub(crate) fn encode(
+    f: &Fragment,
+    origin: Origin<'_>,
+    obs_dim: usize,
+    action_dim: usize,
+) -> Vec<u8> {
+    let header = Header {
+        format: FORMAT,
+        config_hash: origin.config_hash.to_string(),
+        session: origin.session,
+        worker: origin.worker,
+        incarnation: origin.incarnation,
+        index: f.index,
+        version: f.version,
+        steps: f.steps,
+        envs: f.envs,
+        obs_dim,
+        action_dim,
+        episodes: f.episodes.clone(),
+        stats_delta: f.stats_delta.clone(),
+        end_state: f.end_state.clone(),
+        env_seconds: f.env_seconds,
+        inference_seconds: f.inference_seconds,
+        recorded: f.provenance.recorded,
+    };
+    let json = serde_json::to_vec(&header).expect("a header serialises");
+    let rows = f.steps * f.envs;
+    let mut out = Vec::with_capacity(4 + json.len() + rows * (4 * (6 + 6 * obs_dim) + 42));
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    for column in [&f.obs, &f.actions, &f.log_probs, &f.values, &f.rewards] {
+        put_f32(&mut out, column);
+    }
+    out.extend(f.terminated.iter().map(|&b| u8::from(b)));
+    out.extend(f.truncated.iter().map(|&b| u8::from(b)));
+    put_f32(&mut out, &f.final_obs);
+    put_f32(&mut out, &f.next_obs);
+    let p = &f.provenance;
+    put_u64(&mut out, p.issued_ns.iter().map(|&v| v as u64));
+    put_u64(&mut out, p.completed_ns.iter().map(|&v| v as u64));
+    put_u64(&mut out, p.clock.iter().copied());
+    for v in &p.obs_count {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    put_u64(&mut out, p.obs_hash.iter().copied());
+    put_f32(&mut out, &p.obs_min);
+    put_f32(&mut out, &p.obs_max);
+    put_f32(&mut out, &p.obs_mean);
+    put_u64(&mut out, p.sampler_version.iter().copied());
+    out
+}
+
+/// Reads a message's header (cheap: the columns are not touched).
+pub(crate) fn header(message: &[u8]) -> Result<Header, ClusterError> {
+    let bad = |why: String| ClusterError::Wire(why);
+    let len = message
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("four bytes")) as usize)
+        .ok_or_else(|| bad("a message shorter than its header length".into()))?;
+    let json = message.get(4..4 + len).ok_or_else(|| {
+        bad(format!(
+            "a header of {len} bytes in a message of {}",
+            message.len()
+        ))
+    })?;
+    let header: Header =
+        serde_json::from_slice(json).map_err(|e| bad(format!("unreadable header: {e}")))?;
+    if header.format != FORMAT {
+        return Err(bad(format!(
+            "format {} (this build reads format {FORMAT})",
+            header.format
+        )));
+    }
+    Ok(header)
+}
+
+/// Reads columns from a message, checking each length.
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, what: &str, bytes: usize) -> Result<&[u8], ClusterError> {
+        let chunk = self.data.get(self.at..self.at + bytes).ok_or_else(|| {
+            ClusterError::Wire(format!(
+                "column {what}: {bytes} bytes wanted at {}, the message has {}",
+                self.at,
+                self.data.len()
+            ))
+        })?;
+        self.at += bytes;
+        Ok(chunk)
+    }
+
+    fn f32s(&mut self, what: &str, out: &mut [f32]) -> Result<(), ClusterError> {
+        let chunk = self.take(what, out.len() * 4)?;
+        for (v, b) in out.iter_mut().zip(chunk.chunks_exact(4)) {
+            *v = f32::from_le_bytes(b.try_into().expect("four bytes"));
+        }
+        Ok(())
+    }
+
+    fn u64s(
+        &mut self,
+        what: &str,
+        n: usize,
+    ) -> Result<impl Iterator<Item = u64> + '_, ClusterError> {
+        let chunk = self.take(what, n * 8)?;
+        Ok(chunk
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("eight bytes"))))
+    }
+
+    fn flags(&mut self, what: &str, out: &mut [bool]) -> Result<(), ClusterError> {
+        let chunk = self.take(what, out.len())?;
+        for (v, &b) in out.iter_mut().zip(chunk) {
+            *v = b != 0;
+        }
+        Ok(())
+    }
+}
+
+/// Writes message `message` (whose header is `header`) into slot fragment `f`, which
+/// must have the header's shape.
+///
+/// # Errors
+/// [`ClusterError::Wire`] naming the column or dimension that does not fit.
+pub(crate) fn decode_into(
+    message: &[u8],
+    header: &Header,
+    f: &mut Fragment,
+) -> Result<(), ClusterError> {
+    let (od, ad) = (header.obs_dim, header.action_dim);
+    if (header.steps, header.envs) != (f.steps, f.envs)
+        || f.obs.len() != f.steps * f.envs * od
+        || f.actions.len() != f.steps * f.envs * ad
+    {
+        return Err(ClusterError::Wire(format!(
+            "a fragment of {} steps x {} envs (obs {od}, action {ad}); this run's are {} x {} (obs {}, action {})",
+            header.steps,
+            header.envs,
+            f.steps,
+            f.envs,
+            f.obs.len() / (f.steps * f.envs).max(1),
+            f.actions.len() / (f.steps * f.envs).max(1),
+        )));
+    }
+    let len = u32::from_le_bytes(message[..4].try_into().expect("checked by header()")) as usize;
+    let mut r = Reader {
+        data: message,
+        at: 4 + len,
+    };
+    r.f32s("obs", &mut f.obs)?;
+    r.f32s("actions", &mut f.actions)?;
+    r.f32s("log_probs", &mut f.log_probs)?;
+    r.f32s("values", &mut f.values)?;
+    r.f32s("rewards", &mut f.rewards)?;
+    r.flags("terminated", &mut f.terminated)?;
+    r.flags("truncated", &mut f.truncated)?;
+    r.f32s("final_obs", &mut f.final_obs)?;
+    r.f32s("next_obs", &mut f.next_obs)?;
+    let rows = f.steps * f.envs;
+    let p = &mut f.provenance;
+    for (dst, v) in p.issued_ns.iter_mut().zip(r.u64s("issued", rows)?) {
+        *dst = v as i64;
+    }
+    for (dst, v) in p.completed_ns.iter_mut().zip(r.u64s("completed", rows)?) {
+        *dst = v as i64;
+    }
+    for (dst, v) in p.clock.iter_mut().zip(r.u64s("clock", rows)?) {
+        *dst = v;
+    }
+    let counts = r.take("obs_count", rows * 4)?;
+    for (dst, b) in p.obs_count.iter_mut().zip(counts.chunks_exact(4)) {
+        *dst = u32::from_le_bytes(b.try_into().expect("four bytes"));
+    }
+    for (dst, v) in p.obs_hash.iter_mut().zip(r.u64s("obs_hash", rows)?) {
+        *dst = v;
+    }
+    r.f32s("obs_min", &mut p.obs_min)?;
+    r.f32s("obs_max", &mut p.obs_max)?;
+    r.f32s("obs_mean", &mut p.obs_mean)?;
+    for (dst, v) in p
+        .sampler_version
+        .iter_mut()
+        .zip(r.u64s("sampler_version", rows)?)
+    {
+        *dst = v;
+    }
+    if r.at != message.len() {
+        return Err(ClusterError::Wire(format!(
+            "{} bytes after the last column",
+            message.len() - r.at
+        )));
+    }
+    p.recorded = header.recorded;
+    f.version = header.version;
+    f.index = header.index;
+    f.episodes.clone_from(&header.episodes);
+    f.stats_delta = header.stats_delta.clone();
+    f.end_state.clone_from(&header.end_state);
+    f.env_seconds = header.env_seconds;
+    f.inference_seconds = header.inference_seconds;
+    Ok(())
+}

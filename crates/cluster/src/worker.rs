@@ -1,0 +1,466 @@
+//! A worker process: claims logical workers of a run, runs Strata's rollout worker for
+//! each (the same code a training in one process runs as a thread), and publishes its
+//! fragments to the stream with message ids the stream deduplicates.
+//!
+//! The run's config comes from the learner (key `config`), so `strata worker` needs only
+//! the server and the run's name; only `runtime.*` keys (this machine's Python, CPUs) may
+//! be set here. A process runs `threads` workers at a time and takes whichever logical
+//! worker has an assignment and no live claim; a process started when every worker is
+//! taken waits, ready to take over one whose process dies.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strata_runtime::transport::{
+    run_worker, ExperienceBuffer, Heartbeat, Holding, MemoryPolicyStore, WorkerCommand,
+    WorkerEvent, WorkerSetup, WorkerState,
+};
+use strata_runtime::{RunConfig, StoreError};
+
+use crate::link::Link;
+use crate::names::{assignment_key, claim_key, fragment_id, policy_object, CONFIG_KEY, LATEST_KEY};
+use crate::protocol::{self, Announcement, Assignment, Beat, Claim, Failure};
+use crate::wire::{self, Origin};
+use crate::ClusterError;
+
+/// How often a worker's pulse is published.
+const BEAT_EVERY: Duration = Duration::from_millis(250);
+/// How often the assignment and the newest version are looked at.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// What `strata worker` was asked.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// The NATS server (`nats://127.0.0.1:4222`).
+    pub url: String,
+    /// The run's name.
+    pub run: String,
+    /// Workers this process runs at once.
+    pub threads: usize,
+    /// `runtime.KEY=VALUE` settings for this machine (Python, CPUs).
+    pub sets: Vec<String>,
+    /// How long one NATS call may take.
+    pub timeout: Duration,
+    /// Fault injection for tests: every this many fragments (0: never), publish the
+    /// fragment twice more, once under its own message id (the stream must drop it) and
+    /// once under another (the learner must drop it).
+    pub republish_every: u64,
+}
+
+/// What a worker process did, when it stops.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Fragment messages the stream stored.
+    pub fragments: u64,
+    /// Publishes the stream answered as duplicates of a message it had.
+    pub duplicates: u64,
+    /// Assignments run.
+    pub assignments: u64,
+}
+
+/// Runs until `stop` is raised: claims, runs and hands back logical workers.
+///
+/// # Errors
+/// [`ClusterError`] when NATS cannot be reached at start or the run's config is bad.
+pub fn run_worker_process(
+    options: &WorkerOptions,
+    stop: &Arc<AtomicBool>,
+) -> Result<WorkerReport, ClusterError> {
+    let link = Link::connect(&options.url, &options.run, options.timeout)?;
+    let process = format!(
+        "{}:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into()),
+        std::process::id()
+    );
+    let report = parking_lot::Mutex::new(WorkerReport::default());
+    std::thread::scope(|scope| {
+        for t in 0..options.threads.max(1) {
+            let (link, report, process, stop) = (&link, &report, &process, stop);
+            std::thread::Builder::new()
+                .name(format!("strata-worker-lane-{t}"))
+                .spawn_scoped(scope, move || {
+                    lane(link, options, process, t, stop, report);
+                })
+                .expect("a worker lane thread starts");
+        }
+    });
+    Ok(report.into_inner())
+}
+
+/// The run's config from the learner, with this machine's `runtime.*` settings, and the
+/// run's config hash.
+fn run_config(link: &Link, sets: &[String]) -> Result<Option<(RunConfig, String)>, ClusterError> {
+    let Some((data, _)) = link.get(CONFIG_KEY)? else {
+        return Ok(None);
+    };
+    let shared: crate::SharedConfig = protocol::from_bytes("run config", &data)?;
+    let mut config = RunConfig::from_saved_toml(&shared.config)?;
+    for set in sets {
+        let Some((key, value)) = set.split_once('=') else {
+            return Err(ClusterError::Config(format!(
+                "--set expects KEY=VALUE, got `{set}`"
+            )));
+        };
+        if !key.trim().starts_with("runtime.") {
+            return Err(ClusterError::Config(format!(
+                "`{}`: a worker process may set only runtime.* keys (the learner's config is the run's)",
+                key.trim()
+            )));
+        }
+        config.set(key.trim(), value.trim())?;
+    }
+    Ok(Some((config, shared.config_hash)))
+}
+
+/// A logical worker this process has claimed, with the run's config.
+struct Claimed {
+    config: RunConfig,
+    config_hash: String,
+    worker: usize,
+    assignment: Assignment,
+}
+
+/// One lane: claim a logical worker, run it until its assignment ends, again.
+fn lane(
+    link: &Link,
+    options: &WorkerOptions,
+    process: &str,
+    lane: usize,
+    stop: &AtomicBool,
+    report: &parking_lot::Mutex<WorkerReport>,
+) {
+    let mut next_report = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let outcome = claim(link, options, process, lane).and_then(|claimed| match claimed {
+            Some(claimed) => {
+                report.lock().assignments += 1;
+                run_assignment(
+                    link,
+                    &claimed,
+                    process,
+                    stop,
+                    report,
+                    options.republish_every,
+                )
+            }
+            None => {
+                std::thread::sleep(LOOK_EVERY);
+                Ok(())
+            }
+        });
+        if let Err(e) = outcome {
+            if Instant::now() >= next_report {
+                tracing::warn!(component = "worker-process", lane, error = %e, "retrying");
+                next_report = Instant::now() + Duration::from_secs(5);
+            }
+            std::thread::sleep(LOOK_EVERY);
+        }
+    }
+}
+
+/// A logical worker with an assignment and no live claim, now claimed by this process.
+fn claim(
+    link: &Link,
+    options: &WorkerOptions,
+    process: &str,
+    lane: usize,
+) -> Result<Option<Claimed>, ClusterError> {
+    let Some((config, config_hash)) = run_config(link, &options.sets)? else {
+        return Ok(None);
+    };
+    let workers = config.runtime.workers;
+    for k in 0..workers {
+        let w = (lane + k) % workers;
+        let Some((data, _)) = link.get(&assignment_key(w))? else {
+            continue;
+        };
+        let assignment: Assignment = protocol::from_bytes("assignment", &data)?;
+        let claim = Claim {
+            session: assignment.session,
+            incarnation: assignment.incarnation,
+            process: process.to_string(),
+        };
+        if link
+            .create(&claim_key(w), protocol::to_bytes(&claim))?
+            .is_some()
+        {
+            tracing::info!(
+                component = "worker-process",
+                worker = w,
+                session = assignment.session,
+                incarnation = assignment.incarnation,
+                "claimed"
+            );
+            return Ok(Some(Claimed {
+                config,
+                config_hash,
+                worker: w,
+                assignment,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The version `v` from the object store.
+fn fetch_policy(link: &Link, v: u64) -> Result<strata_runtime::PublishedPolicy, ClusterError> {
+    protocol::policy_from_bytes(&link.get_object(&policy_object(v))?)
+}
+
+/// Runs a claimed logical worker as its assignment says until the assignment changes,
+/// the worker fails (reported to the learner) or `stop`.
+fn run_assignment(
+    link: &Link,
+    claimed: &Claimed,
+    process: &str,
+    stop: &AtomicBool,
+    report: &parking_lot::Mutex<WorkerReport>,
+    republish_every: u64,
+) -> Result<(), ClusterError> {
+    let Claimed {
+        config,
+        config_hash,
+        worker: w,
+        assignment,
+    } = claimed;
+    let w = *w;
+    let spec = strata_runtime::env_spec(config)?;
+    let (od, ad) = (spec.obs_dim(), spec.action_dim());
+    let lag = config.effective_lag();
+    let start: Option<WorkerState> = match &assignment.start_state {
+        Some(name) => Some(protocol::from_bytes(
+            "start state",
+            &link.get_object(name)?,
+        )?),
+        None => None,
+    };
+    let store = Arc::new(MemoryPolicyStore::new(
+        fetch_policy(link, assignment.version)?,
+        config.runtime.workers,
+        lag as usize + 2,
+    )?);
+    let m = config.env.num_envs / config.runtime.workers;
+    let buffer = Arc::new(ExperienceBuffer::for_worker(
+        w,
+        lag as usize + 1,
+        config.ppo.n_steps,
+        m,
+        od,
+        ad,
+    ));
+    let (slot_tx, slot_rx) = sync_channel(lag as usize + 1);
+    for slot in buffer.owned_by(w) {
+        slot_tx.try_send(slot).expect("room for every slot");
+    }
+    let (event_tx, events) = sync_channel(lag as usize + 1);
+    let (command_tx, commands) = sync_channel(1);
+    let heartbeat = Heartbeat::new(format!("worker-{w}"), Instant::now());
+    let config = Arc::new(config.clone());
+    let handle = run_worker(WorkerSetup {
+        id: w,
+        config: Arc::clone(&config),
+        buffer: Arc::clone(&buffer),
+        store: Arc::clone(&store),
+        free_slots: slot_rx,
+        events: event_tx,
+        commands,
+        with_fault: assignment.incarnation == 0 && start.is_none() && w == config.env.fault_worker,
+        start,
+        max_lag: lag,
+        exact: config.train.deterministic || lag == 0,
+        wait_timeout: Duration::from_secs_f64(config.runtime.wait_timeout_secs),
+        incarnation: assignment.incarnation,
+        heartbeat: Arc::clone(&heartbeat),
+        holding: Arc::new(Holding::default()),
+        first_fragment: assignment.first_fragment,
+        inference: None,
+    })
+    .map_err(|e| ClusterError::Config(format!("cannot start a worker thread: {e}")))?;
+    let origin = Origin {
+        config_hash,
+        session: assignment.session,
+        worker: w,
+        incarnation: assignment.incarnation,
+    };
+    let current =
+        |a: &Assignment| (a.session, a.incarnation) == (assignment.session, assignment.incarnation);
+    let result = std::thread::scope(|scope| {
+        // Versions arrive on their own thread, so a worker waiting for one starts as soon as
+        // the learner announces it.
+        let follower = std::thread::Builder::new()
+            .name(format!("strata-follower-{w}"))
+            .spawn_scoped(scope, || follow(link, &store))
+            .map_err(|e| ClusterError::Config(format!("cannot start a thread: {e}")))?;
+        let (mut next_beat, mut next_look) = (Instant::now(), Instant::now());
+        let outcome = 'assignment: loop {
+            if stop.load(Ordering::Relaxed) {
+                break Ok(());
+            }
+            let now = Instant::now();
+            if now >= next_beat {
+                let beat = Beat {
+                    session: assignment.session,
+                    incarnation: assignment.incarnation,
+                    activity: heartbeat.silence().1 as u8,
+                };
+                let _ = link.publish(link.names.beats(w), protocol::to_bytes(&beat));
+                next_beat = now + BEAT_EVERY;
+            }
+            if now >= next_look {
+                next_look = now + LOOK_EVERY;
+                match link.get(&assignment_key(w)) {
+                    Ok(Some((data, _))) => {
+                        if !protocol::from_bytes::<Assignment>("assignment", &data)
+                            .is_ok_and(|a| current(&a))
+                        {
+                            tracing::info!(
+                                component = "worker-process",
+                                worker = w,
+                                "assignment changed; letting go"
+                            );
+                            break Ok(());
+                        }
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(_) => {} // the server is away: keep going, fragments wait in the slots
+                }
+            }
+            match events.recv_timeout(Duration::from_millis(50)) {
+                Ok(WorkerEvent::FragmentReady { slot, index, .. }) => {
+                    let payload = bytes::Bytes::from({
+                        let f = buffer.lock(slot);
+                        wire::encode(&f, origin, od, ad)
+                    });
+                    let id = fragment_id(assignment.session, w, assignment.incarnation, index);
+                    let mut copies = vec![id.clone()];
+                    if republish_every > 0 && (index + 1) % republish_every == 0 {
+                        // Injected: a retried publish (the same id, which the stream drops) and
+                        // one under a new id (which the learner must drop itself).
+                        copies.extend([id.clone(), format!("{id}.again")]);
+                    }
+                    for copy in copies {
+                        let Some(duplicate) = publish(link, w, &copy, &payload, stop) else {
+                            break 'assignment Ok(());
+                        };
+                        let mut r = report.lock();
+                        r.fragments += u64::from(!duplicate);
+                        r.duplicates += u64::from(duplicate);
+                    }
+                    buffer.mark_free(slot);
+                    let _ = slot_tx.try_send(slot);
+                }
+                Ok(WorkerEvent::Failed { error, .. }) => {
+                    let failure = Failure {
+                        session: assignment.session,
+                        incarnation: assignment.incarnation,
+                        error: format!("{error} (in {process})"),
+                    };
+                    tracing::error!(component = "worker-process", worker = w, error = %failure.error, "worker failed");
+                    let _ = link.publish(link.names.failures(w), protocol::to_bytes(&failure));
+                    break Ok(());
+                }
+                Ok(WorkerEvent::Abandoned { .. }) => break Ok(()),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break Ok(()),
+            }
+        };
+        let _ = command_tx.try_send(WorkerCommand::Exit);
+        // Closing the store wakes the worker thread and ends the follower.
+        store.close();
+        let _ = follower.join();
+        outcome
+    });
+    drop(slot_tx);
+    let deadline = Instant::now() + Duration::from_secs_f64(config.runtime.wait_timeout_secs);
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if handle.is_finished() {
+        let _ = handle.join();
+    }
+    // Let go of the claim if it is still this process's (a reassigned worker's is gone).
+    if let Ok(Some((data, _))) = link.get(&claim_key(w)) {
+        if protocol::from_bytes::<Claim>("claim", &data)
+            .is_ok_and(|c| c.process == process && c.incarnation == assignment.incarnation)
+        {
+            let _ = link.delete(&claim_key(w));
+        }
+    }
+    result
+}
+
+/// Publishes one fragment message, retrying while the server is away (the worker waits
+/// for its slot meanwhile: back-pressure); whether the stream had it already, or `None`
+/// when stopped first.
+fn publish(
+    link: &Link,
+    w: usize,
+    id: &str,
+    payload: &bytes::Bytes,
+    stop: &AtomicBool,
+) -> Option<bool> {
+    let mut next_report = Instant::now();
+    loop {
+        match link.publish_fragment(w, id, payload.clone()) {
+            Ok(duplicate) => return Some(duplicate),
+            Err(_) if stop.load(Ordering::Relaxed) => return None,
+            Err(e) => {
+                if Instant::now() >= next_report {
+                    tracing::warn!(component = "worker-process", worker = w, fragment = %id, error = %e, "publishing a fragment: retrying");
+                    next_report = Instant::now() + Duration::from_secs(5);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Keeps the worker's store up to the learner's newest version until the store closes:
+/// on each announcement, and from the `latest` key in case one was missed.
+fn follow(link: &Link, store: &MemoryPolicyStore) -> Result<(), ClusterError> {
+    let mut versions = link.subscribe(link.names.versions())?;
+    let mut next_look = Instant::now();
+    while !store.is_closed() {
+        let mut newest = link
+            .next(&mut versions, Duration::from_millis(200))
+            .and_then(|data| protocol::from_bytes::<Announcement>("announcement", &data).ok())
+            .map(|a| a.version);
+        if Instant::now() >= next_look {
+            next_look = Instant::now() + LOOK_EVERY;
+            if let Ok(Some((data, _))) = link.get(LATEST_KEY) {
+                newest = protocol::from_bytes::<Announcement>("latest", &data)
+                    .ok()
+                    .map(|a| a.version)
+                    .max(newest);
+            }
+        }
+        if let Some(v) = newest {
+            if let Err(e) = follow_versions(link, store, v) {
+                tracing::debug!(component = "worker-process", error = %e, "versions not fetched yet");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Brings the local store up to version `newest`, fetching each missing version in order.
+fn follow_versions(
+    link: &Link,
+    store: &MemoryPolicyStore,
+    newest: u64,
+) -> Result<(), ClusterError> {
+    let mut have = store.latest().version;
+    while have < newest {
+        let policy = fetch_policy(link, have + 1)?;
+        match store.publish(policy) {
+            Ok(()) | Err(StoreError::OutOfOrder { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        have = store.latest().version;
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! What a transport needs to run rollout workers outside the learner's process.
+//!
+//! The learner sees every worker through the same queues and slots (the wiring): it hands
+//! a worker free slots, reads `WorkerEvent`s, watches its heartbeat, and restarts it as a
+//! new incarnation when it fails or falls silent. A [`WorkerLauncher`] decides what runs
+//! behind them: [`LocalThreads`] starts the rollout worker itself as a thread (the default,
+//! one process); a transport (`strata-cluster`, over NATS JetStream) starts a proxy that
+//! fills the slots with fragments collected by worker processes elsewhere and turns their
+//! reports into the same events. A worker process, for its part, runs the unchanged
+//! rollout worker ([`run_worker`]) against a buffer and policy store of its own.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+pub use crate::buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
+pub use crate::policy_store::MemoryPolicyStore;
+pub use crate::telemetry::{Activity, Heartbeat};
+pub use crate::worker::{Holding, WorkerCommand, WorkerError, WorkerEvent, WorkerSetup};
+
+/// Starts what stands behind one logical worker of a run.
+pub trait WorkerLauncher: Send + Sync {
+    /// Starts incarnation `setup.incarnation` of worker `setup.id`: it must fill the slots
+    /// it receives on `setup.free_slots` with fragments numbered from
+    /// `setup.first_fragment` (or from `setup.start`'s count), report each on
+    /// `setup.events`, keep `setup.heartbeat` beating, and stop on `WorkerCommand::Exit`.
+    ///
+    /// # Errors
+    /// When its thread cannot be started.
+    fn launch(&self, setup: WorkerSetup) -> std::io::Result<JoinHandle<()>>;
+
+    /// Every fragment consumed by the first `updates` updates is now durable in a
+    /// checkpoint (called after each one is written): a transport may acknowledge them.
+    fn durable(&self, _updates: u64) {}
+}
+
+/// Rollout workers as threads of the learner's process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalThreads;
+
+impl WorkerLauncher for LocalThreads {
+    fn launch(&self, setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
+        crate::worker::spawn(setup)
+    }
+}
+
+/// The launcher of a run in one process.
+pub fn local() -> Arc<dyn WorkerLauncher> {
+    Arc::new(LocalThreads)
+}
+
+/// Runs the rollout worker for `setup` on a thread of this process (a worker process's
+/// threads are these too).
+///
+/// # Errors
+/// When the OS cannot start a thread.
+pub fn run_worker(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
+    crate::worker::spawn(setup)
+}
