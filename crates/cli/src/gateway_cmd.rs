@@ -18,7 +18,7 @@ use crate::config_args::{build_config, ConfigArgs};
 #[derive(Args, Debug, Clone)]
 pub struct GatewayArgs {
     #[command(flatten)]
-    config: ConfigArgs,
+    pub(crate) config: ConfigArgs,
     /// Seconds between publishing a version and new episodes sampling with it.
     #[arg(long, default_value_t = 1.0)]
     cooldown_secs: f64,
@@ -92,11 +92,47 @@ pub struct ServeArgs {
     /// Listen address (port 0 picks a free one; the address is written to <dir>/address).
     #[arg(long, default_value = "127.0.0.1:7878")]
     addr: SocketAddr,
+    /// Serve the versions of a learner running elsewhere (`strata learner`) over this NATS
+    /// server, the serving version shared with the run's other gateways.
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// The run's name on the NATS server (with --nats).
+    #[arg(long, default_value = "default")]
+    run: String,
 }
 
 /// Serves until Ctrl-C / SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    let settings = args.gateway.settings(&args.dir, args.addr)?;
+    let mut settings = args.gateway.settings(&args.dir, args.addr)?;
+    let meeting = args.nats.as_ref().map(|url| strata_cluster::Meeting {
+        url: url.clone(),
+        run: args.run.clone(),
+        timeout: Duration::from_secs(10),
+    });
+    if let Some(m) = &meeting {
+        // The learner's model and versions; this gateway trains on nothing itself.
+        let run = strata_cluster::run_config(m).context("joining the run")?;
+        if args
+            .gateway
+            .config
+            .env
+            .as_ref()
+            .is_some_and(|e| *e != run.env.name)
+        {
+            anyhow::bail!(
+                "run `{}` trains {}, not {:?}",
+                m.run,
+                run.env.name,
+                args.gateway.config.env
+            );
+        }
+        if settings.release == ReleaseMode::Auto {
+            anyhow::bail!("with --nats the run's learner publishes the versions and operators choose the serving one: use --release canary (each new version becomes the candidate) or --release manual");
+        }
+        settings.run = run;
+        settings.learner = false;
+        settings.validate()?;
+    }
     // The handler goes in before the gateway opens and binds: a signal that arrives while
     // it recovers its state or as soon as the port accepts must still end in a clean stop
     // with a final flush, not in death by the signal's default action.
@@ -106,6 +142,18 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     })
     .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let server = Server::start(settings).context("starting the gateway")?;
+    let follow_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let follower = match &meeting {
+        Some(m) => Some(
+            strata_cluster::serve_run(
+                m,
+                std::sync::Arc::clone(server.gateway()),
+                std::sync::Arc::clone(&follow_stop),
+            )
+            .context("joining the run")?,
+        ),
+        None => None,
+    };
     println!(
         "strata gateway serving {} (API: {}/openapi.json; tokens: {})",
         server.url(),
@@ -121,6 +169,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if server.is_running() => {}
             Err(_) => break,
         }
+    }
+    follow_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(f) = follower {
+        let _ = f.join();
     }
     server.stop().context("stopping the gateway")?;
     Ok(())

@@ -552,3 +552,130 @@ fn ctrl_c_stops_the_learner_and_its_workers_and_leaves_no_process() {
         !pids.iter().any(|&p| alive(p))
     });
 }
+
+/// A `strata serve --nats` gateway of run `run` in `dir`, and its URL.
+fn gateway(nats: &Nats, run: &str, dir: &Path) -> (Strata, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let url = nats.url();
+    let g = Strata::start(
+        &[
+            "serve",
+            "--nats",
+            &url,
+            "--run",
+            run,
+            "--release",
+            "manual",
+            "--cooldown-secs",
+            "0",
+            "--addr",
+            "127.0.0.1:0",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+        &dir.join("serve.log"),
+    );
+    let address = dir.join("address");
+    wait_until("the gateway to listen", Duration::from_secs(60), || {
+        std::fs::read_to_string(&address).is_ok_and(|a| a.ends_with('\n'))
+    });
+    (
+        g,
+        std::fs::read_to_string(&address)
+            .unwrap()
+            .trim()
+            .to_string(),
+    )
+}
+
+fn operator(dir: &Path, url: &str) -> strata_gateway::Client {
+    let tokens: strata_gateway::TokensFile =
+        serde_json::from_slice(&std::fs::read(dir.join("tokens.json")).unwrap()).unwrap();
+    strata_gateway::Client::new(url, tokens.operator())
+}
+
+#[test]
+fn of_two_gateways_racing_to_promote_exactly_one_wins() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(server) = optional::nats_server() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(&server, tmp.path());
+    let mut l = learner(
+        &nats,
+        "release",
+        &tmp.path().join("run"),
+        &[
+            "--env",
+            "cartpole",
+            "--max-steps",
+            "4096",
+            "--set",
+            "report.eval_episodes=0",
+        ],
+    );
+    let _w = worker(&nats, "release", &tmp.path().join("w.log"), &[]);
+    assert!(l.finish(Duration::from_secs(60)).0.success(), "{}", l.log());
+    let (dir1, dir2) = (tmp.path().join("g1"), tmp.path().join("g2"));
+    let (_g1, url1) = gateway(&nats, "release", &dir1);
+    let (_g2, url2) = gateway(&nats, "release", &dir2);
+    let (op1, op2) = (operator(&dir1, &url1), operator(&dir2, &url2));
+    // Each has imported the run's 17 versions (0 to 16) once it has joined.
+    for op in [&op1, &op2] {
+        wait_until(
+            "the gateways to import the versions",
+            Duration::from_secs(30),
+            || {
+                op.get::<serde_json::Value>("/v1/status")
+                    .is_ok_and(|s| s["latest"] == 16)
+            },
+        );
+    }
+    // Both start from the same view (no pointer yet) and promote different versions at once.
+    let barrier = std::sync::Barrier::new(2);
+    let promote = |op: &strata_gateway::Client, version: u64| {
+        barrier.wait();
+        op.post::<_, serde_json::Value>(
+            "/v1/operator/promote",
+            &serde_json::json!({"version": version, "force": true}),
+        )
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| promote(&op1, 5));
+        let b = s.spawn(|| promote(&op2, 9));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let (winner, loser) = match (&a, &b) {
+        (Ok(_), Err(e)) => (5, e),
+        (Err(e), Ok(_)) => (9, e),
+        _ => panic!("exactly one promote must win: {a:?} / {b:?}"),
+    };
+    assert_eq!(loser.status(), Some(409), "{loser}");
+    assert!(
+        loser.to_string().contains("moved by another operator"),
+        "{loser}"
+    );
+    // Both gateways converge on the winner.
+    for op in [&op1, &op2] {
+        wait_until(
+            "the gateways to serve the winner",
+            Duration::from_secs(10),
+            || {
+                op.get::<serde_json::Value>("/v1/status")
+                    .is_ok_and(|s| s["stable"] == winner)
+            },
+        );
+    }
+    // Having seen it, the other gateway's operator may move it on: a rollback wins now.
+    let other = if winner == 5 { &op2 } else { &op1 };
+    other
+        .post::<_, serde_json::Value>("/v1/operator/rollback", &serde_json::json!({"version": 2}))
+        .unwrap();
+    for op in [&op1, &op2] {
+        wait_until("the rollback everywhere", Duration::from_secs(10), || {
+            op.get::<serde_json::Value>("/v1/status")
+                .is_ok_and(|s| s["stable"] == 2)
+        });
+    }
+}

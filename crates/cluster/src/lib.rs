@@ -35,6 +35,7 @@ mod learner;
 mod link;
 mod names;
 mod protocol;
+mod serving;
 mod wire;
 mod worker;
 
@@ -44,6 +45,7 @@ use std::time::Duration;
 use strata_runtime::{resolve_env, RunConfig, RuntimeError, StoreError, Trainer, TrainerState};
 
 pub use learner::RemoteWorkers;
+pub use serving::{run_config, serve_run, NatsRelease};
 pub use worker::{run_worker_process, WorkerOptions, WorkerReport};
 
 /// What went wrong between processes.

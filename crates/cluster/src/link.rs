@@ -363,6 +363,23 @@ impl Link {
         })
     }
 
+    /// Sets a key only if its revision is still `revision` (compare-and-swap); `None` when
+    /// someone else changed it first.
+    pub(crate) fn swap(
+        &self,
+        key: &str,
+        value: Bytes,
+        revision: u64,
+    ) -> Result<Option<u64>, ClusterError> {
+        self.block(|| format!("update key {key}"), async {
+            match self.kv.update(key, value, revision).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
     /// Deletes a key only if its revision is still `revision`: someone else's newer value
     /// stays (and the call fails).
     pub(crate) fn delete_if(&self, key: &str, revision: u64) -> Result<(), ClusterError> {

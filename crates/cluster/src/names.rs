@@ -77,6 +77,9 @@ pub(crate) const CONFIG_KEY: &str = "config";
 /// The learner's newest published version.
 pub(crate) const LATEST_KEY: &str = "latest";
 
+/// What gateways serve: version and rules version, moved by compare-and-swap.
+pub(crate) const CURRENT_KEY: &str = "current";
+
 /// The assignment of logical worker `w`.
 pub(crate) fn assignment_key(w: usize) -> String {
     format!("assign.w{w}")

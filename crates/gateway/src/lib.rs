@@ -36,7 +36,7 @@ pub use auth::{Auth, Caller, Role, TokensFile};
 pub use client::{Client, ClientError};
 pub use error::{GatewayError, RequestError};
 pub use fleet::{run_fleet, FleetError, FleetReport, FleetSettings};
-pub use gateway::{Counters, Gateway};
+pub use gateway::{Counters, Gateway, ServingPointer, SharedRelease};
 pub use metrics::Metrics;
 pub use segment::{LearnerMessage, Segment};
 pub use server::{router, Server, OPENAPI};

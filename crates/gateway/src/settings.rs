@@ -52,6 +52,8 @@ pub struct GatewaySettings {
     pub canary_fraction: f64,
     /// Where trained versions go.
     pub release: ReleaseMode,
+    /// Train on the reported steps (off when the versions come from a learner elsewhere).
+    pub learner: bool,
     /// A re-check aborts when the target moved farther than this (Euclidean).
     pub recheck_threshold: f32,
     /// Side-effect class per action type (`default` for acts that name none).
@@ -104,6 +106,7 @@ impl GatewaySettings {
             cooldown_secs: 1.0,
             canary_fraction: 0.0,
             release: ReleaseMode::Auto,
+            learner: true,
             recheck_threshold: 0.05,
             side_effects: BTreeMap::from([
                 ("default".to_string(), SideEffect::Unsafe),

@@ -30,6 +30,9 @@ mod invalidation;
 mod recovery;
 mod release;
 mod reporting;
+mod shared;
+
+pub use shared::{ServingPointer, SharedRelease};
 
 /// Counters for status and benchmarks.
 #[derive(Default)]
@@ -73,6 +76,8 @@ pub struct Gateway {
     pub counters: Counters,
     /// Size of the journal's last snapshot.
     snapshot_bytes: AtomicU64,
+    /// With several gateways of one run: the shared serving pointer.
+    shared: std::sync::OnceLock<shared::Shared>,
 }
 
 impl Gateway {
@@ -151,7 +156,7 @@ impl Gateway {
 
     /// Whether new versions come from the learner.
     pub fn learns(&self) -> bool {
-        self.settings.release != ReleaseMode::Manual
+        self.settings.learner && self.settings.release != ReleaseMode::Manual
     }
 }
 

@@ -81,6 +81,7 @@ impl Gateway {
             active_rules: Mutex::new(active_rules),
             counters: Counters::default(),
             snapshot_bytes: AtomicU64::new(0),
+            shared: std::sync::OnceLock::new(),
             settings,
         };
         gateway.settle_reports_in_flight()?;

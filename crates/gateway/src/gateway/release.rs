@@ -188,6 +188,12 @@ impl Gateway {
         };
         self.require_version(version)?;
         let rules = self.ledger.rules_for_policy(version)?;
+        // Shared with other gateways: the pointer moves first, or nothing does.
+        self.move_pointer(ServingPointer {
+            version,
+            rules_version: rules.version,
+            immediate: req.force,
+        })?;
         self.ledger.bind(
             version,
             &self.config_hash,
@@ -229,6 +235,11 @@ impl Gateway {
             .version
             .ok_or_else(|| RequestError::invalid("rollback needs a version"))?;
         self.require_version(version)?;
+        self.move_pointer(ServingPointer {
+            version,
+            rules_version: self.ledger.rules_for_policy(version)?.version,
+            immediate: true,
+        })?;
         let rules = self
             .ledger
             .rollback(version, &self.config_hash, &caller.name)?;
