@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// Gymnasium's Sync/AsyncVectorEnv). Needs Python with gymnasium (`STRATA_PYTHON`).
     #[arg(long)]
     gym_only: bool,
+    /// Only the cluster figures (learner and worker processes over NATS JetStream against
+    /// one process). Needs nats-server (`STRATA_NATS_SERVER`, or on the PATH).
+    #[arg(long)]
+    cluster_only: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -68,6 +72,7 @@ struct Report {
     ledger: Option<crate::bench_ledger::LedgerReport>,
     gateway: Option<crate::bench_gateway::GatewayReport>,
     gym: Option<crate::bench_gym::GymReport>,
+    cluster: Option<crate::bench_cluster::ClusterReport>,
 }
 
 /// One runtime configuration's figures.
@@ -261,6 +266,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         r.gym = Some(crate::bench_gym::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
+    if args.cluster_only {
+        r.cluster = Some(crate::bench_cluster::run(args.quick)?);
+        return write_report(&r, args.json.as_deref());
+    }
     r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
     r.env_step_vs_envpool = r.env_step_cartpole64_steps_per_sec / ENVPOOL_CARTPOLE_64;
     println!(
@@ -345,6 +354,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match crate::bench_gym::run(args.quick) {
         Ok(g) => r.gym = Some(g),
         Err(e) => println!("gym env processes: skipped ({e:#})"),
+    }
+    // The cluster needs a nats-server; without one the section says why.
+    match crate::bench_cluster::run(args.quick) {
+        Ok(c) => r.cluster = Some(c),
+        Err(e) => println!("cluster: skipped ({e:#})"),
     }
     write_report(&r, args.json.as_deref())
 }

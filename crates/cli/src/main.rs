@@ -2,6 +2,7 @@
 //! error chain and maps it to an exit code. All logic lives in the library crates.
 
 mod bench;
+mod bench_cluster;
 mod bench_gateway;
 mod bench_gym;
 mod bench_ledger;

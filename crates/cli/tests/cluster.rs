@@ -245,34 +245,40 @@ fn a_distributed_run_is_the_one_process_run_bit_for_bit() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let nats = Nats::start(&server, tmp.path());
-    let common = [
-        "--env",
-        "cartpole",
-        "--workers",
-        "2",
-        "--max-steps",
-        "12000",
-        "--deterministic",
-    ];
-    let local = tmp.path().join("local");
-    let status = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["train", "--quiet", "--run-dir", local.to_str().unwrap()])
-        .args(common)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let run = tmp.path().join("remote");
-    let mut l = learner(&nats, "same", &run, &common);
     let _w0 = worker(&nats, "same", &tmp.path().join("w0.log"), &[]);
     let _w1 = worker(&nats, "same", &tmp.path().join("w1.log"), &[]);
-    let (status, _) = l.finish(Duration::from_secs(120));
-    assert!(status.success(), "{}", l.log());
-    assert_eq!(
-        std::fs::read(local.join("checkpoint/model.safetensors")).unwrap(),
-        std::fs::read(run.join("checkpoint/model.safetensors")).unwrap(),
-        "the same weights"
-    );
-    assert_each_fragment_once(&run, 2, 12032 / 256, 32 * 4);
+    // Twice under one run name, with other seeds: the second run takes nothing of the
+    // first's (versions, fragments, assignments).
+    for seed in ["3", "4"] {
+        let common = [
+            "--env",
+            "cartpole",
+            "--workers",
+            "2",
+            "--max-steps",
+            "12000",
+            "--deterministic",
+            "--seed",
+            seed,
+        ];
+        let local = tmp.path().join(format!("local-{seed}"));
+        let status = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["train", "--quiet", "--run-dir", local.to_str().unwrap()])
+            .args(common)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let run = tmp.path().join(format!("remote-{seed}"));
+        let mut l = learner(&nats, "same", &run, &common);
+        let (status, _) = l.finish(Duration::from_secs(120));
+        assert!(status.success(), "{}", l.log());
+        assert_eq!(
+            std::fs::read(local.join("checkpoint/model.safetensors")).unwrap(),
+            std::fs::read(run.join("checkpoint/model.safetensors")).unwrap(),
+            "seed {seed}: the same weights"
+        );
+        assert_each_fragment_once(&run, 2, 12032 / 256, 32 * 4);
+    }
 }
 
 #[test]

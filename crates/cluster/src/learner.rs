@@ -41,6 +41,16 @@ struct Lane {
     pending: Vec<(u64, Delivery)>,
 }
 
+/// What the learner took from the stream: fragments trained on (or queued for it) and
+/// their bytes.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    /// Fragments delivered to the trainer.
+    pub fragments: AtomicU64,
+    /// Their messages' bytes.
+    pub bytes: AtomicU64,
+}
+
 /// What every proxy of a learner session shares.
 struct Session {
     link: Arc<Link>,
@@ -53,6 +63,7 @@ struct Session {
     durable: AtomicU64,
     lanes: Mutex<HashMap<usize, Arc<Mutex<Lane>>>>,
     publisher: OnceLock<JoinHandle<()>>,
+    traffic: Arc<Traffic>,
 }
 
 /// Workers as worker processes elsewhere, reached over NATS JetStream.
@@ -74,6 +85,7 @@ impl RemoteWorkers {
                 durable: AtomicU64::new(0),
                 lanes: Mutex::new(HashMap::new()),
                 publisher: OnceLock::new(),
+                traffic: Arc::default(),
             }),
         }
     }
@@ -81,6 +93,11 @@ impl RemoteWorkers {
     /// This learner session's number.
     pub fn session(&self) -> u64 {
         self.session.id
+    }
+
+    /// What the proxies took from the stream so far.
+    pub fn traffic(&self) -> Arc<Traffic> {
+        Arc::clone(&self.session.traffic)
     }
 }
 
@@ -238,10 +255,10 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
     let assigned = retrying(
         "assigning a worker",
         || {
-            let revision = link.put(&assignment_key(w), protocol::to_bytes(&assignment))?;
-            // A claim of an earlier incarnation is void: any process may take this one.
+            // A claim of an earlier incarnation is void: any process may take this one
+            // (cleared first, so a claim made on the new assignment stays).
             link.delete(&claim_key(w))?;
-            Ok(revision)
+            link.put(&assignment_key(w), protocol::to_bytes(&assignment))
         },
         exit,
     )
@@ -378,6 +395,10 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
             return Ok(());
         }
         buffer.mark_ready(slot);
+        s.traffic.fragments.fetch_add(1, Ordering::Relaxed);
+        s.traffic
+            .bytes
+            .fetch_add(delivery.payload.len() as u64, Ordering::Relaxed);
         lane.pending.push((header.index, delivery));
         next += 1;
         let ready = WorkerEvent::FragmentReady {

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use strata_runtime::{resolve_env, RunConfig, RuntimeError, StoreError, Trainer, TrainerState};
 
-pub use learner::RemoteWorkers;
+pub use learner::{RemoteWorkers, Traffic};
 pub use serving::{run_config, serve_run, NatsRelease};
 pub use worker::{run_worker_process, WorkerOptions, WorkerReport};
 
@@ -135,6 +135,18 @@ pub fn prepare_learner(
     config: RunConfig,
     resume: Option<TrainerState>,
 ) -> Result<Trainer, ClusterError> {
+    prepare_learner_counted(meeting, config, resume).map(|(trainer, _)| trainer)
+}
+
+/// As [`prepare_learner`], with the counters of what the learner takes from the stream.
+///
+/// # Errors
+/// As [`prepare_learner`].
+pub fn prepare_learner_counted(
+    meeting: &Meeting,
+    config: RunConfig,
+    resume: Option<TrainerState>,
+) -> Result<(Trainer, Arc<Traffic>), ClusterError> {
     let mut config = match &resume {
         Some(state) => state.config.clone(),
         None => config,
@@ -159,7 +171,12 @@ pub fn prepare_learner(
     let link = link::Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
     link.ensure_stream()?;
     if resume.is_none() {
+        // A fresh run under a name used before: nothing of the earlier run may be taken
+        // for this one's (fragments, versions, assignments, claims, the serving pointer).
         link.purge_stream()?;
+        link.purge_objects()?;
+        link.delete(names::LATEST_KEY)?;
+        link.delete(names::CURRENT_KEY)?;
         for w in 0..config.runtime.workers {
             link.delete(&names::assignment_key(w))?;
             link.delete(&names::claim_key(w))?;
@@ -176,9 +193,10 @@ pub fn prepare_learner(
         &config_hash,
         silent_after,
     ));
+    let traffic = launcher.traffic();
     let mut resume = resume;
     if let Some(state) = resume.as_mut() {
         state.config = config.clone();
     }
-    Ok(Trainer::with_workers(config, resume, launcher)?)
+    Ok((Trainer::with_workers(config, resume, launcher)?, traffic))
 }

@@ -211,6 +211,23 @@ impl Link {
         })
     }
 
+    /// Drops every object (a fresh run under a name used before: its versions and states
+    /// must not be taken for this run's).
+    pub(crate) fn purge_objects(&self) -> Result<(), ClusterError> {
+        let stream = format!("OBJ_{}", self.names.objects());
+        self.block(
+            || format!("purge the object store {}", self.names.objects()),
+            async {
+                let stream = self
+                    .js
+                    .get_stream(&stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                stream.purge().await.map(|_| ()).map_err(|e| e.to_string())
+            },
+        )
+    }
+
     /// Messages in the stream (every fragment not yet acknowledged).
     pub(crate) fn stream_messages(&self) -> Result<u64, ClusterError> {
         self.block(|| format!("read stream {}", self.names.stream()), async {

@@ -138,14 +138,10 @@ fn lane(
         let outcome = claim(link, options, process, lane).and_then(|claimed| match claimed {
             Some(claimed) => {
                 report.lock().assignments += 1;
-                run_assignment(
-                    link,
-                    &claimed,
-                    process,
-                    stop,
-                    report,
-                    options.republish_every,
-                )
+                let ran = run_assignment(link, &claimed, stop, report, options.republish_every);
+                // However it ended, the claim goes (a reassigned worker's is gone already).
+                release(link, &claimed, process);
+                ran
             }
             None => {
                 std::thread::sleep(LOOK_EVERY);
@@ -216,7 +212,6 @@ fn fetch_policy(link: &Link, v: u64) -> Result<strata_runtime::PublishedPolicy, 
 fn run_assignment(
     link: &Link,
     claimed: &Claimed,
-    process: &str,
     stop: &AtomicBool,
     report: &parking_lot::Mutex<WorkerReport>,
     republish_every: u64,
@@ -238,8 +233,22 @@ fn run_assignment(
         )?),
         None => None,
     };
+    // The learner publishes the version it assigned from right after assigning: wait
+    // for it (bounded by the stop flag and the assignment's lifetime).
+    let initial = {
+        let deadline = Instant::now() + link.timeout;
+        loop {
+            match fetch_policy(link, assignment.version) {
+                Ok(p) => break p,
+                Err(_) if Instant::now() < deadline && !stop.load(Ordering::Relaxed) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
     let store = Arc::new(MemoryPolicyStore::new(
-        fetch_policy(link, assignment.version)?,
+        initial,
         config.runtime.workers,
         lag as usize + 2,
     )?);
@@ -357,7 +366,7 @@ fn run_assignment(
                     let failure = Failure {
                         session: assignment.session,
                         incarnation: assignment.incarnation,
-                        error: format!("{error} (in {process})"),
+                        error: format!("{error} (in worker process {})", std::process::id()),
                     };
                     tracing::error!(component = "worker-process", worker = w, error = %failure.error, "worker failed");
                     let _ = link.publish(link.names.failures(w), protocol::to_bytes(&failure));
@@ -382,15 +391,22 @@ fn run_assignment(
     if handle.is_finished() {
         let _ = handle.join();
     }
-    // Let go of the claim if it is still this process's (a reassigned worker's is gone).
-    if let Ok(Some((data, _))) = link.get(&claim_key(w)) {
-        if protocol::from_bytes::<Claim>("claim", &data)
-            .is_ok_and(|c| c.process == process && c.incarnation == assignment.incarnation)
-        {
-            let _ = link.delete(&claim_key(w));
+    result
+}
+
+/// Lets go of a claim if it is still this process's.
+fn release(link: &Link, claimed: &Claimed, process: &str) {
+    let key = claim_key(claimed.worker);
+    if let Ok(Some((data, _))) = link.get(&key) {
+        let ours = protocol::from_bytes::<Claim>("claim", &data).is_ok_and(|c| {
+            c.process == process
+                && (c.session, c.incarnation)
+                    == (claimed.assignment.session, claimed.assignment.incarnation)
+        });
+        if ours {
+            let _ = link.delete(&key);
         }
     }
-    result
 }
 
 /// Publishes one fragment message, retrying while the server is away (the worker waits
