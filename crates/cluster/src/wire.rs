@@ -271,3 +271,90 @@ pub(crate) fn decode_into(
     f.inference_seconds = header.inference_seconds;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_runtime::transport::{ExperienceBuffer, SlotId};
+
+    fn slot(buffer: &ExperienceBuffer) -> SlotId {
+        buffer.owned_by(3).next().unwrap()
+    }
+
+    #[test]
+    fn a_fragment_survives_its_message_and_a_damaged_one_is_named() {
+        let (steps, envs, od, ad) = (5, 2, 3, 1);
+        let a = ExperienceBuffer::for_worker(3, 1, steps, envs, od, ad);
+        {
+            let mut f = a.lock(slot(&a));
+            for (i, v) in f.obs.iter_mut().enumerate() {
+                *v = i as f32 * 0.5;
+            }
+            f.actions.fill(-1.25);
+            f.rewards[3] = 7.0;
+            f.terminated[4] = true;
+            f.truncated[9] = true;
+            f.final_obs[5] = 2.0;
+            f.next_obs[1] = -3.0;
+            f.provenance.issued_ns[2] = 1_700_000_000_000_000_123;
+            f.provenance.completed_ns[2] = 1_700_000_000_000_000_456;
+            f.provenance.clock[7] = 99;
+            f.provenance.obs_count[1] = 4;
+            f.provenance.obs_hash[6] = u64::MAX - 1;
+            f.provenance.obs_mean[8] = 0.125;
+            f.provenance.sampler_version[0] = 41;
+            f.provenance.recorded = true;
+            f.version = 40;
+            f.index = 12;
+            f.env_seconds = 0.5;
+        }
+        let origin = Origin {
+            config_hash: "cafe",
+            session: 9,
+            worker: 3,
+            incarnation: 1,
+        };
+        let message = encode(&a.lock(slot(&a)), origin, od, ad);
+        let h = header(&message).unwrap();
+        assert_eq!(
+            (h.session, h.worker, h.incarnation, h.index, h.version),
+            (9, 3, 1, 12, 40)
+        );
+        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, od, ad);
+        decode_into(&message, &h, &mut b.lock(slot(&b))).unwrap();
+        let (x, y) = (a.lock(slot(&a)), b.lock(slot(&b)));
+        assert_eq!(x.obs, y.obs);
+        assert_eq!(
+            (&x.actions, &x.rewards, &x.final_obs, &x.next_obs),
+            (&y.actions, &y.rewards, &y.final_obs, &y.next_obs)
+        );
+        assert_eq!((&x.terminated, &x.truncated), (&y.terminated, &y.truncated));
+        let (p, q) = (&x.provenance, &y.provenance);
+        assert_eq!(
+            (&p.issued_ns, &p.completed_ns, &p.clock),
+            (&q.issued_ns, &q.completed_ns, &q.clock)
+        );
+        assert_eq!(
+            (&p.obs_count, &p.obs_hash, &p.obs_mean),
+            (&q.obs_count, &q.obs_hash, &q.obs_mean)
+        );
+        assert_eq!(
+            (&p.sampler_version, p.recorded),
+            (&q.sampler_version, q.recorded)
+        );
+        assert_eq!((y.version, y.index, y.env_seconds), (40, 12, 0.5));
+        drop((x, y));
+        // Cut short, it is refused naming the column; a wrong shape is named too.
+        let cut = &message[..message.len() - 3];
+        let err = decode_into(cut, &h, &mut b.lock(slot(&b)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sampler_version"), "{err}");
+        let other = ExperienceBuffer::for_worker(3, 1, steps + 1, envs, od, ad);
+        let err = decode_into(&message, &h, &mut other.lock(slot(&other)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("5 steps x 2 envs"), "{err}");
+        assert!(header(&message[..2]).is_err());
+    }
+}
