@@ -19,6 +19,16 @@ use strata_ledger::{LedgerData, Storage};
 /// One scenario at a time: they time processes against each other on two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// What each scenario starts with: its turn, a directory, a server; none without a
+/// nats-server (the test is skipped, unless `STRATA_REQUIRE_NATS` is set).
+fn scenario() -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir, Nats)> {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = optional::nats_server()?;
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(&server, tmp.path());
+    Some((serial, tmp, nats))
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -239,12 +249,9 @@ fn summary(path: &Path) -> serde_json::Value {
 
 #[test]
 fn a_distributed_run_is_the_one_process_run_bit_for_bit() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(server) = optional::nats_server() else {
+    let Some((_serial, tmp, nats)) = scenario() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(&server, tmp.path());
     let _w0 = worker(&nats, "same", &tmp.path().join("w0.log"), &[]);
     let _w1 = worker(&nats, "same", &tmp.path().join("w1.log"), &[]);
     // Twice under one run name, with other seeds: the second run takes nothing of the
@@ -283,12 +290,9 @@ fn a_distributed_run_is_the_one_process_run_bit_for_bit() {
 
 #[test]
 fn pendulum_solves_with_two_worker_processes_and_reposts_are_dropped() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(server) = optional::nats_server() else {
+    let Some((_serial, tmp, nats)) = scenario() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(&server, tmp.path());
     let run = tmp.path().join("run");
     let summary_path = tmp.path().join("summary.json");
     let mut l = learner(
@@ -350,22 +354,19 @@ fn newest_checkpoint(run: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn wait_for_step(run: &Path, step: u64, learner: &Strata) {
+fn wait_for_step(run: &Path, step: u64) {
     wait_until(
         &format!("a checkpoint past step {step}"),
         Duration::from_secs(120),
-        || newest_checkpoint(run) > step || learner.child.as_ref().is_some_and(|_| false),
+        || newest_checkpoint(run) > step,
     );
 }
 
 #[test]
 fn killing_a_worker_then_the_learner_loses_nothing_and_trains_nothing_twice() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(server) = optional::nats_server() else {
+    let Some((_serial, tmp, nats)) = scenario() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(&server, tmp.path());
     let run = tmp.path().join("run");
     let summary_path = tmp.path().join("summary.json");
     let budget = "200000";
@@ -388,7 +389,7 @@ fn killing_a_worker_then_the_learner_loses_nothing_and_trains_nothing_twice() {
     );
     let mut a = worker(&nats, "faults", &tmp.path().join("a.log"), &[]);
     let _b = worker(&nats, "faults", &tmp.path().join("b.log"), &[]);
-    wait_for_step(&run, 5_000, &first);
+    wait_for_step(&run, 5_000);
     // A standby process; then worker A dies: after two silent seconds its worker is
     // restarted as a new incarnation, which the standby takes.
     let standby = worker(&nats, "faults", &tmp.path().join("standby.log"), &[]);
@@ -398,7 +399,7 @@ fn killing_a_worker_then_the_learner_loses_nothing_and_trains_nothing_twice() {
         standby.log().contains("claimed")
     });
     let after = newest_checkpoint(&run);
-    wait_for_step(&run, after + 5_000, &first);
+    wait_for_step(&run, after + 5_000);
     assert!(first.log().contains("restarting worker"), "{}", first.log());
     // Then the learner dies; a new one resumes from its newest checkpoint.
     first.kill9();
@@ -427,12 +428,9 @@ fn killing_a_worker_then_the_learner_loses_nothing_and_trains_nothing_twice() {
 
 #[test]
 fn a_nats_server_restart_loses_nothing_acknowledged() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(server) = optional::nats_server() else {
+    let Some((_serial, tmp, mut nats)) = scenario() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let mut nats = Nats::start(&server, tmp.path());
     let run = tmp.path().join("run");
     let summary_path = tmp.path().join("summary.json");
     let mut l = learner(
@@ -454,7 +452,7 @@ fn a_nats_server_restart_loses_nothing_acknowledged() {
     );
     let _w0 = worker(&nats, "restart", &tmp.path().join("w0.log"), &[]);
     let _w1 = worker(&nats, "restart", &tmp.path().join("w1.log"), &[]);
-    wait_for_step(&run, 10_000, &l);
+    wait_for_step(&run, 10_000);
     // SIGKILL the server mid-run and start it again on its store: everything it
     // acknowledged (fragments, versions, assignments) is there; the clients reconnect.
     nats.kill9();
@@ -498,12 +496,9 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn ctrl_c_stops_the_learner_and_its_workers_and_leaves_no_process() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(server) = optional::nats_server() else {
+    let Some((_serial, tmp, nats)) = scenario() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(&server, tmp.path());
     let run = tmp.path().join("run");
     // With gymnasium at hand, the workers' envs are processes of their own too.
     let env = if optional::gym_python().is_some() {
@@ -529,7 +524,7 @@ fn ctrl_c_stops_the_learner_and_its_workers_and_leaves_no_process() {
     let mut workers: Vec<Strata> = (0..2)
         .map(|i| worker(&nats, "ctrlc", &tmp.path().join(format!("w{i}.log")), &[]))
         .collect();
-    wait_for_step(&run, 2_000, &l);
+    wait_for_step(&run, 2_000);
     let mut pids: Vec<u32> = workers.iter().flat_map(|w| children_of(w.pid())).collect();
     pids.extend(workers.iter().map(Strata::pid));
     pids.push(l.pid());
@@ -602,12 +597,9 @@ fn operator(dir: &Path, url: &str) -> strata_gateway::Client {
 
 #[test]
 fn of_two_gateways_racing_to_promote_exactly_one_wins() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(server) = optional::nats_server() else {
+    let Some((_serial, tmp, nats)) = scenario() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(&server, tmp.path());
     let mut l = learner(
         &nats,
         "release",

@@ -222,6 +222,16 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         ..
     } = setup;
     let link = &s.link;
+    // The trainer hears of a failure as of a thread's, and restarts the worker.
+    let fail = |error: String, holding: Option<strata_runtime::transport::SlotId>| {
+        let error = WorkerError::Remote(error);
+        let _ = events.try_send(WorkerEvent::Failed {
+            worker: w,
+            incarnation,
+            error,
+            holding,
+        });
+    };
     let exit = || {
         matches!(
             commands.try_recv(),
@@ -304,13 +314,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         while let Some(data) = link.next(&mut failures, Duration::ZERO) {
             if let Ok(f) = protocol::from_bytes::<Failure>("failure", &data) {
                 if (f.session, f.incarnation) == (s.id, incarnation) {
-                    let error = WorkerError::Remote(f.error);
-                    let _ = events.try_send(WorkerEvent::Failed {
-                        worker: w,
-                        incarnation,
-                        error,
-                        holding: None,
-                    });
+                    fail(f.error, None);
                     return Ok(());
                 }
             }
@@ -318,16 +322,13 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         match heard {
             None => heartbeat.beat(Activity::AwaitingProcess),
             Some(at) if at.elapsed() > s.silent_after => {
-                let error = WorkerError::Remote(format!(
-                    "silent for {:.1?} (its process died or lost NATS)",
-                    at.elapsed()
-                ));
-                let _ = events.try_send(WorkerEvent::Failed {
-                    worker: w,
-                    incarnation,
-                    error,
-                    holding: None,
-                });
+                fail(
+                    format!(
+                        "silent for {:.1?} (its process died or lost NATS)",
+                        at.elapsed()
+                    ),
+                    None,
+                );
                 return Ok(());
             }
             Some(_) => {}
@@ -385,13 +386,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         };
         holding.set(None);
         if let Err(e) = written {
-            let error = WorkerError::Remote(format!("fragment {}: {e}", header.index));
-            let _ = events.try_send(WorkerEvent::Failed {
-                worker: w,
-                incarnation,
-                error,
-                holding: Some(slot),
-            });
+            fail(format!("fragment {}: {e}", header.index), Some(slot));
             return Ok(());
         }
         buffer.mark_ready(slot);

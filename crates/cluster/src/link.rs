@@ -96,57 +96,32 @@ impl Link {
             jetstream::new(client.clone())
         };
         let link_timeout = timeout;
-        let call = |what: &'static str| {
-            move |e: String| ClusterError::Nats {
-                what: what.into(),
-                reason: e,
-            }
-        };
-        let kv = rt
-            .block_on(async {
-                tokio::time::timeout(timeout, async {
-                    match js.get_key_value(names.bucket()).await {
-                        Ok(store) => Ok(store),
-                        Err(_) => js
-                            .create_key_value(kv::Config {
-                                bucket: names.bucket(),
-                                history: 1,
-                                storage: stream::StorageType::File,
-                                ..Default::default()
-                            })
-                            .await
-                            .map_err(|e| e.to_string()),
-                    }
+        // The bucket and the object store, opened, or created on the run name's first use.
+        let kv = opening(
+            &rt,
+            timeout,
+            "the run's key-value bucket",
+            open_or_create(js.get_key_value(names.bucket()), || {
+                js.create_key_value(kv::Config {
+                    bucket: names.bucket(),
+                    history: 1,
+                    storage: stream::StorageType::File,
+                    ..Default::default()
                 })
-                .await
-            })
-            .map_err(|_| ClusterError::Timeout {
-                what: "opening the run's key-value bucket".into(),
-                after: timeout,
-            })?
-            .map_err(call("open the run's key-value bucket"))?;
-        let objects = rt
-            .block_on(async {
-                tokio::time::timeout(timeout, async {
-                    match js.get_object_store(names.objects()).await {
-                        Ok(store) => Ok(store),
-                        Err(_) => js
-                            .create_object_store(object_store::Config {
-                                bucket: names.objects(),
-                                storage: stream::StorageType::File,
-                                ..Default::default()
-                            })
-                            .await
-                            .map_err(|e| e.to_string()),
-                    }
+            }),
+        )?;
+        let objects = opening(
+            &rt,
+            timeout,
+            "the run's object store",
+            open_or_create(js.get_object_store(names.objects()), || {
+                js.create_object_store(object_store::Config {
+                    bucket: names.objects(),
+                    storage: stream::StorageType::File,
+                    ..Default::default()
                 })
-                .await
-            })
-            .map_err(|_| ClusterError::Timeout {
-                what: "opening the run's object store".into(),
-                after: timeout,
-            })?
-            .map_err(call("open the run's object store"))?;
+            }),
+        )?;
         Ok(Arc::new(Link {
             rt,
             client,
@@ -432,6 +407,35 @@ impl Link {
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>(data)
         })
+    }
+}
+
+/// Runs `fut` on `rt` within `timeout`, naming `what` it opens in errors.
+fn opening<T>(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    what: &str,
+    fut: impl Future<Output = Result<T, String>>,
+) -> Result<T, ClusterError> {
+    rt.block_on(async { tokio::time::timeout(timeout, fut).await })
+        .map_err(|_| ClusterError::Timeout {
+            what: format!("opening {what}"),
+            after: timeout,
+        })?
+        .map_err(|reason| ClusterError::Nats {
+            what: format!("open {what}"),
+            reason,
+        })
+}
+
+/// What `get` opens, or else what `create` makes.
+async fn open_or_create<T, E: std::fmt::Display, C: Future<Output = Result<T, E>>>(
+    get: impl Future<Output = Result<T, impl std::fmt::Display>>,
+    create: impl FnOnce() -> C,
+) -> Result<T, String> {
+    match get.await {
+        Ok(found) => Ok(found),
+        Err(_) => create().await.map_err(|e| e.to_string()),
     }
 }
 
