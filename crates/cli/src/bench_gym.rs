@@ -36,11 +36,14 @@ pub struct GymReport {
 pub struct IpcRow {
     /// Envs in the process.
     pub envs: usize,
-    /// Median batch-step, microseconds.
+    /// Median batch-step with the default spin budget, microseconds.
     pub p50_us: f64,
     /// 90th and 99th percentiles.
     pub p90_us: f64,
     pub p99_us: f64,
+    /// Median batch-step with both sides sleeping on the socket (never spinning), as when
+    /// processes outnumber the cores.
+    pub sleeping_p50_us: f64,
     /// Gymnasium's AsyncVectorEnv with as many null envs (one process each), per step.
     pub async_vector_env_us: f64,
 }
@@ -138,11 +141,18 @@ fn thread_cpu() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-/// Strata's env processes: `envs` envs of `target` in processes of `per` envs.
-fn strata_envs(target: &GymTarget, envs: usize, per: usize) -> Result<GymVecEnv> {
+/// Strata's env processes: `envs` envs of `target` in processes of `per` envs, spinning
+/// as `spin` says (`None`: the default for this machine).
+fn strata_envs(
+    target: &GymTarget,
+    envs: usize,
+    per: usize,
+    spin: Option<Duration>,
+) -> Result<GymVecEnv> {
     let layout = describe(target, Duration::from_secs(120))?;
     let options = GymOptions {
         envs_per_process: per,
+        spin,
         ..GymOptions::default()
     };
     Ok(GymVecEnv::start(
@@ -174,7 +184,7 @@ fn action_cycle(space: &Space, envs: usize) -> Vec<Vec<f32>> {
 
 /// Steps Strata's processes `steps` times; wall and CPU seconds.
 fn strata_measure(target: &GymTarget, envs: usize, per: usize, steps: usize) -> Result<Measured> {
-    let mut vec_env = strata_envs(target, envs, per)?;
+    let mut vec_env = strata_envs(target, envs, per, None)?;
     let actions = action_cycle(&vec_env.spec().action_space, envs);
     let mut batch = StepBatch::new(vec_env.spec(), envs);
     for k in 0..20 {
@@ -195,9 +205,14 @@ fn strata_measure(target: &GymTarget, envs: usize, per: usize, steps: usize) -> 
 }
 
 /// Percentiles of `steps` null batch-steps in one process of `envs` envs.
-fn null_latency(python: &Path, envs: usize, steps: usize) -> Result<(f64, f64, f64)> {
+fn null_latency(
+    python: &Path,
+    envs: usize,
+    steps: usize,
+    spin: Option<Duration>,
+) -> Result<(f64, f64, f64)> {
     let target = GymTarget::new("strata/Null-v0", python);
-    let mut vec_env = strata_envs(&target, envs, envs)?;
+    let mut vec_env = strata_envs(&target, envs, envs, spin)?;
     let actions = vec![0.0; envs];
     let mut batch = StepBatch::new(vec_env.spec(), envs);
     let mut times = Vec::with_capacity(steps);
@@ -224,17 +239,20 @@ pub fn run(quick: bool) -> Result<GymReport> {
         python.display()
     );
     for envs in [1, 8] {
-        let (p50, p90, p99) = null_latency(&python, envs, 5_000 * scale)?;
+        let (p50, p90, p99) = null_latency(&python, envs, 5_000 * scale, None)?;
+        let (sleeping, _, _) = null_latency(&python, envs, 5_000 * scale, Some(Duration::ZERO))?;
         let g = gymnasium(&python, "strata/Null-v0", "async", envs, 1_000 * scale)?;
         let async_us = g.wall_seconds / (g.env_steps as f64 / envs as f64) * 1e6;
         println!(
-            "  {envs} env(s): p50 {p50:.2} us, p90 {p90:.2} us, p99 {p99:.2} us per batch-step (target p50 <= 10 us); AsyncVectorEnv with {envs} process(es): {async_us:.1} us"
+            "  {envs} env(s): p50 {p50:.2} us, p90 {p90:.2} us, p99 {p99:.2} us per batch-step (target p50 <= 10 us; spin budget {:?}), never spinning p50 {sleeping:.2} us; AsyncVectorEnv with {envs} process(es): {async_us:.1} us",
+            strata_env::gym::spin_budget(2)
         );
         report.ipc.push(IpcRow {
             envs,
             p50_us: p50,
             p90_us: p90,
             p99_us: p99,
+            sleeping_p50_us: sleeping,
             async_vector_env_us: async_us,
         });
     }

@@ -5,34 +5,45 @@ arguments name file descriptors the parent left open. Two modes:
 
 - ``--describe``: make one env, write its layout (spaces, flattening, time limit) as a
   length-prefixed JSON message to the reply pipe, exit.
-- serving: make ``--envs`` envs, map the shared-memory region (``--shm-fd``), answer "ready",
-  then for every command byte read from ``--cmd-fd`` step or reset all envs in the region
-  and answer on ``--reply-fd``: ``K`` done, or ``E`` and a length-prefixed traceback.
+- serving: make ``--envs`` envs, map the shared-memory region (``--shm-fd``), answer "ready"
+  (``K``, or ``E`` and a length-prefixed traceback), then run the commands Strata posts in
+  the region's header (step, reset or quit all envs) and mark each done there.
 
 Nothing is pickled on the hot path: actions, observations, rewards, flags, final
-observations and env clocks live in the region; a step is one byte each way. Each env is
+observations and env clocks live in the region. A command is a sequence number in the
+header, which this process spins on for up to the header's spin budget, plus a byte on the
+socket (``--cmd-fd``) that wakes it once it sleeps; a command done is the done number in
+the header plus a ``K`` byte on ``--reply-fd`` that wakes a sleeping Strata. A failed
+command leaves its traceback in the region's error area. Each env is
 stepped on its own and reset in the same step when its episode ends (Gymnasium's
 "same-step" autoreset), keeping the final observation for bootstrapping. The env clock is
 this process's count of the env's steps, across episodes.
 
 The region layout must match strata_env's (crates/env/src/gym/region.rs): a 64-byte
-header, then arrays at 64-byte aligned offsets in the order of ``REGION_ARRAYS``.
+header, then arrays at 64-byte aligned offsets in the order of ``REGION_ARRAYS``, then the
+error area.
 """
 import argparse
 import importlib
 import json
 import mmap
 import os
+import select
 import signal
 import struct
 import sys
 import time
 import traceback
 
-PROTOCOL = 1
+PROTOCOL = 2
 MAGIC = 0x47525453  # "STRG" little-endian
 HEADER = 64
+# Header words after magic, protocol, k, obs and action widths (byte offsets).
+SPIN_NS, CMD_CODE, CMD_SEQ, DONE_SEQ, FAILED = 20, 24, 32, 40, 48
+ERROR_BYTES = 64 * 1024  # a failed command's traceback: u32 length, then UTF-8
 ERROR_TEXT_MAX = 60 * 1024
+# Stale wake-up bytes (of commands seen while spinning) are drained every so many commands.
+DRAIN_EVERY = 256
 # name, dtype, values per env ("obs": observation width, "act": action width)
 REGION_ARRAYS = [
     ("actions", "f4", "act"),
@@ -59,6 +70,7 @@ def region_views(np, buf, k, obs_dim, act_dim):
         view = np.frombuffer(buf, dtype=np.dtype(dtype), count=k * width, offset=offset)
         views[name] = view.reshape(k, width) if isinstance(per, str) else view
         offset = align(offset + k * width * np.dtype(dtype).itemsize)
+    views["error"] = np.frombuffer(buf, dtype=np.uint8, count=ERROR_BYTES, offset=offset)
     return views
 
 
@@ -241,6 +253,62 @@ def send_error(fd, text):
     write_all(fd, b"E" + struct.pack("<I", len(data)) + data)
 
 
+def write_error(area, text):
+    data = text.encode()[-ERROR_TEXT_MAX:]
+    area[:4] = memoryview(struct.pack("<I", len(data)))
+    area[4 : 4 + len(data)] = memoryview(data)
+
+
+class Header:
+    """The region's command words: Strata posts a command by its code and a new sequence
+    number; this process marks it done by the done number (after its results, which x86's
+    store order makes visible first; elsewhere Strata never spins, and the wake-up byte's
+    system calls order them)."""
+
+    def __init__(self, buf):
+        self.u32 = memoryview(buf)[:HEADER].cast("I")
+        self.u64 = memoryview(buf)[:HEADER].cast("Q")
+
+    def done(self):
+        return self.u64[DONE_SEQ // 8]
+
+    def code(self):
+        return self.u32[CMD_CODE // 4]
+
+    def next_command(self, done, fd):
+        """The sequence number of the next command: spinning for up to the budget, then
+        sleeping until a byte arrives. None when Strata's end of the socket is closed or
+        it sent a quit byte outside the region."""
+        u64, at = self.u64, CMD_SEQ // 8
+        spin_ns = self.u32[SPIN_NS // 4]
+        if spin_ns:
+            deadline = time.perf_counter_ns() + spin_ns
+            while u64[at] == done:
+                if time.perf_counter_ns() > deadline:
+                    break
+        while u64[at] == done:
+            # One blocking read takes the command's byte and any stale ones before it.
+            data = os.read(fd, 4096)
+            if not data or b"Q" in data:
+                return None
+        return u64[at]
+
+    def finish(self, seq, failed):
+        self.u64[FAILED // 8] = 1 if failed else 0
+        self.u64[DONE_SEQ // 8] = seq
+
+    @staticmethod
+    def drain(fd):
+        """Reads the wake-up bytes waiting, without blocking; None at end-of-file."""
+        got = b""
+        while select.select([fd], [], [], 0)[0]:
+            data = os.read(fd, 4096)
+            if not data:
+                return None
+            got += data
+        return got
+
+
 def serve(args, np, gym, make, kwargs):
     k = args.envs
     envs = [make(**kwargs) for _ in range(k)]
@@ -292,18 +360,30 @@ def serve(args, np, gym, make, kwargs):
             flat.write(obs[i], o)
             terminated[i] = truncated[i] = success[i] = 0
 
-    commands = {b"S": step_all, b"R": reset_all}
+    commands = {ord("S"): step_all, ord("R"): reset_all}
+    words = Header(buf)
     os.write(args.reply_fd, b"K")
+    done = words.done()
     while True:
-        command = os.read(args.cmd_fd, 1)
-        if not command or command == b"Q":
+        seq = words.next_command(done, args.cmd_fd)
+        if seq is None:
+            break
+        code = words.code()
+        if code == ord("Q"):
             break
         try:
-            commands[command]()
+            commands[code]()
+            failed = False
         except Exception:
-            send_error(args.reply_fd, traceback.format_exc())
-            continue
-        os.write(args.reply_fd, b"K")
+            write_error(v["error"], traceback.format_exc())
+            failed = True
+        words.finish(seq, failed)
+        done = seq
+        os.write(args.reply_fd, b"E" if failed else b"K")
+        if seq % DRAIN_EVERY == 0:
+            data = words.drain(args.cmd_fd)
+            if data is None or b"Q" in data:
+                break
     for env in envs:
         env.close()
 

@@ -173,6 +173,43 @@ fn seeds_follow_the_env_index_not_the_process_split() {
 }
 
 #[test]
+fn spinning_and_sleeping_waits_see_the_same_steps_and_errors() {
+    let Some(py) = python() else { return };
+    let t = target(&py, "CartPole-v1");
+    let layout = describe(&t, TIMEOUT).unwrap();
+    let run = |spin: Duration| {
+        let options = GymOptions {
+            envs_per_process: 2,
+            spin: Some(spin),
+            fault: Some(FaultPlan {
+                kind: FaultKind::Panic,
+                at_step: 300,
+                hang_seconds: 0.0,
+            }),
+            ..GymOptions::default()
+        };
+        let mut envs = GymVecEnv::start("gym:CartPole-v1", &t, &layout, 3, &options).unwrap();
+        let mut batch = StepBatch::new(envs.spec(), 3);
+        envs.reset(5, &mut batch.obs).unwrap();
+        let mut seen = Vec::new();
+        // More steps than the stale wake-ups drained at a time, so draining is exercised.
+        for k in 0..299 {
+            let actions: Vec<f32> = (0..3).map(|i| ((i * 7 + k) % 2) as f32).collect();
+            envs.step(&actions, &mut batch).unwrap();
+            seen.extend_from_slice(&batch.obs);
+        }
+        let error = envs.step(&[0.0; 3], &mut batch).unwrap_err().to_string();
+        (seen, error)
+    };
+    let (sleeping, error) = run(Duration::ZERO);
+    assert!(error.contains("injected fault"), "{error}");
+    // A budget long enough that the worker is still spinning when the next step comes.
+    let (spinning, spun_error) = run(Duration::from_millis(5));
+    assert_eq!(spinning, sleeping);
+    assert!(spun_error.contains("injected fault"), "{spun_error}");
+}
+
+#[test]
 fn dropping_the_vector_stops_and_reaps_every_process() {
     let Some(py) = python() else { return };
     let envs = start(&target(&py, "CartPole-v1"), 4, 2, None).unwrap();

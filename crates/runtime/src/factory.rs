@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use strata_algo::Ppo;
-use strata_env::gym::{default_python, describe, GymLayout, GymOptions, GymTarget, GymVecEnv};
+use strata_env::gym::{
+    default_python, describe, spin_budget, GymLayout, GymOptions, GymTarget, GymVecEnv,
+};
 use strata_env::{
     derive_seed, make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation,
     NormalizerStats, RunningMeanStd, ScaleReward, StepCost, VecEnv,
@@ -105,8 +107,15 @@ fn build_base_envs(
         Some(layout) => layout.clone(),
         None => describe_gym(config, id)?,
     };
+    let per = envs_per_process(config, num_envs);
+    // Every worker's processes (one vector per env group), the workers and the learner
+    // compete for the cores.
+    let workers = config.runtime.workers.max(1);
+    let vectors = workers * config.groups_per_worker().max(1);
+    let busy = vectors * num_envs.div_ceil(per.max(1)) + workers + 1;
     let options = GymOptions {
-        envs_per_process: envs_per_process(config, num_envs),
+        envs_per_process: per,
+        spin: Some(spin_budget(busy)),
         step_timeout: Duration::from_secs_f64(config.runtime.restart_after_secs),
         fault: fault.cloned(),
         ..GymOptions::default()

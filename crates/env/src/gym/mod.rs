@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::{EnvSpec, Space};
 use process::{EnvProcess, Launch};
 
-pub use vec_env::{GymOptions, GymVecEnv};
+pub use vec_env::{spin_budget, GymOptions, GymVecEnv};
 
 /// The prefix that marks an env name as a Gymnasium target (`gym:HalfCheetah-v5`).
 pub const GYM_PREFIX: &str = "gym:";

@@ -1,6 +1,11 @@
 //! One Python env process: started in its own process group with a parent-death signal,
-//! driven by one command byte per step over a pipe, answered by one byte, killed and
-//! reaped when it fails, hangs or is dropped.
+//! driven by commands posted in its shared region, killed and reaped when it fails, hangs
+//! or is dropped.
+//!
+//! Each command is a sequence number in the region's header and a byte on a socket, and
+//! each answer the same the other way: a side that spins (for a short budget) sees the
+//! number at once, a side asleep in `poll` is woken by the byte. Every command and every
+//! answer sends its byte, so no wake-up can be lost to a race; stale bytes are drained.
 //!
 //! A Unix socket pair rather than an eventfd or futex: a process that dies closes its end,
 //! so a crash (a segfault in a simulator) is seen at once as end-of-file instead of as a
@@ -42,13 +47,20 @@ pub(crate) struct Launch {
 /// A started env process and the owner's end of its socket.
 pub(crate) struct EnvProcess {
     child: Child,
-    /// Owner -> process: one command byte (`S`tep, `R`eset, `Q`uit); process -> owner:
-    /// `K`, or `E` and a traceback, or a length-prefixed description.
+    /// Owner -> process: a wake-up byte per command (`S`tep, `R`eset, `Q`uit);
+    /// process -> owner: a wake-up byte per answer (`K`, `E`), at start `K` or `E` and a
+    /// traceback, or a describing process's length-prefixed description.
     socket: UnixStream,
     /// Its shared-memory region (none for a describing process).
     pub(crate) region: Option<Region>,
     /// Set once it failed: it is dead (killed and reaped) and answers nothing more.
     dead: bool,
+    /// The sequence number of the last command posted.
+    posted: u64,
+    /// How long a wait spins on the region before it sleeps on the socket.
+    spin: Duration,
+    /// Commands waited for (stale replies are drained every so many).
+    waits: u64,
 }
 
 /// Requests to the spawner thread: a command to start, and where to send the child.
@@ -165,6 +177,9 @@ impl EnvProcess {
             socket,
             region,
             dead: false,
+            posted: 0,
+            spin: Duration::ZERO,
+            waits: 0,
         };
         if let Err(e) = fed {
             return Err(process.died(format!("took no program on stdin ({e})")));
@@ -172,12 +187,23 @@ impl EnvProcess {
         Ok(process)
     }
 
+    /// Lets waits spin up to `spin` (and the worker the same, waiting for a command) before
+    /// sleeping on the socket: round trips of a few microseconds instead of two wake-ups,
+    /// at the cost of that much CPU while waiting.
+    pub(crate) fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+        if let Some(region) = &self.region {
+            region.set_spin(u32::try_from(spin.as_nanos()).unwrap_or(u32::MAX));
+        }
+    }
+
     /// The process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// Sends one command byte.
+    /// Posts a command: in the region (a spinning worker sees it there at once) and as a
+    /// byte on the socket (which wakes a sleeping one; a spinning one drains it later).
     ///
     /// # Errors
     /// [`GymError::Exited`] when the process is gone.
@@ -185,18 +211,95 @@ impl EnvProcess {
         if self.dead {
             return Err(self.gone());
         }
+        if let Some(region) = &self.region {
+            self.posted = region.post(command);
+        }
         match send_all(&self.socket, &[command]) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.died(format!("stopped reading commands ({e})"))),
         }
     }
 
-    /// Waits at most `timeout` for the answer to the last command.
+    /// Waits at most `timeout` for the last command to be done: spinning on the region
+    /// for up to the spin budget, then sleeping on the socket (whose end-of-file says the
+    /// process died).
     ///
     /// # Errors
     /// [`GymError::Raised`] with the env's traceback, [`GymError::Exited`] when the
     /// process died, [`GymError::Hung`] when it did not answer in time (it is killed).
     pub(crate) fn wait(&mut self, timeout: Duration) -> Result<(), GymError> {
+        if self.dead {
+            return Err(self.gone());
+        }
+        let Some(region) = &self.region else {
+            return self.wait_ready(timeout);
+        };
+        let (posted, spin) = (self.posted, self.spin);
+        let started = Instant::now();
+        let mut done = region.done() == posted;
+        while !done && started.elapsed() < spin {
+            std::hint::spin_loop();
+            done = region.done() == posted;
+        }
+        let deadline = started + timeout;
+        while !done {
+            // Replies (one per command) wake us; those of commands seen done while
+            // spinning are stale and only drained.
+            self.drain(deadline)?;
+            done = self.region.as_ref().expect("checked above").done() == posted;
+        }
+        self.waits += 1;
+        let region = self.region.as_ref().expect("checked above");
+        if region.failed() {
+            return Err(GymError::Raised {
+                traceback: region.error_text(),
+            });
+        }
+        if self.waits.is_multiple_of(256) {
+            // Keep stale wake-ups from filling the socket.
+            self.drain(Instant::now())?;
+        }
+        Ok(())
+    }
+
+    /// Reads the wake-up bytes waiting (waiting for one until `deadline`; none when the
+    /// deadline is now: only what is there); ends the process on end-of-file, or at a
+    /// deadline passed while waiting.
+    fn drain(&mut self, deadline: Instant) -> Result<(), GymError> {
+        if deadline > Instant::now() {
+            self.readable(deadline)?;
+        } else if !self.ready_now()? {
+            return Ok(());
+        }
+        let mut bytes = [0u8; 4096];
+        match self.socket.read(&mut bytes) {
+            Ok(0) => Err(self.died("closed its socket".into())),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(self.died(format!("socket failed ({e})"))),
+        }
+    }
+
+    /// Whether the socket has something to read right now.
+    fn ready_now(&mut self) -> Result<bool, GymError> {
+        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match rustix::event::poll(&mut fds, Some(&now)) {
+            Ok(n) => Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => Ok(false),
+            Err(e) => Err(self.died(format!("poll failed ({e})"))),
+        }
+    }
+
+    /// Waits for the one-byte answer a process gives once it is ready (or could not make
+    /// its envs).
+    ///
+    /// # Errors
+    /// As [`EnvProcess::wait`].
+    pub(crate) fn wait_ready(&mut self, timeout: Duration) -> Result<(), GymError> {
         if self.dead {
             return Err(self.gone());
         }
@@ -344,6 +447,9 @@ impl EnvProcess {
     /// and reaps it. Called for every process of a vector before any is waited on.
     pub(crate) fn ask_to_quit(&mut self) {
         if !self.dead {
+            if let Some(region) = &self.region {
+                self.posted = region.post(b'Q');
+            }
             let _ = send_all(&self.socket, b"Q");
         }
     }

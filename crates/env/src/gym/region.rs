@@ -5,14 +5,24 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memmap2::MmapMut;
 
 /// Identifies a Strata region ("STRG", little-endian).
 const MAGIC: u32 = 0x4752_5453;
 /// Bumped whenever the layout changes; the worker refuses a region of another version.
-pub(crate) const PROTOCOL: u32 = 1;
+pub(crate) const PROTOCOL: u32 = 2;
 const HEADER: usize = 64;
+/// The header's words after magic, protocol, k, obs and action widths (all little-endian):
+/// how long the worker may spin for a command (ns, 0: never), the command's code, the
+/// command's sequence number, the sequence number of the last command done, and whether
+/// that one failed (its traceback is in the error area).
+const SPIN_NS: usize = 20;
+const CMD_CODE: usize = 24;
+const CMD_SEQ: usize = 32;
+const DONE_SEQ: usize = 40;
+const FAILED: usize = 48;
 
 /// Where each array lives, in bytes from the start of the region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +36,13 @@ struct Offsets {
     terminated: usize,
     truncated: usize,
     success: usize,
+    /// A failed command's traceback: a u32 length, then UTF-8.
+    error: usize,
     end: usize,
 }
+
+/// Room for a failed command's traceback (longer ones keep their end).
+const ERROR_BYTES: usize = 64 * 1024;
 
 fn align(n: usize) -> usize {
     n.div_ceil(64) * 64
@@ -52,6 +67,7 @@ impl Offsets {
         let terminated = next(k);
         let truncated = next(k);
         let success = next(k);
+        let error = next(ERROR_BYTES);
         Offsets {
             actions,
             obs,
@@ -62,6 +78,7 @@ impl Offsets {
             terminated,
             truncated,
             success,
+            error,
             end: at,
         }
     }
@@ -124,6 +141,51 @@ impl Region {
             obs_dim,
             act_dim,
         })
+    }
+
+    fn word32(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: `at` is a 4-byte aligned offset in the header (the mapping is
+        // page-aligned and outlives the borrow); both processes access these words
+        // atomically only.
+        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU32>() }
+    }
+
+    fn word64(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: as in `word32`, 8-byte aligned.
+        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU64>() }
+    }
+
+    /// Lets the worker spin this long for a command before it sleeps on the socket.
+    pub(crate) fn set_spin(&self, ns: u32) {
+        self.word32(SPIN_NS).store(ns, Ordering::Relaxed);
+    }
+
+    /// Posts command `code`: the worker sees it by its new sequence number (spinning) or
+    /// by the byte the caller sends next (sleeping). Returns the number.
+    pub(crate) fn post(&self, code: u8) -> u64 {
+        self.word32(CMD_CODE)
+            .store(u32::from(code), Ordering::Relaxed);
+        // Release: the command's inputs (actions, seeds) are visible before the number.
+        self.word64(CMD_SEQ).fetch_add(1, Ordering::Release) + 1
+    }
+
+    /// The sequence number of the last command the worker finished.
+    pub(crate) fn done(&self) -> u64 {
+        // Acquire: what the worker wrote before it is visible after.
+        self.word64(DONE_SEQ).load(Ordering::Acquire)
+    }
+
+    /// Whether the last command finished failed.
+    pub(crate) fn failed(&self) -> bool {
+        self.word64(FAILED).load(Ordering::Acquire) != 0
+    }
+
+    /// The traceback of the last failed command.
+    pub(crate) fn error_text(&self) -> String {
+        let at = self.at.error;
+        let len = u32::from_le_bytes(self.map[at..at + 4].try_into().expect("four bytes")) as usize;
+        let text = &self.map[at + 4..at + 4 + len.min(ERROR_BYTES - 4)];
+        String::from_utf8_lossy(text).into_owned()
     }
 
     /// The memory file, for the child to map.
@@ -211,7 +273,8 @@ mod tests {
         assert!(starts.iter().all(|s| s % 64 == 0));
         assert!(starts.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(at.obs - at.actions, align(3 * 6 * 4));
-        assert_eq!(at.end, at.success + 64);
+        assert_eq!(at.error, at.success + 64);
+        assert_eq!(at.end, at.error + ERROR_BYTES);
     }
 
     #[test]
