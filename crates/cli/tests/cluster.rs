@@ -7,6 +7,8 @@
 
 #[path = "support/optional.rs"]
 mod optional;
+#[path = "support/procs.rs"]
+mod procs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use procs::{alive, children_of, wait_until};
 use strata_ledger::{LedgerData, Storage};
 
 /// One scenario at a time: they time processes against each other on two cores.
@@ -171,14 +174,6 @@ impl Drop for Strata {
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -462,36 +457,6 @@ fn a_nats_server_restart_loses_nothing_acknowledged() {
     assert!(status.success(), "{}", l.log());
     let total = summary(&summary_path)["total_steps"].as_u64().unwrap();
     assert_each_fragment_once(&run, 2, total / 256, 32 * 4);
-}
-
-/// Children of `pid` (their pids).
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let p: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-            let ppid: u32 = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            (ppid == pid).then_some(p)
-        })
-        .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
 }
 
 #[test]

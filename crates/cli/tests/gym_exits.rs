@@ -4,52 +4,18 @@
 
 #[path = "support/optional.rs"]
 mod optional;
+#[path = "support/procs.rs"]
+mod procs;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use optional::gym_python;
+use procs::{alive, children_of, processes, wait_until};
 
 /// One trainer at a time: the checks look at every process on the machine.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// (pid, parent pid, state) of every process.
-fn processes() -> Vec<(u32, u32, char)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let state = rest.first().and_then(|s| s.chars().next()).unwrap_or('?');
-        if let Some(ppid) = rest.get(1).and_then(|p| p.parse().ok()) {
-            out.push((pid, ppid, state));
-        }
-    }
-    out
-}
-
-fn children_of(parent: u32) -> Vec<u32> {
-    processes()
-        .into_iter()
-        .filter(|&(_, ppid, _)| ppid == parent)
-        .map(|(pid, _, _)| pid)
-        .collect()
-}
-
-/// Alive: not gone and not a zombie.
-fn alive(pid: u32) -> bool {
-    processes()
-        .iter()
-        .any(|&(p, _, state)| p == pid && state != 'Z')
-}
 
 /// Processes that map one of trainer `trainer`'s env regions (anonymous memory files
 /// named after it), anywhere on the machine.
@@ -63,14 +29,6 @@ fn region_holders(trainer: u32) -> Vec<u32> {
         })
         .map(|(pid, _, _)| pid)
         .collect()
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A long gym:CartPole-v1 training in a process group of its own (as a shell starts a

@@ -17,6 +17,9 @@
 //! `strata worker`, any number, on any machine) claim logical workers and run the same
 //! rollout worker a one-process training runs as a thread, so a run is the same whether
 //! its workers are threads or processes (deterministic mode gives the same weights).
+//! Gateways ([`serve_run`], `strata serve --nats`) import every version the learner
+//! publishes and serve the one the run's shared pointer names, moved by compare-and-swap
+//! so that of two operators promoting at once through two gateways exactly one wins.
 //!
 //! # Durability
 //!

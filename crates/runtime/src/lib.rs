@@ -15,7 +15,9 @@
 //! from a checkpoint; [`evaluate`] scores a checkpointed [`Policy`];
 //! [`Trainer::live_handle`] gives other threads a [`LiveSnapshot`] of workers, buffer and
 //! learner (for a metrics endpoint or a monitor). Presets per built-in env live in
-//! [`preset`].
+//! [`preset`]. [`transport`] is what runs workers outside this process: a
+//! [`transport::WorkerLauncher`] decides what stands behind each worker's queues (threads
+//! here by default; `strata-cluster`'s proxies for worker processes over NATS).
 //!
 //! ```no_run
 //! use strata_runtime::{preset, run, RunDir, Trainer};
