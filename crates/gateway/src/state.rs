@@ -129,6 +129,31 @@ impl Release {
         }
     }
 
+    /// Makes `version` stable, at once (dropping any stable version still waiting out its
+    /// cooldown) or after the cooldown; a candidate that is `version` stops being one.
+    pub fn promote(&mut self, version: u64, at_once: bool, now_ns: i64) {
+        if self.candidate == Some(version) {
+            self.candidate = None;
+        }
+        if at_once {
+            self.pending.retain(|p| p.channel != Channel::Stable);
+            self.stable = version;
+        } else {
+            self.publish(version, Channel::Stable, now_ns);
+        }
+    }
+
+    /// Applies a stable version chosen elsewhere (another gateway's promote or rollback),
+    /// which is seen again on every look until it is stable: queued once, not each time.
+    pub fn follow(&mut self, version: u64, at_once: bool, now_ns: i64) {
+        let queued = self.stable == version || self.pending.iter().any(|p| p.version == version);
+        if at_once || !queued {
+            self.promote(version, at_once, now_ns);
+        } else if self.candidate == Some(version) {
+            self.candidate = None;
+        }
+    }
+
     /// Queues `version` for `channel` after the cooldown.
     pub fn publish(&mut self, version: u64, channel: Channel, now_ns: i64) {
         let ready_at_ns = now_ns + (self.cooldown_secs * 1e9) as i64;
@@ -381,5 +406,40 @@ mod tests {
         assert_eq!(back.episodes[&4].pending, Some(7));
         assert_eq!(back.episode_keys[&agent_key("agent-0", "k")], 4);
         assert_eq!(back.release.cooldown_secs, 1.0);
+    }
+
+    fn stable_pending(release: &Release) -> Vec<u64> {
+        release
+            .pending
+            .iter()
+            .filter(|p| p.channel == Channel::Stable)
+            .map(|p| p.version)
+            .collect()
+    }
+
+    #[test]
+    fn a_followed_version_is_queued_once_however_often_it_is_seen() {
+        let mut release = State::new(0, 60.0, 0.1).release;
+        release.candidate = Some(2);
+        for look in 0..3 {
+            release.follow(2, false, look);
+        }
+        assert_eq!(stable_pending(&release), vec![2]);
+        assert_eq!((release.stable, release.candidate), (0, None));
+        // After its cooldown it is stable, and seeing it again changes nothing.
+        release.refresh(61_000_000_000);
+        release.follow(2, false, 61_000_000_000);
+        assert_eq!((release.stable, release.pending.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_version_followed_at_once_replaces_any_waiting_stable_version() {
+        let mut release = State::new(0, 60.0, 0.1).release;
+        release.follow(2, false, 0);
+        release.publish(3, Channel::Canary, 0);
+        release.follow(1, true, 1);
+        assert_eq!(release.stable, 1);
+        assert!(stable_pending(&release).is_empty());
+        assert_eq!(release.pending.len(), 1, "the canary still waits");
     }
 }

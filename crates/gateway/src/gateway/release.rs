@@ -202,18 +202,9 @@ impl Gateway {
             &caller.name,
         )?;
         self.change_release(|g, state| {
-            if state.release.candidate == Some(version) {
-                state.release.candidate = None;
-            }
+            state.release.promote(version, req.force, now_ns());
             if req.force {
-                state
-                    .release
-                    .pending
-                    .retain(|p| p.channel != Channel::Stable);
-                state.release.stable = version;
                 g.force_switch(state, version, &caller.name)?;
-            } else {
-                state.release.publish(version, Channel::Stable, now_ns());
             }
             Ok(())
         })

@@ -113,26 +113,9 @@ impl Gateway {
         *shared.seen.lock() = Some(revision);
         *self.active_rules.lock() = pointer.rules_version;
         self.change_release(|_, state| {
-            if state.release.candidate == Some(pointer.version) {
-                state.release.candidate = None;
-            }
-            if pointer.immediate {
-                state
-                    .release
-                    .pending
-                    .retain(|p| p.channel != Channel::Stable);
-                state.release.stable = pointer.version;
-            } else if state.release.stable != pointer.version
-                && !state
-                    .release
-                    .pending
-                    .iter()
-                    .any(|p| p.version == pointer.version)
-            {
-                state
-                    .release
-                    .publish(pointer.version, Channel::Stable, now_ns());
-            }
+            state
+                .release
+                .follow(pointer.version, pointer.immediate, now_ns());
             Ok(())
         })
         .map(|_| ())
