@@ -146,7 +146,12 @@ impl Release {
     /// Applies a stable version chosen elsewhere (another gateway's promote or rollback),
     /// which is seen again on every look until it is stable: queued once, not each time.
     pub fn follow(&mut self, version: u64, at_once: bool, now_ns: i64) {
-        let queued = self.stable == version || self.pending.iter().any(|p| p.version == version);
+        // Waiting as the canary candidate is not waiting to be stable.
+        let queued = self.stable == version
+            || self
+                .pending
+                .iter()
+                .any(|p| p.version == version && p.channel == Channel::Stable);
         if at_once || !queued {
             self.promote(version, at_once, now_ns);
         } else if self.candidate == Some(version) {
@@ -430,6 +435,16 @@ mod tests {
         release.refresh(61_000_000_000);
         release.follow(2, false, 61_000_000_000);
         assert_eq!((release.stable, release.pending.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_version_still_waiting_as_the_canary_is_queued_as_stable_when_followed() {
+        // Every gateway imports a learner's version as the canary; one operator promotes
+        // it before that cooldown ends: the others queue it as stable at once too.
+        let mut release = State::new(0, 60.0, 0.1).release;
+        release.publish(2, Channel::Canary, 0);
+        release.follow(2, false, 1);
+        assert_eq!(stable_pending(&release), vec![2]);
     }
 
     #[test]
