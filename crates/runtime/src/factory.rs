@@ -46,6 +46,14 @@ fn describe_gym(config: &RunConfig, id: &str) -> Result<GymLayout, RuntimeError>
     })
 }
 
+/// A `gym:` config's layout: the recorded one, else Python's description of the env.
+fn gym_layout(config: &RunConfig, id: &str) -> Result<GymLayout, RuntimeError> {
+    match &config.env.gym.layout {
+        Some(layout) => Ok(layout.clone()),
+        None => describe_gym(config, id),
+    }
+}
+
 /// Fills in a `gym:` env's layout (`env.gym.layout`) from the env itself, or checks that
 /// a recorded one still matches it; built-in envs are left as they are.
 ///
@@ -59,7 +67,8 @@ pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
     let found = describe_gym(config, &id)?;
     match &config.env.gym.layout {
         Some(recorded) if *recorded != found => Err(RuntimeError::Config(format!(
-            "env `{}` no longer has the recorded layout: the config says {recorded:?}, the env              is {found:?} (its package changed?); start a new run",
+            "env `{}` no longer has the recorded layout: the config says {recorded:?}, the env \
+             is {found:?} (its package changed?); start a new run",
             config.env.name
         ))),
         _ => {
@@ -78,13 +87,7 @@ pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
 pub fn env_spec(config: &RunConfig) -> Result<EnvSpec, RuntimeError> {
     match config.env.gym_target() {
         None => Ok(strata_env::spec_for(&config.env.name)?),
-        Some(id) => {
-            let layout = match &config.env.gym.layout {
-                Some(layout) => layout.clone(),
-                None => describe_gym(config, id)?,
-            };
-            Ok(layout.spec(&config.env.name))
-        }
+        Some(id) => Ok(gym_layout(config, id)?.spec(&config.env.name)),
     }
 }
 
@@ -103,10 +106,7 @@ fn build_base_envs(
         }
         return Ok(envs);
     };
-    let layout = match &config.env.gym.layout {
-        Some(layout) => layout.clone(),
-        None => describe_gym(config, id)?,
-    };
+    let layout = gym_layout(config, id)?;
     let per = envs_per_process(config, num_envs);
     // Every worker's processes (one vector per env group), the workers and the learner
     // compete for the cores.

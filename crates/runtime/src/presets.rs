@@ -45,13 +45,11 @@ impl Default for RunConfig {
 pub fn preset(env: &str) -> Option<RunConfig> {
     if let Some(id) = strata_env::gym::gym_target(env) {
         return Some(match gym_presets::builtin_twin(id) {
-            Some(twin) => RunConfig {
-                env: EnvConfig {
-                    name: env.to_string(),
-                    ..builtin_preset(twin)?.env
-                },
-                ..builtin_preset(twin)?
-            },
+            Some(twin) => {
+                let mut config = builtin_preset(twin)?;
+                config.env.name = env.to_string();
+                config
+            }
             None => gym_presets::gym_preset(env, id),
         });
     }

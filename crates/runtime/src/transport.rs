@@ -39,7 +39,7 @@ pub struct LocalThreads;
 
 impl WorkerLauncher for LocalThreads {
     fn launch(&self, setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
-        crate::worker::spawn(setup)
+        run_worker(setup)
     }
 }
 
