@@ -138,7 +138,7 @@ fn kill_9_of_the_trainer_kills_an_env_process_stuck_in_its_env() {
     let Some(python) = gym_python() else { return };
     let dir = tempfile::tempdir().unwrap();
     // Worker 0's first process sleeps inside env.step from its 40th step and is not
-    // reading its pipe: only the parent-death signal can end it.
+    // reading its socket: only the parent-death signal can end it.
     let hang = [
         "--set",
         "env.fault={ kind = \"hang\", at_step = 40, hang_seconds = 600.0 }",

@@ -4,7 +4,7 @@ Started by Strata (strata_env::gym), never by hand: the program arrives on stdin
 arguments name file descriptors the parent left open. Two modes:
 
 - ``--describe``: make one env, write its layout (spaces, flattening, time limit) as a
-  length-prefixed JSON message to the reply pipe, exit.
+  length-prefixed JSON message to the socket (``--reply-fd``), exit.
 - serving: make ``--envs`` envs, map the shared-memory region (``--shm-fd``), answer "ready"
   (``K``, or ``E`` and a length-prefixed traceback), then run the commands Strata posts in
   the region's header (step, reset or quit all envs) and mark each done there.
@@ -247,16 +247,21 @@ def send_message(fd, message):
     write_all(fd, struct.pack("<I", len(data)) + data)
 
 
-def send_error(fd, text):
-    """`E`, then the traceback as a length-prefixed UTF-8 text."""
+def framed_text(text):
+    """A traceback as Strata reads it: a u32 length, then UTF-8 (its end, if too long)."""
     data = text.encode()[-ERROR_TEXT_MAX:]
-    write_all(fd, b"E" + struct.pack("<I", len(data)) + data)
+    return struct.pack("<I", len(data)) + data
+
+
+def send_error(fd, text):
+    """`E`, then the traceback."""
+    write_all(fd, b"E" + framed_text(text))
 
 
 def write_error(area, text):
-    data = text.encode()[-ERROR_TEXT_MAX:]
-    area[:4] = memoryview(struct.pack("<I", len(data)))
-    area[4 : 4 + len(data)] = memoryview(data)
+    """The traceback of a failed command, in the region's error area."""
+    framed = framed_text(text)
+    area[: len(framed)] = memoryview(framed)
 
 
 class Header:

@@ -3,7 +3,8 @@
 //! [`GymVecEnv`] runs `num_envs` envs in processes of `envs_per_process` each. Every
 //! process steps all its envs per wake-up and exchanges actions, observations, rewards,
 //! flags, final observations and env clocks with Rust through a shared-memory region of
-//! its own; a step costs one byte each way on a pipe. Nothing is pickled on the hot path.
+//! its own; a step is a sequence number each way in the region, which the other side spins
+//! on briefly, and a wake-up byte on a Unix socket. Nothing is pickled on the hot path.
 //! [`describe`] asks Python what an env looks like ([`GymLayout`]: how its observation is
 //! flattened, its action space, time limit and solve threshold).
 //!

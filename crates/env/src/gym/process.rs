@@ -317,7 +317,7 @@ impl EnvProcess {
                     self.pid()
                 )))
             }
-            None => Err(self.died("closed its reply pipe".into())),
+            None => Err(self.died("closed its socket".into())),
         }
     }
 
@@ -342,10 +342,10 @@ impl EnvProcess {
         while filled < buf.len() {
             self.readable(deadline)?;
             match self.socket.read(&mut buf[filled..]) {
-                Ok(0) => return Err(self.died("closed its reply pipe mid-message".into())),
+                Ok(0) => return Err(self.died("closed its socket mid-message".into())),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.died(format!("reply pipe failed ({e})"))),
+                Err(e) => return Err(self.died(format!("socket failed ({e})"))),
             }
         }
         Ok(())
@@ -360,12 +360,12 @@ impl EnvProcess {
                 Ok(0) => return Ok(None),
                 Ok(_) => return Ok(Some(byte[0])),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.died(format!("reply pipe failed ({e})"))),
+                Err(e) => return Err(self.died(format!("socket failed ({e})"))),
             }
         }
     }
 
-    /// Waits until the reply pipe has data or is closed; kills the process at `deadline`.
+    /// Waits until the socket has data or is closed; kills the process at `deadline`.
     fn readable(&mut self, deadline: Instant) -> Result<(), GymError> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -460,7 +460,7 @@ impl EnvProcess {
             return;
         }
         let deadline = Instant::now() + QUIT_GRACE;
-        // End-of-file on the reply pipe: it exited.
+        // End-of-file on the socket: it exited.
         let mut byte = [0u8; 64];
         while self.readable(deadline).is_ok() {
             match self.socket.read(&mut byte) {

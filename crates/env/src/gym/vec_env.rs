@@ -105,7 +105,7 @@ pub struct GymVecEnv {
     act_dim: usize,
     elapsed: Vec<u32>,
     episode_return: Vec<f64>,
-    /// The seed of the last reset, and how many restores since (their reset seeds).
+    /// The seed of the last reset (a snapshot's fresh-episode seeds derive from it).
     seed: u64,
     step_timeout: Duration,
     failed: Option<EnvError>,
@@ -225,14 +225,19 @@ impl GymVecEnv {
             process,
             error,
         };
+        self.stop_processes();
+        self.failed = Some(error.clone());
+        error
+    }
+
+    /// Asks every process to quit first, then waits for each: they close in parallel.
+    fn stop_processes(&mut self) {
         for m in &mut self.members {
             m.process.ask_to_quit();
         }
         for m in &mut self.members {
             m.process.finish();
         }
-        self.failed = Some(error.clone());
-        error
     }
 
     fn non_finite(&mut self, index: usize, what: &'static str, value: f64) -> EnvError {
@@ -316,16 +321,14 @@ impl VecEnv for GymVecEnv {
                     view.rewards[j],
                     view.terminated[j] != 0 || view.truncated[j] != 0,
                 );
-                let seen = if done {
-                    &view.final_obs[j * d..(j + 1) * d]
+                let row = &view.obs[j * d..(j + 1) * d];
+                // What the step ended on: the final observation when the env was reset.
+                let (seen, also): (&[f32], &[f32]) = if done {
+                    (&view.final_obs[j * d..(j + 1) * d], row)
                 } else {
-                    &view.obs[j * d..(j + 1) * d]
+                    (row, &[])
                 };
-                if let Some(v) = seen
-                    .iter()
-                    .chain(&view.obs[j * d..(j + 1) * d])
-                    .find(|v| !v.is_finite())
-                {
+                if let Some(v) = seen.iter().chain(also).find(|v| !v.is_finite()) {
                     bad = Some((i, "observation", f64::from(*v)));
                     break;
                 }
@@ -436,13 +439,7 @@ impl VecEnv for GymVecEnv {
 }
 
 impl Drop for GymVecEnv {
-    /// Asks every process to quit first, then waits for each: they close in parallel.
     fn drop(&mut self) {
-        for m in &mut self.members {
-            m.process.ask_to_quit();
-        }
-        for m in &mut self.members {
-            m.process.finish();
-        }
+        self.stop_processes();
     }
 }
