@@ -25,9 +25,11 @@ use strata_runtime::transport::{
 };
 use strata_runtime::StoreError;
 
+use crate::link::retrying;
 use crate::link::{Delivery, Link};
-use crate::names::{assignment_key, claim_key, policy_object, state_object, LATEST_KEY};
-use crate::protocol::{self, Announcement, Assignment, Beat, Failure};
+use crate::names::{assignment_key, claim_key, state_object};
+use crate::protocol::{self, Assignment, Beat, Failure};
+use crate::records;
 use crate::wire;
 use crate::ClusterError;
 
@@ -143,34 +145,7 @@ fn session_id() -> u64 {
     ) >> 12
 }
 
-/// Retries `op` while the server does not answer, until `give_up` says stop.
-fn retrying<T>(
-    what: &str,
-    mut op: impl FnMut() -> Result<T, ClusterError>,
-    give_up: impl Fn() -> bool,
-) -> Option<T> {
-    let mut wait = Duration::from_millis(50);
-    let mut next_report = Instant::now();
-    loop {
-        match op() {
-            Ok(v) => return Some(v),
-            Err(e) => {
-                if give_up() {
-                    return None;
-                }
-                if Instant::now() >= next_report {
-                    tracing::warn!(component = "cluster", error = %e, "{what}: retrying");
-                    next_report = Instant::now() + Duration::from_secs(5);
-                }
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
-
-/// Uploads every version the trainer publishes: the object first, then the `latest` key,
-/// then the announcement (so whoever hears of a version can fetch it).
+/// Uploads every version the trainer publishes ([`records::publish_policy`]).
 fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
     let mut next = store.latest().version;
     loop {
@@ -183,25 +158,15 @@ fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
             }
             Err(_) => return, // closed: the run is over
         };
-        let v = policy.version;
-        let bytes = protocol::policy_to_bytes(&policy);
         let done = retrying(
             "publishing a policy version",
-            || {
-                s.link.put_object(&policy_object(v), &bytes)?;
-                s.link
-                    .put(LATEST_KEY, protocol::to_bytes(&Announcement { version: v }))?;
-                s.link.publish(
-                    s.link.names.versions(),
-                    protocol::to_bytes(&Announcement { version: v }),
-                )
-            },
+            || records::publish_policy(&s.link, &policy),
             || store.is_closed(),
         );
         if done.is_none() {
             return;
         }
-        next = v + 1;
+        next = policy.version + 1;
     }
 }
 

@@ -38,6 +38,7 @@ mod learner;
 mod link;
 mod names;
 mod protocol;
+mod records;
 mod serving;
 mod wire;
 mod worker;
@@ -189,7 +190,7 @@ pub fn prepare_learner_counted(
         config: config.to_toml(),
         config_hash: config_hash.clone(),
     };
-    link.put(names::CONFIG_KEY, protocol::to_bytes(&shared))?;
+    records::store_config(&link, &shared)?;
     let silent_after = Duration::from_secs_f64(config.runtime.restart_after_secs);
     let launcher = Arc::new(RemoteWorkers::new(
         Arc::clone(&link),

@@ -97,10 +97,10 @@ impl Link {
         };
         let link_timeout = timeout;
         // The bucket and the object store, opened, or created on the run name's first use.
-        let kv = opening(
+        let kv = run_within(
             &rt,
             timeout,
-            "the run's key-value bucket",
+            || "open the run's key-value bucket".into(),
             open_or_create(js.get_key_value(names.bucket()), || {
                 js.create_key_value(kv::Config {
                     bucket: names.bucket(),
@@ -110,10 +110,10 @@ impl Link {
                 })
             }),
         )?;
-        let objects = opening(
+        let objects = run_within(
             &rt,
             timeout,
-            "the run's object store",
+            || "open the run's object store".into(),
             open_or_create(js.get_object_store(names.objects()), || {
                 js.create_object_store(object_store::Config {
                     bucket: names.objects(),
@@ -139,20 +139,7 @@ impl Link {
         what: impl Fn() -> String,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, ClusterError> {
-        match self
-            .rt
-            .block_on(async { tokio::time::timeout(self.timeout, fut).await })
-        {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(ClusterError::Nats {
-                what: what(),
-                reason: e.to_string(),
-            }),
-            Err(_) => Err(ClusterError::Timeout {
-                what: what(),
-                after: self.timeout,
-            }),
-        }
+        run_within(&self.rt, self.timeout, what, fut)
     }
 
     /// Creates the fragment stream if it does not exist: work-queue retention (a fragment
@@ -176,31 +163,31 @@ impl Link {
 
     /// Drops every fragment in the stream (a fresh run under a name used before).
     pub(crate) fn purge_stream(&self) -> Result<(), ClusterError> {
-        self.block(|| format!("purge stream {}", self.names.stream()), async {
-            let stream = self
-                .js
-                .get_stream(self.names.stream())
-                .await
-                .map_err(|e| e.to_string())?;
-            stream.purge().await.map(|_| ()).map_err(|e| e.to_string())
-        })
+        let stream = self.names.stream();
+        self.purge(&stream, &format!("stream {stream}"))
     }
 
     /// Drops every object (a fresh run under a name used before: its versions and states
     /// must not be taken for this run's).
     pub(crate) fn purge_objects(&self) -> Result<(), ClusterError> {
-        let stream = format!("OBJ_{}", self.names.objects());
-        self.block(
-            || format!("purge the object store {}", self.names.objects()),
-            async {
-                let stream = self
-                    .js
-                    .get_stream(&stream)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                stream.purge().await.map(|_| ()).map_err(|e| e.to_string())
-            },
+        let objects = self.names.objects();
+        // An object store is the JetStream stream `OBJ_<bucket>`.
+        self.purge(
+            &format!("OBJ_{objects}"),
+            &format!("the object store {objects}"),
         )
+    }
+
+    /// Drops every message of JetStream stream `stream` (`what`, in errors).
+    fn purge(&self, stream: &str, what: &str) -> Result<(), ClusterError> {
+        self.block(|| format!("purge {what}"), async {
+            let stream = self
+                .js
+                .get_stream(stream)
+                .await
+                .map_err(|e| e.to_string())?;
+            stream.purge().await.map(|_| ()).map_err(|e| e.to_string())
+        })
     }
 
     /// Messages in the stream (every fragment not yet acknowledged).
@@ -410,22 +397,48 @@ impl Link {
     }
 }
 
-/// Runs `fut` on `rt` within `timeout`, naming `what` it opens in errors.
-fn opening<T>(
+/// Retries `op` while the server does not answer (backing off up to a second, warning
+/// every five), until `give_up` says stop: `None` then.
+pub(crate) fn retrying<T>(
+    what: &str,
+    mut op: impl FnMut() -> Result<T, ClusterError>,
+    give_up: impl Fn() -> bool,
+) -> Option<T> {
+    let mut wait = Duration::from_millis(50);
+    let mut next_report = Instant::now();
+    loop {
+        match op() {
+            Ok(v) => return Some(v),
+            Err(e) => {
+                if give_up() {
+                    return None;
+                }
+                if Instant::now() >= next_report {
+                    tracing::warn!(component = "cluster", error = %e, "{what}: retrying");
+                    next_report = Instant::now() + Duration::from_secs(5);
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Runs `fut` on `rt` to completion within `timeout`; errors say `what` was being done.
+fn run_within<T, E: std::fmt::Display>(
     rt: &tokio::runtime::Runtime,
     timeout: Duration,
-    what: &str,
-    fut: impl Future<Output = Result<T, String>>,
+    what: impl Fn() -> String,
+    fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, ClusterError> {
-    rt.block_on(async { tokio::time::timeout(timeout, fut).await })
-        .map_err(|_| ClusterError::Timeout {
-            what: format!("opening {what}"),
+    match rt.block_on(async { tokio::time::timeout(timeout, fut).await }) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(ClusterError::nats(what(), e)),
+        Err(_) => Err(ClusterError::Timeout {
+            what: what(),
             after: timeout,
-        })?
-        .map_err(|reason| ClusterError::Nats {
-            what: format!("open {what}"),
-            reason,
-        })
+        }),
+    }
 }
 
 /// What `get` opens, or else what `create` makes.

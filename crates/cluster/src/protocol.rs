@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use strata_env::NormalizerStats;
 use strata_runtime::PublishedPolicy;
 
-use crate::ClusterError;
+use crate::{wire, ClusterError};
 
 /// What the learner asks of logical worker `w` (key `assign.w<w>`): which incarnation to
 /// run, from which fragment, from which state, starting with which policy version.
@@ -80,35 +80,22 @@ struct PolicyHeader {
 
 /// A version as an object: JSON header length, header, parameters (f32 little-endian).
 pub(crate) fn policy_to_bytes(p: &PublishedPolicy) -> Vec<u8> {
-    let header = serde_json::to_vec(&PolicyHeader {
+    let header = PolicyHeader {
         version: p.version,
         normalizer: p.normalizer.clone(),
         checksum: format!("{:032x}", p.checksum),
         params: p.params.len(),
-    })
-    .expect("a policy header serialises");
-    let mut out = Vec::with_capacity(4 + header.len() + 4 * p.params.len());
-    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    out.extend_from_slice(&header);
-    for v in &p.params {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
+    };
+    let mut out = wire::start_framed(&header, 4 * p.params.len());
+    wire::put_f32(&mut out, &p.params);
     out
 }
 
 /// A version back from its object, its checksum verified.
 pub(crate) fn policy_from_bytes(data: &[u8]) -> Result<PublishedPolicy, ClusterError> {
     let bad = |why: String| ClusterError::Wire(format!("policy object: {why}"));
-    let len = data
-        .get(..4)
-        .map(|b| u32::from_le_bytes(b.try_into().expect("four bytes")) as usize)
-        .ok_or_else(|| bad("too short".into()))?;
-    let header: PolicyHeader = serde_json::from_slice(
-        data.get(4..4 + len)
-            .ok_or_else(|| bad("truncated header".into()))?,
-    )
-    .map_err(|e| bad(e.to_string()))?;
-    let raw = &data[4 + len..];
+    let (json, raw) = wire::split_framed("a policy object", data)?;
+    let header: PolicyHeader = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
     if raw.len() != header.params * 4 {
         return Err(bad(format!(
             "{} parameter bytes, the header says {}",
@@ -116,10 +103,8 @@ pub(crate) fn policy_from_bytes(data: &[u8]) -> Result<PublishedPolicy, ClusterE
             header.params * 4
         )));
     }
-    let params = raw
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
-        .collect();
+    let mut params = vec![0.0; header.params];
+    wire::Reader::new(raw).f32s("params", &mut params)?;
     let policy = PublishedPolicy::new(header.version, params, header.normalizer);
     if format!("{:032x}", policy.checksum) != header.checksum {
         return Err(bad(format!(
@@ -147,5 +132,7 @@ mod tests {
         bytes[last] ^= 0x40;
         let err = policy_from_bytes(&bytes).unwrap_err().to_string();
         assert!(err.contains("checksum"), "{err}");
+        let err = policy_from_bytes(&bytes[..6]).unwrap_err().to_string();
+        assert!(err.contains("a policy object: a header of"), "{err}");
     }
 }

@@ -11,9 +11,10 @@ use strata_gateway::{Gateway, RequestError, ServingPointer, SharedRelease};
 use strata_runtime::RunConfig;
 
 use crate::link::Link;
-use crate::names::{policy_object, CONFIG_KEY, CURRENT_KEY, LATEST_KEY};
-use crate::protocol::{self, Announcement};
-use crate::{ClusterError, Meeting, SharedConfig};
+use crate::names::CURRENT_KEY;
+use crate::protocol;
+use crate::records;
+use crate::{ClusterError, Meeting};
 
 /// How often a gateway looks for new versions and a moved pointer.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -49,13 +50,12 @@ impl SharedRelease for NatsRelease {
 /// [`ClusterError::Config`] when no learner has started the run.
 pub fn run_config(meeting: &Meeting) -> Result<RunConfig, ClusterError> {
     let link = Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
-    let (data, _) = link.get(CONFIG_KEY)?.ok_or_else(|| {
+    let shared = records::shared_config(&link)?.ok_or_else(|| {
         ClusterError::Config(format!(
             "run `{}` has no config at {}: start its learner first",
             meeting.run, meeting.url
         ))
     })?;
-    let shared: SharedConfig = protocol::from_bytes("run config", &data)?;
     Ok(RunConfig::from_saved_toml(&shared.config)?)
 }
 
@@ -74,7 +74,7 @@ pub fn serve_run(
     let link = Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
     // Every version published so far (an operator may promote or roll back to any), so
     // the pointer can be applied; later ones as they come.
-    let newest = latest(&link)?.ok_or_else(|| {
+    let newest = records::latest_version(&link)?.ok_or_else(|| {
         ClusterError::Config(format!(
             "run `{}` has published no version yet",
             meeting.run
@@ -104,16 +104,9 @@ pub fn serve_run(
     Ok(handle)
 }
 
-fn latest(link: &Link) -> Result<Option<u64>, ClusterError> {
-    Ok(match link.get(LATEST_KEY)? {
-        Some((data, _)) => Some(protocol::from_bytes::<Announcement>("latest", &data)?.version),
-        None => None,
-    })
-}
-
 /// Imports version `v` from the object store into the gateway.
 fn import(link: &Link, gateway: &Gateway, v: u64) -> Result<(), ClusterError> {
-    let policy = protocol::policy_from_bytes(&link.get_object(&policy_object(v))?)?;
+    let policy = records::policy(link, v)?;
     gateway
         .import_version(v, policy.params)
         .map_err(|e| ClusterError::Config(e.to_string()))
@@ -126,7 +119,7 @@ fn follow_once(
     release: &NatsRelease,
     imported: &mut u64,
 ) -> Result<(), ClusterError> {
-    if let Some(newest) = latest(link)? {
+    if let Some(newest) = records::latest_version(link)? {
         while *imported < newest {
             import(link, gateway, *imported + 1)?;
             *imported += 1;

@@ -52,7 +52,38 @@ pub(crate) struct Origin<'a> {
     pub(crate) incarnation: u64,
 }
 
-fn put_f32(out: &mut Vec<u8>, values: &[f32]) {
+/// The start of a framed message (a fragment, a policy version's object): the header's
+/// JSON length as u32 little-endian, then the JSON, with room for `body` more bytes.
+pub(crate) fn start_framed<T: Serialize>(header: &T, body: usize) -> Vec<u8> {
+    let json = serde_json::to_vec(header).expect("a header serialises");
+    let mut out = Vec::with_capacity(4 + json.len() + body);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out
+}
+
+/// A framed message's header JSON and the bytes after it.
+///
+/// # Errors
+/// [`ClusterError::Wire`] naming `what` when the message is shorter than its header says.
+pub(crate) fn split_framed<'a>(
+    what: &str,
+    message: &'a [u8],
+) -> Result<(&'a [u8], &'a [u8]), ClusterError> {
+    let len = message
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("four bytes")) as usize)
+        .ok_or_else(|| ClusterError::Wire(format!("{what} shorter than its header length")))?;
+    let json = message.get(4..4 + len).ok_or_else(|| {
+        ClusterError::Wire(format!(
+            "{what}: a header of {len} bytes in {} bytes",
+            message.len()
+        ))
+    })?;
+    Ok((json, &message[4 + len..]))
+}
+
+pub(crate) fn put_f32(out: &mut Vec<u8>, values: &[f32]) {
     for v in values {
         out.extend_from_slice(&v.to_le_bytes());
     }
@@ -90,11 +121,8 @@ pub(crate) fn encode(
         inference_seconds: f.inference_seconds,
         recorded: f.provenance.recorded,
     };
-    let json = serde_json::to_vec(&header).expect("a header serialises");
     let rows = f.steps * f.envs;
-    let mut out = Vec::with_capacity(4 + json.len() + rows * (4 * (6 + 6 * obs_dim) + 42));
-    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
-    out.extend_from_slice(&json);
+    let mut out = start_framed(&header, rows * (4 * (6 + 6 * obs_dim) + 42));
     for column in [&f.obs, &f.actions, &f.log_probs, &f.values, &f.rewards] {
         put_f32(&mut out, column);
     }
@@ -119,21 +147,11 @@ pub(crate) fn encode(
 
 /// Reads a message's header (cheap: the columns are not touched).
 pub(crate) fn header(message: &[u8]) -> Result<Header, ClusterError> {
-    let bad = |why: String| ClusterError::Wire(why);
-    let len = message
-        .get(..4)
-        .map(|b| u32::from_le_bytes(b.try_into().expect("four bytes")) as usize)
-        .ok_or_else(|| bad("a message shorter than its header length".into()))?;
-    let json = message.get(4..4 + len).ok_or_else(|| {
-        bad(format!(
-            "a header of {len} bytes in a message of {}",
-            message.len()
-        ))
-    })?;
-    let header: Header =
-        serde_json::from_slice(json).map_err(|e| bad(format!("unreadable header: {e}")))?;
+    let (json, _) = split_framed("a fragment message", message)?;
+    let header: Header = serde_json::from_slice(json)
+        .map_err(|e| ClusterError::Wire(format!("unreadable header: {e}")))?;
     if header.format != FORMAT {
-        return Err(bad(format!(
+        return Err(ClusterError::Wire(format!(
             "format {} (this build reads format {FORMAT})",
             header.format
         )));
@@ -141,13 +159,18 @@ pub(crate) fn header(message: &[u8]) -> Result<Header, ClusterError> {
     Ok(header)
 }
 
-/// Reads columns from a message, checking each length.
-struct Reader<'a> {
+/// Reads columns from a message's body, checking each length.
+pub(crate) struct Reader<'a> {
     data: &'a [u8],
     at: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// A reader at the start of `body`.
+    pub(crate) fn new(body: &'a [u8]) -> Self {
+        Reader { data: body, at: 0 }
+    }
+
     fn take(&mut self, what: &str, bytes: usize) -> Result<&[u8], ClusterError> {
         let chunk = self.data.get(self.at..self.at + bytes).ok_or_else(|| {
             ClusterError::Wire(format!(
@@ -160,7 +183,7 @@ impl Reader<'_> {
         Ok(chunk)
     }
 
-    fn f32s(&mut self, what: &str, out: &mut [f32]) -> Result<(), ClusterError> {
+    pub(crate) fn f32s(&mut self, what: &str, out: &mut [f32]) -> Result<(), ClusterError> {
         let chunk = self.take(what, out.len() * 4)?;
         for (v, b) in out.iter_mut().zip(chunk.chunks_exact(4)) {
             *v = f32::from_le_bytes(b.try_into().expect("four bytes"));
@@ -213,11 +236,8 @@ pub(crate) fn decode_into(
             f.actions.len() / (f.steps * f.envs).max(1),
         )));
     }
-    let len = u32::from_le_bytes(message[..4].try_into().expect("checked by header()")) as usize;
-    let mut r = Reader {
-        data: message,
-        at: 4 + len,
-    };
+    let (_, body) = split_framed("a fragment message", message)?;
+    let mut r = Reader::new(body);
     r.f32s("obs", &mut f.obs)?;
     r.f32s("actions", &mut f.actions)?;
     r.f32s("log_probs", &mut f.log_probs)?;
@@ -255,10 +275,10 @@ pub(crate) fn decode_into(
     {
         *dst = v;
     }
-    if r.at != message.len() {
+    if r.at != body.len() {
         return Err(ClusterError::Wire(format!(
             "{} bytes after the last column",
-            message.len() - r.at
+            body.len() - r.at
         )));
     }
     p.recorded = header.recorded;

@@ -19,9 +19,11 @@ use strata_runtime::transport::{
 };
 use strata_runtime::{RunConfig, StoreError};
 
+use crate::link::retrying;
 use crate::link::Link;
-use crate::names::{assignment_key, claim_key, fragment_id, policy_object, CONFIG_KEY, LATEST_KEY};
+use crate::names::{assignment_key, claim_key, fragment_id};
 use crate::protocol::{self, Announcement, Assignment, Beat, Claim, Failure};
+use crate::records;
 use crate::wire::{self, Origin};
 use crate::ClusterError;
 
@@ -94,10 +96,9 @@ pub fn run_worker_process(
 /// The run's config from the learner, with this machine's `runtime.*` settings, and the
 /// run's config hash.
 fn run_config(link: &Link, sets: &[String]) -> Result<Option<(RunConfig, String)>, ClusterError> {
-    let Some((data, _)) = link.get(CONFIG_KEY)? else {
+    let Some(shared) = records::shared_config(link)? else {
         return Ok(None);
     };
-    let shared: crate::SharedConfig = protocol::from_bytes("run config", &data)?;
     let mut config = RunConfig::from_saved_toml(&shared.config)?;
     for set in sets {
         let Some((key, value)) = set.split_once('=') else {
@@ -202,11 +203,6 @@ fn claim(
     Ok(None)
 }
 
-/// The version `v` from the object store.
-fn fetch_policy(link: &Link, v: u64) -> Result<strata_runtime::PublishedPolicy, ClusterError> {
-    protocol::policy_from_bytes(&link.get_object(&policy_object(v))?)
-}
-
 /// Runs a claimed logical worker as its assignment says until the assignment changes,
 /// the worker fails (reported to the learner) or `stop`.
 fn run_assignment(
@@ -238,7 +234,7 @@ fn run_assignment(
     let initial = {
         let deadline = Instant::now() + link.timeout;
         loop {
-            match fetch_policy(link, assignment.version) {
+            match records::policy(link, assignment.version) {
                 Ok(p) => break p,
                 Err(_) if Instant::now() < deadline && !stop.load(Ordering::Relaxed) => {
                     std::thread::sleep(Duration::from_millis(50));
@@ -419,20 +415,11 @@ fn publish(
     payload: &bytes::Bytes,
     stop: &AtomicBool,
 ) -> Option<bool> {
-    let mut next_report = Instant::now();
-    loop {
-        match link.publish_fragment(w, id, payload.clone()) {
-            Ok(duplicate) => return Some(duplicate),
-            Err(_) if stop.load(Ordering::Relaxed) => return None,
-            Err(e) => {
-                if Instant::now() >= next_report {
-                    tracing::warn!(component = "worker-process", worker = w, fragment = %id, error = %e, "publishing a fragment: retrying");
-                    next_report = Instant::now() + Duration::from_secs(5);
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
-    }
+    retrying(
+        &format!("publishing fragment {id}"),
+        || link.publish_fragment(w, id, payload.clone()),
+        || stop.load(Ordering::Relaxed),
+    )
 }
 
 /// Keeps the worker's store up to the learner's newest version until the store closes:
@@ -447,11 +434,8 @@ fn follow(link: &Link, store: &MemoryPolicyStore) -> Result<(), ClusterError> {
             .map(|a| a.version);
         if Instant::now() >= next_look {
             next_look = Instant::now() + LOOK_EVERY;
-            if let Ok(Some((data, _))) = link.get(LATEST_KEY) {
-                newest = protocol::from_bytes::<Announcement>("latest", &data)
-                    .ok()
-                    .map(|a| a.version)
-                    .max(newest);
+            if let Ok(Some(latest)) = records::latest_version(link) {
+                newest = newest.max(Some(latest));
             }
         }
         if let Some(v) = newest {
@@ -471,7 +455,7 @@ fn follow_versions(
 ) -> Result<(), ClusterError> {
     let mut have = store.latest().version;
     while have < newest {
-        let policy = fetch_policy(link, have + 1)?;
+        let policy = records::policy(link, have + 1)?;
         match store.publish(policy) {
             Ok(()) | Err(StoreError::OutOfOrder { .. }) => {}
             Err(e) => return Err(e.into()),
