@@ -98,8 +98,9 @@ def train(
     over the env's preset, nested (``{"ppo": {"n_epochs": 10}}``) or dotted
     (``{"ppo.n_epochs": 10}``); None turns an optional key off. The run directory gets
     the config, metrics, evaluations, checkpoints and the sample ledger (default
-    ``runs/<env>-seed<seed>-<time>``). `resume` continues a checkpoint or run directory
-    exactly where it stopped; `config` may then change run-control keys only.
+    ``runs/<env>-seed<seed>-<time>``). `resume` continues a checkpoint, or a run
+    directory's newest one, exactly where it stopped (in that run directory unless
+    `run_dir` says otherwise); `config` may then change run-control keys only.
 
     Progress shows in the terminal and in notebooks (with tqdm when it is installed).
     Ctrl-C stops the run at its next wait: the checkpoint is written and the env

@@ -214,15 +214,6 @@ fn train(args: TrainArgs) -> Result<()> {
 pub(crate) type MakeTrainer<'a> =
     dyn Fn(strata_runtime::RunConfig, Option<strata_runtime::TrainerState>) -> Result<Trainer> + 'a;
 
-/// The checkpoint `--resume PATH` means: a checkpoint directory as it is, or a run
-/// directory's newest checkpoint (its final one, or after a crash its newest periodic one).
-fn resume_point(path: &Path) -> PathBuf {
-    if path.join("meta.json").exists() {
-        return path.to_path_buf();
-    }
-    strata_runtime::latest_checkpoint(path).unwrap_or_else(|| path.to_path_buf())
-}
-
 /// `strata train` (and `strata learner`, whose trainer has remote workers): the config or
 /// the checkpoint, the trainer `make` builds, the run directory, progress, Ctrl-C.
 pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()> {
@@ -235,7 +226,8 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
             if args.config.env.is_some() || args.config.config.is_some() {
                 bail!("--resume takes the env and config from the checkpoint; drop --env/--config");
             }
-            let mut state = strata_runtime::read_checkpoint(&resume_point(path))?.into_state();
+            let mut state =
+                strata_runtime::read_checkpoint(&strata_runtime::resume_point(path))?.into_state();
             let wanted = apply_overrides(state.config.clone(), &args.config)?;
             state.config = state.config.resumed_with(wanted)?;
             let config = state.config.clone();

@@ -71,7 +71,7 @@ pub(crate) fn train(
         }
         Some(path) => {
             let mut state = py
-                .detach(|| strata_runtime::read_checkpoint(path))
+                .detach(|| strata_runtime::read_checkpoint(&strata_runtime::resume_point(path)))
                 .map_err(runtime_error)?
                 .into_state();
             let overrides = config_file(config_json)?;

@@ -300,9 +300,18 @@ fn checkpoints_of(run_dir: &Path) -> Vec<(PathBuf, u64)> {
         .collect()
 }
 
+/// The checkpoint `--resume PATH` means: a checkpoint directory as it is, or a run
+/// directory's newest checkpoint (its final one, or after a crash its newest periodic one).
+pub fn resume_point(path: &Path) -> PathBuf {
+    if path.join(META).exists() {
+        return path.to_path_buf();
+    }
+    latest_checkpoint(path).unwrap_or_else(|| path.to_path_buf())
+}
+
 /// The newest checkpoint of `run_dir` (the highest policy version of its final and
 /// periodic ones, `best/` aside): where a run that was killed continues from.
-pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
+fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
     checkpoints_of(run_dir)
         .into_iter()
         .filter(|(dir, _)| !dir.ends_with(BEST_DIR))
@@ -361,4 +370,31 @@ pub fn load_policy(path: &Path) -> Result<Policy, RuntimeError> {
         model,
         normalizer: loaded.meta.normalizer,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_checkpoint(dir: &Path, version: u64) {
+        fs::create_dir_all(dir).unwrap();
+        fs::write(dir.join(META), format!("{{\"policy_version\": {version}}}")).unwrap();
+    }
+
+    #[test]
+    fn a_run_directory_resumes_from_its_newest_checkpoint_best_aside() {
+        let run = tempfile::tempdir().unwrap();
+        let root = run.path();
+        // No checkpoint yet: the path as given (read_checkpoint then says what is missing).
+        assert_eq!(resume_point(root), root);
+        fake_checkpoint(&root.join("checkpoint"), 3);
+        assert_eq!(resume_point(root), root.join("checkpoint"));
+        // Killed after a later periodic checkpoint: that one; `best/` is never resumed.
+        fake_checkpoint(&root.join("checkpoints/step-2048"), 5);
+        fake_checkpoint(&root.join(BEST_DIR), 9);
+        assert_eq!(resume_point(root), root.join("checkpoints/step-2048"));
+        // A checkpoint directory is taken as it is.
+        let named = root.join("checkpoint");
+        assert_eq!(resume_point(&named), named);
+    }
 }

@@ -71,7 +71,7 @@ mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
-    find_version, latest_checkpoint, load_policy, read_checkpoint, save_checkpoint, CheckpointMeta,
+    find_version, load_policy, read_checkpoint, resume_point, save_checkpoint, CheckpointMeta,
     LoadedCheckpoint, Policy, TrainerState,
 };
 pub use config::{
