@@ -121,6 +121,11 @@ class ReleaseStatus:
     rules_version: int
 
 
+def _release_status(data: Dict[str, Any]) -> ReleaseStatus:
+    data["pending"] = [tuple(p) for p in data.get("pending", [])]
+    return _from(ReleaseStatus, data)
+
+
 def _floats(values: Sequence[float]) -> List[float]:
     """Plain floats (numpy arrays and scalars included)."""
     return [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
@@ -276,16 +281,12 @@ class Client:
 
     def status(self) -> ReleaseStatus:
         """The release state: stable, candidate, canary fraction, cooldown, learner."""
-        data = self.call("GET", "/v1/status")
-        data["pending"] = [tuple(p) for p in data.get("pending", [])]
-        return _from(ReleaseStatus, data)
+        return _release_status(self.call("GET", "/v1/status"))
 
     # -- operators ---------------------------------------------------------------------
 
     def _release(self, path: str, body: Dict[str, Any]) -> ReleaseStatus:
-        data = self.call("POST", path, body)
-        data["pending"] = [tuple(p) for p in data.get("pending", [])]
-        return _from(ReleaseStatus, data)
+        return _release_status(self.call("POST", path, body))
 
     def publish(self, checkpoint: str) -> ReleaseStatus:
         """Publishes a checkpoint written by ``strata train`` (same env and network)."""

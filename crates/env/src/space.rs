@@ -26,6 +26,16 @@ impl Space {
         }
     }
 
+    /// Clips one element's values to a Box space's bounds, in place (a Discrete index is
+    /// left as it is): what an env applies, and what a policy's caller gets.
+    pub fn clip(&self, values: &mut [f32]) {
+        if let Space::Box { low, high } = self {
+            for ((v, lo), hi) in values.iter_mut().zip(low).zip(high) {
+                *v = v.clamp(*lo, *hi);
+            }
+        }
+    }
+
     /// Whether this is a Discrete space.
     pub fn is_discrete(&self) -> bool {
         matches!(self, Space::Discrete { .. })
@@ -57,5 +67,24 @@ impl EnvSpec {
     /// Values per action.
     pub fn action_dim(&self) -> usize {
         self.action_space.flat_dim()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_bounds_box_values_and_leaves_discrete_indices() {
+        let space = Space::Box {
+            low: vec![-1.0, 0.0],
+            high: vec![1.0, f32::INFINITY],
+        };
+        let mut values = [-3.0, 7.5];
+        space.clip(&mut values);
+        assert_eq!(values, [-1.0, 7.5]);
+        let mut index = [4.0];
+        Space::Discrete { n: 2 }.clip(&mut index);
+        assert_eq!(index, [4.0]);
     }
 }

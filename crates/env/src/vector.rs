@@ -264,14 +264,8 @@ pub(crate) fn check_actions(
 /// Writes one env's action into `out`, clipped to a Box space's bounds (a Discrete index
 /// as it is): what the env applies, while the caller keeps its unclipped sample.
 pub(crate) fn clip_action(space: &Space, action: &[f32], out: &mut [f32]) {
-    match space {
-        Space::Box { low, high } => {
-            for (k, c) in out.iter_mut().enumerate() {
-                *c = action[k].clamp(low[k], high[k]);
-            }
-        }
-        Space::Discrete { .. } => out.copy_from_slice(action),
-    }
+    out.copy_from_slice(action);
+    space.clip(out);
 }
 
 impl<E: Env> Vectorized<E> {

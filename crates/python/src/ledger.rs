@@ -1,7 +1,5 @@
 //! `strata.ledger`: a ledger's tables as Arrow IPC streams, for pyarrow.
 
-use std::sync::Arc;
-
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -40,17 +38,7 @@ fn valid_only(batch: &RecordBatch) -> PyResult<RecordBatch> {
     let keep: BooleanArray = (0..invalidation.len())
         .map(|i| Some(invalidation.is_null(i)))
         .collect();
-    arrow_select_filter(batch, &keep)
-}
-
-fn arrow_select_filter(batch: &RecordBatch, keep: &BooleanArray) -> PyResult<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|c| arrow_select::filter::filter(c.as_ref(), keep))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(error)?;
-    RecordBatch::try_new(Arc::clone(&batch.schema()), columns).map_err(error)
+    arrow_select::filter::filter_record_batch(batch, &keep).map_err(error)
 }
 
 /// Table `table` of the ledger at `location` as an Arrow IPC stream: `samples` (every

@@ -158,11 +158,9 @@ impl Policy {
                     array.into_any()
                 }
             }
-            Space::Box { low, high } => {
+            Space::Box { .. } => {
                 for row in acting.actions.chunks_exact_mut(ad) {
-                    for (k, a) in row.iter_mut().enumerate() {
-                        *a = a.clamp(low[k], high[k]);
-                    }
+                    self.action_space.clip(row);
                 }
                 let array = numpy::PyArray1::from_slice(py, &acting.actions);
                 if single {
