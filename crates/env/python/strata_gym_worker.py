@@ -87,13 +87,14 @@ class Flat:
 def flattener(np, spaces, space):
     """Box, Discrete, MultiBinary, MultiDiscrete, and Dict or Tuple of them, flattened as
     gymnasium.spaces.flatten does (one-hot for discrete values, Dict in key order)."""
-    if isinstance(space, spaces.Box):
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         n = int(np.prod(space.shape))
+        kind = "Box" if isinstance(space, spaces.Box) else "MultiBinary"
 
         def write(out, value):
             out[:] = np.asarray(value).reshape(-1)
 
-        return Flat(n, f"Box{tuple(space.shape)}", write)
+        return Flat(n, f"{kind}{tuple(space.shape)}", write)
     if isinstance(space, spaces.Discrete):
         n, start = int(space.n), int(space.start)
 
@@ -102,13 +103,6 @@ def flattener(np, spaces, space):
             out[int(value) - start] = 1.0
 
         return Flat(n, f"Discrete({n})", write)
-    if isinstance(space, spaces.MultiBinary):
-        n = int(np.prod(space.shape))
-
-        def write(out, value):
-            out[:] = np.asarray(value).reshape(-1)
-
-        return Flat(n, f"MultiBinary{tuple(space.shape)}", write)
     if isinstance(space, spaces.MultiDiscrete):
         nvec = [int(v) for v in np.asarray(space.nvec).reshape(-1)]
         starts = [int(v) for v in np.asarray(space.start).reshape(-1)]
