@@ -26,13 +26,21 @@ pub(crate) struct NatsArgs {
 }
 
 impl NatsArgs {
-    fn meeting(&self) -> Meeting {
-        Meeting {
+    fn meeting(&self) -> Result<Meeting> {
+        Ok(Meeting {
             url: self.nats.clone(),
             run: self.run.clone(),
-            timeout: Duration::from_secs_f64(self.nats_timeout_secs),
-        }
+            timeout: nats_timeout(self.nats_timeout_secs)?,
+        })
     }
+}
+
+/// `--nats-timeout-secs` as a duration, refused unless a positive number of seconds.
+pub(crate) fn nats_timeout(secs: f64) -> Result<Duration> {
+    if !(secs.is_finite() && secs > 0.0) {
+        anyhow::bail!("--nats-timeout-secs must be a positive number of seconds, got {secs}");
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 #[derive(Args, Debug)]
@@ -62,7 +70,7 @@ pub(crate) struct WorkerArgs {
 
 /// `strata learner`: `strata train` with rollout workers in `strata worker` processes.
 pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
-    let meeting = args.nats.meeting();
+    let meeting = args.nats.meeting()?;
     run_training(args.train, &|config, resume| {
         prepare_learner(&meeting, config, resume).with_context(|| {
             format!(
@@ -80,7 +88,7 @@ pub(crate) fn worker(args: WorkerArgs) -> Result<()> {
     let on_signal = Arc::clone(&stop);
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
-    let meeting = args.nats.meeting();
+    let meeting = args.nats.meeting()?;
     let options = WorkerOptions {
         url: meeting.url.clone(),
         run: meeting.run.clone(),

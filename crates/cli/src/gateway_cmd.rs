@@ -99,16 +99,22 @@ pub struct ServeArgs {
     /// The run's name on the NATS server (with --nats).
     #[arg(long, default_value = "default")]
     run: String,
+    /// Seconds one NATS call may take before it is retried or reported (with --nats).
+    #[arg(long, default_value_t = 10.0)]
+    nats_timeout_secs: f64,
 }
 
 /// Serves until Ctrl-C / SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let mut settings = args.gateway.settings(&args.dir, args.addr)?;
-    let meeting = args.nats.as_ref().map(|url| strata_cluster::Meeting {
-        url: url.clone(),
-        run: args.run.clone(),
-        timeout: Duration::from_secs(10),
-    });
+    let meeting = match &args.nats {
+        Some(url) => Some(strata_cluster::Meeting {
+            url: url.clone(),
+            run: args.run.clone(),
+            timeout: crate::cluster_cmd::nats_timeout(args.nats_timeout_secs)?,
+        }),
+        None => None,
+    };
     if let Some(m) = &meeting {
         // The learner's model and versions; this gateway trains on nothing itself.
         let run = strata_cluster::run_config(m).context("joining the run")?;

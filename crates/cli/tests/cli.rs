@@ -192,6 +192,32 @@ fn config_show_applies_preset_file_and_overrides() {
 }
 
 #[test]
+fn cluster_commands_refuse_a_bad_nats_timeout_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway_dir = dir.path().join("gw").display().to_string();
+    let nats = ["--nats", "nats://127.0.0.1:9"];
+    for command in [
+        vec!["worker"],
+        vec!["learner", "--env", "cartpole"],
+        vec!["serve", "--dir", gateway_dir.as_str()],
+    ] {
+        for bad in [
+            "--nats-timeout-secs=-1",
+            "--nats-timeout-secs=0",
+            "--nats-timeout-secs=NaN",
+        ] {
+            let mut args = command.clone();
+            args.extend(nats);
+            args.push(bad);
+            fails_with(
+                &args,
+                "--nats-timeout-secs must be a positive number of seconds",
+            );
+        }
+    }
+}
+
+#[test]
 fn bad_configs_are_rejected_naming_the_key() {
     fails_with(
         &["train", "--env", "cartpole", "--workers", "0"],
