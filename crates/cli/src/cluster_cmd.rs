@@ -58,8 +58,9 @@ pub(crate) struct WorkerArgs {
     /// Workers this process runs at once (each takes one of the run's `runtime.workers`).
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// This machine's `runtime.*` settings, e.g. `--set runtime.python=.venv/bin/python`
-    /// (repeatable); the rest of the config is the learner's.
+    /// This machine's settings, e.g. `--set runtime.python=.venv/bin/python` (repeatable;
+    /// runtime.python, python_path, envs_per_process, pin_cpus, debug_buffer,
+    /// wait_timeout_secs); the rest of the config is the learner's.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
     /// Fault injection (tests): every N fragments, publish the fragment again under its

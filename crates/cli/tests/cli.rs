@@ -218,6 +218,20 @@ fn cluster_commands_refuse_a_bad_nats_timeout_before_connecting() {
 }
 
 #[test]
+fn a_worker_process_refuses_settings_that_are_not_its_machines_before_connecting() {
+    let worker = ["worker", "--nats", "nats://127.0.0.1:9", "--set"];
+    let mut mode = worker.to_vec();
+    mode.push("runtime.mode=\"async\"");
+    fails_with(
+        &mode,
+        "`runtime.mode`: a worker process may set only this machine's keys",
+    );
+    let mut timeout = worker.to_vec();
+    timeout.push("runtime.wait_timeout_secs=-1");
+    fails_with(&timeout, "runtime.wait_timeout_secs");
+}
+
+#[test]
 fn bad_configs_are_rejected_naming_the_key() {
     fails_with(
         &["train", "--env", "cartpole", "--workers", "0"],

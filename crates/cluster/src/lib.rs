@@ -50,7 +50,7 @@ use strata_runtime::{resolve_env, RunConfig, RuntimeError, StoreError, Trainer, 
 
 pub use learner::{RemoteWorkers, Traffic};
 pub use serving::{run_config, serve_run, NatsRelease};
-pub use worker::{run_worker_process, WorkerOptions, WorkerReport};
+pub use worker::{run_worker_process, WorkerOptions, WorkerReport, MACHINE_KEYS};
 
 /// What went wrong between processes.
 #[derive(Debug, thiserror::Error)]

@@ -3,8 +3,8 @@
 //! fragments to the stream with message ids the stream deduplicates.
 //!
 //! The run's config comes from the learner (key `config`), so `strata worker` needs only
-//! the server and the run's name; only `runtime.*` keys (this machine's Python, CPUs) may
-//! be set here. A process runs `threads` workers at a time and takes whichever logical
+//! the server and the run's name; only this machine's keys ([`MACHINE_KEYS`]: its Python,
+//! CPUs, env processes) may be set here. A process runs `threads` workers at a time and takes whichever logical
 //! worker has an assignment and no live claim; a process started when every worker is
 //! taken waits, ready to take over one whose process dies.
 
@@ -32,6 +32,18 @@ const BEAT_EVERY: Duration = Duration::from_millis(250);
 /// How often the assignment and the newest version are looked at.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
+/// The keys a worker process may set for its own machine: its Python, how its envs are
+/// spread over processes, the CPUs it pins to, buffer checks and how long it waits. The
+/// rest (the mode, the number of workers, corrections) is the run's, as the learner holds it.
+pub const MACHINE_KEYS: &[&str] = &[
+    "runtime.python",
+    "runtime.python_path",
+    "runtime.envs_per_process",
+    "runtime.pin_cpus",
+    "runtime.debug_buffer",
+    "runtime.wait_timeout_secs",
+];
+
 /// What `strata worker` was asked.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
@@ -41,7 +53,7 @@ pub struct WorkerOptions {
     pub run: String,
     /// Workers this process runs at once.
     pub threads: usize,
-    /// `runtime.KEY=VALUE` settings for this machine (Python, CPUs).
+    /// `KEY=VALUE` settings for this machine, of [`MACHINE_KEYS`].
     pub sets: Vec<String>,
     /// How long one NATS call may take.
     pub timeout: Duration,
@@ -65,11 +77,14 @@ pub struct WorkerReport {
 /// Runs until `stop` is raised: claims, runs and hands back logical workers.
 ///
 /// # Errors
-/// [`ClusterError`] when NATS cannot be reached at start or the run's config is bad.
+/// [`ClusterError`] when a setting is not this machine's or not valid, or NATS cannot be
+/// reached at start.
 pub fn run_worker_process(
     options: &WorkerOptions,
     stop: &Arc<AtomicBool>,
 ) -> Result<WorkerReport, ClusterError> {
+    // Refused before anything starts (the run's own config is checked again on each claim).
+    with_machine_settings(RunConfig::default(), &options.sets)?;
     let link = Link::connect(&options.url, &options.run, options.timeout)?;
     let process = format!(
         "{}:{}",
@@ -93,27 +108,38 @@ pub fn run_worker_process(
     Ok(report.into_inner())
 }
 
-/// The run's config from the learner, with this machine's `runtime.*` settings, and the
-/// run's config hash.
-fn run_config(link: &Link, sets: &[String]) -> Result<Option<(RunConfig, String)>, ClusterError> {
-    let Some(shared) = records::shared_config(link)? else {
-        return Ok(None);
-    };
-    let mut config = RunConfig::from_saved_toml(&shared.config)?;
+/// `config` with this machine's settings `sets` (`KEY=VALUE`, each of [`MACHINE_KEYS`]),
+/// validated.
+fn with_machine_settings(
+    mut config: RunConfig,
+    sets: &[String],
+) -> Result<RunConfig, ClusterError> {
     for set in sets {
         let Some((key, value)) = set.split_once('=') else {
             return Err(ClusterError::Config(format!(
                 "--set expects KEY=VALUE, got `{set}`"
             )));
         };
-        if !key.trim().starts_with("runtime.") {
+        let key = key.trim();
+        if !MACHINE_KEYS.contains(&key) {
             return Err(ClusterError::Config(format!(
-                "`{}`: a worker process may set only runtime.* keys (the learner's config is the run's)",
-                key.trim()
+                "`{key}`: a worker process may set only this machine's keys ({}); the rest of the config is the learner's",
+                MACHINE_KEYS.join(", ")
             )));
         }
-        config.set(key.trim(), value.trim())?;
+        config.set(key, value.trim())?;
     }
+    config.validate()?;
+    Ok(config)
+}
+
+/// The run's config from the learner, with this machine's settings, and the run's config
+/// hash.
+fn run_config(link: &Link, sets: &[String]) -> Result<Option<(RunConfig, String)>, ClusterError> {
+    let Some(shared) = records::shared_config(link)? else {
+        return Ok(None);
+    };
+    let config = with_machine_settings(RunConfig::from_saved_toml(&shared.config)?, sets)?;
     Ok(Some((config, shared.config_hash)))
 }
 
