@@ -25,8 +25,7 @@ use strata_runtime::transport::{
 };
 use strata_runtime::StoreError;
 
-use crate::link::retrying;
-use crate::link::{Delivery, Link};
+use crate::link::{retrying, Delivery, Link};
 use crate::names::{assignment_key, claim_key, state_object};
 use crate::protocol::{self, Assignment, Beat, Failure};
 use crate::records;

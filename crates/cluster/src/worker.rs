@@ -4,9 +4,9 @@
 //!
 //! The run's config comes from the learner (key `config`), so `strata worker` needs only
 //! the server and the run's name; only this machine's keys ([`MACHINE_KEYS`]: its Python,
-//! CPUs, env processes) may be set here. A process runs `threads` workers at a time and takes whichever logical
-//! worker has an assignment and no live claim; a process started when every worker is
-//! taken waits, ready to take over one whose process dies.
+//! CPUs, env processes) may be set here. A process runs `threads` workers at a time and
+//! takes whichever logical worker has an assignment and no live claim; a process started
+//! when every worker is taken waits, ready to take over one whose process dies.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
@@ -19,8 +19,7 @@ use strata_runtime::transport::{
 };
 use strata_runtime::{RunConfig, StoreError};
 
-use crate::link::retrying;
-use crate::link::Link;
+use crate::link::{retrying, Link};
 use crate::names::{assignment_key, claim_key, fragment_id};
 use crate::protocol::{self, Announcement, Assignment, Beat, Claim, Failure};
 use crate::records;
