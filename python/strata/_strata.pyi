@@ -37,6 +37,7 @@ def train(
     run_dir: Optional[Union[str, PathLike[str]]] = None,
     resume: Optional[Union[str, PathLike[str]]] = None,
     progress: Optional[Callable[[str], None]] = None,
+    overwrite: bool = False,
 ) -> Tuple[str, str]: ...
 def load(path: Union[str, PathLike[str]], version: Optional[int] = None) -> Policy: ...
 def evaluate(

@@ -87,6 +87,7 @@ def train(
     stop_when_solved: Optional[bool] = None,
     deterministic: Optional[bool] = None,
     resume: Optional[PathLike] = None,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
     """Trains `env` with PPO and returns the run's summary (steps, seconds, mean return,
@@ -100,7 +101,9 @@ def train(
     the config, metrics, evaluations, checkpoints and the sample ledger (default
     ``runs/<env>-seed<seed>-<time>``). `resume` continues a checkpoint, or a run
     directory's newest one, exactly where it stopped (in that run directory unless
-    `run_dir` says otherwise); `config` may then change run-control keys only.
+    `run_dir` says otherwise); `config` may then change run-control keys only. A run
+    directory that already holds a run is refused unless `resume` continues it, or
+    `overwrite` moves it aside (renamed to ``<run_dir>.replaced-<time>``, never deleted).
 
     Progress shows in the terminal and in notebooks (with tqdm when it is installed).
     Ctrl-C stops the run at its next wait: the checkpoint is written and the env
@@ -124,6 +127,7 @@ def train(
             os.fspath(run_dir) if run_dir is not None else None,
             os.fspath(resume) if resume is not None else None,
             reporter.update if reporter else None,
+            overwrite,
         )
     finally:
         if reporter:

@@ -79,6 +79,23 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path):
         strata.train(resume=middle, config={"ppo.n_epochs": 3}, progress=False)
 
 
+def files(root):
+    return sorted((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*") if p.is_file())
+
+
+def test_a_run_directory_holding_a_run_is_refused_or_moved_aside(tmp_path):
+    run = tmp_path / "run"
+    strata.train("cartpole", run_dir=run, max_steps=1024, progress=False)
+    before = files(run)
+    with pytest.raises(strata.StrataError, match="already holds a run"):
+        strata.train("cartpole", run_dir=run, max_steps=1024, progress=False)
+    assert files(run) == before, "a refused run changed nothing"
+    strata.train("cartpole", run_dir=run, max_steps=512, overwrite=True, progress=False)
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.replaced-")]
+    assert len(aside) == 1 and files(aside[0]) == before, "the old run moved aside, whole"
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2, "a fresh run"
+
+
 def children(pid):
     out = []
     for entry in Path("/proc").iterdir():

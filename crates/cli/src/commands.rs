@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use strata_runtime::{evaluate, find_version, load_policy, run, RunDir, Trainer};
+use strata_runtime::{evaluate, find_version, load_policy, run, Existing, RunDir, Trainer};
 
 use crate::config_args::{apply_overrides, build_config, ConfigArgs};
 
@@ -84,9 +84,15 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     summary_json: Option<PathBuf>,
     /// Continue from a checkpoint, or a run directory's newest one, exactly where it
-    /// stopped (in that run directory, unless `--run-dir` says otherwise).
+    /// stopped (in that run directory, unless `--run-dir` says otherwise). A solved run
+    /// trains on to its budget; a new `--max-steps` re-anchors the learning-rate schedule.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// When the run directory already holds a run, move that run aside (renamed to
+    /// `DIR.replaced-<time>`, nothing deleted) and start afresh. Without it such a
+    /// directory is refused.
+    #[arg(long)]
+    overwrite: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -220,22 +226,68 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
     if args.monitor && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         bail!("--monitor draws on a terminal and stdout is not one; drop --monitor, or serve --metrics-addr and watch with `strata top`");
     }
-    let mut trainer = match &args.resume {
-        Some(path) => {
+    if args.overwrite && args.resume.is_some() && args.run_dir.is_none() {
+        bail!("--overwrite moves aside a run found in --run-dir; --resume continues its run in place: give --run-dir for the resumed run's new directory, or drop --overwrite");
+    }
+    // The run directory is claimed first: a directory another process holds, or one that
+    // holds another run, is refused before anything is read, started or written.
+    let fresh_config = match &args.resume {
+        Some(_) => {
             // The checkpoint's config is the base; only run-control keys may change.
             if args.config.env.is_some() || args.config.config.is_some() {
                 bail!("--resume takes the env and config from the checkpoint; drop --env/--config");
             }
-            let mut state =
-                strata_runtime::read_checkpoint(&strata_runtime::resume_point(path))?.into_state();
-            let wanted = apply_overrides(state.config.clone(), &args.config)?;
-            state.config = state.config.resumed_with(wanted)?;
+            None
+        }
+        None => Some(build_config(&args.config)?),
+    };
+    let mut resumed = None;
+    let run_dir = match (&args.run_dir, &args.resume, &fresh_config) {
+        (Some(dir), _, _) => dir.clone(),
+        // A resumed run continues in its own directory unless told otherwise.
+        (None, Some(path), _) => match RunDir::of_checkpoint(path) {
+            Some(dir) => dir,
+            None => {
+                let state = read_resume_state(path, &args)?;
+                let dir = RunDir::default_path(&state.0.config);
+                resumed = Some(state);
+                dir
+            }
+        },
+        (None, None, Some(config)) => RunDir::default_path(config),
+        (None, None, None) => unreachable!("a fresh run has its config"),
+    };
+    let existing = if args.overwrite {
+        Existing::MoveAside
+    } else if args.resume.is_some() {
+        Existing::Continue
+    } else {
+        Existing::Refuse
+    };
+    let claimed = RunDir::claim(&run_dir, existing)?;
+    if let Some(aside) = claimed.moved_aside() {
+        eprintln!(
+            "--overwrite: the run that was in {} is now in {}",
+            run_dir.display(),
+            aside.display()
+        );
+    }
+    let mut trainer = match (&args.resume, fresh_config) {
+        (Some(path), _) => {
+            let (state, notes) = match resumed.take() {
+                Some(state) => state,
+                None => read_resume_state(path, &args)?,
+            };
+            for note in notes {
+                eprintln!("resume: {note}");
+            }
             let config = state.config.clone();
             make(config, Some(state))?
         }
-        None => make(build_config(&args.config)?, None)?,
+        (None, Some(config)) => make(config, None)?,
+        (None, None) => unreachable!("a fresh run has its config"),
     };
-    // Before the run directory exists, so a bad address leaves nothing behind.
+    // A bad address fails here, and the claimed directory is put back as it was.
     let _server = match &args.metrics_addr {
         Some(addr) => {
             let server = crate::live_server::LiveServer::start(addr, trainer.live_handle())?;
@@ -248,13 +300,6 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
         None => None,
     };
     let c = trainer.config().clone();
-    // A resumed run continues in its own directory unless told otherwise.
-    let run_dir = args
-        .run_dir
-        .clone()
-        .or_else(|| args.resume.as_deref().and_then(RunDir::of_checkpoint))
-        .unwrap_or_else(|| RunDir::default_path(&c));
-    let mut dir = RunDir::create(&run_dir, &trainer)?;
     // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.
     let stop = trainer.stop_flag();
     let on_signal = Arc::clone(&stop);
@@ -271,6 +316,7 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
     } else {
         None
     };
+    let mut dir = claimed.open(&trainer)?;
     let mut next_breakdown = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let bar = if args.quiet || args.monitor {
         ProgressBar::hidden()
@@ -325,14 +371,61 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
             summary.seconds_to_solve.unwrap_or(0.0)
         ))
     );
-    println!(
-        "run directory: {0} (HTML report: strata report {0})",
-        dir.root().display()
-    );
+    println!("{}", stop_line(&summary, dir.root(), dir.committed()));
+    if dir.committed() {
+        println!(
+            "run directory: {0} (HTML report: strata report {0})",
+            dir.root().display()
+        );
+    }
     if let Some(path) = &args.summary_json {
         write_json(path, &summary)?;
     }
     Ok(())
+}
+
+/// The state `--resume PATH` continues, with the command's run-control overrides and
+/// what they changed ([`strata_runtime::continue_run`]).
+fn read_resume_state(
+    path: &Path,
+    args: &TrainArgs,
+) -> Result<(strata_runtime::TrainerState, Vec<String>)> {
+    let state = strata_runtime::read_checkpoint(&strata_runtime::resume_point(path))?.into_state();
+    let wanted = apply_overrides(state.config.clone(), &args.config)?;
+    Ok(strata_runtime::continue_run(state, wanted)?)
+}
+
+/// What ended the run, in a sentence, with how to go on where it can.
+fn stop_line(summary: &strata_runtime::Summary, dir: &Path, trained: bool) -> String {
+    use strata_runtime::{group_digits, StopReason};
+    let faults = match summary.worker_faults {
+        0 => String::new(),
+        n => format!(
+            " ({n} worker fault{} survived, each fragment recorded invalid)",
+            if n == 1 { "" } else { "s" }
+        ),
+    };
+    match summary.stop {
+        StopReason::Budget => format!(
+            "finished: trained its budget of {} steps{faults}",
+            group_digits(summary.budget_steps)
+        ),
+        StopReason::Solved => format!(
+            "finished: solved at step {} (train.stop_when_solved){faults}; `strata train --resume {}` trains on to the budget",
+            group_digits(summary.steps_to_solve.unwrap_or(summary.total_steps)),
+            dir.display()
+        ),
+        StopReason::Interrupted if !trained => format!(
+            "stopped on request before the first update: nothing was trained, and {} is as it was",
+            dir.display()
+        ),
+        StopReason::Interrupted => format!(
+            "stopped on request at {} of {} steps{faults}; resume with `strata train --resume {}`",
+            group_digits(summary.total_steps),
+            group_digits(summary.budget_steps),
+            dir.display()
+        ),
+    }
 }
 
 fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {

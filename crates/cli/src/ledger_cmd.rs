@@ -127,6 +127,12 @@ fn read(ledger: &str) -> Result<(String, LedgerData)> {
     Ok((location, data))
 }
 
+/// The worker faults a training run survived, from its metrics file's last line (`path`
+/// a run directory; none for a bare ledger, such as a gateway's).
+fn run_faults(path: &Path) -> Option<u64> {
+    Some(strata_runtime::RunDir::last_record(path)?.worker_faults)
+}
+
 /// Runs a `strata ledger` command.
 ///
 /// # Errors
@@ -201,6 +207,11 @@ pub fn run(command: LedgerCommand) -> Result<()> {
                 "duplicates (repeated idempotency keys, not stored): {}",
                 data.duplicates.len()
             );
+            if let Some(faults) = run_faults(Path::new(&args.ledger)) {
+                println!(
+                    "worker faults (fragments lost to a failed worker or env process, not stored): {faults}"
+                );
+            }
             Ok(())
         }
         LedgerCommand::Metrics(args) => {
@@ -291,27 +302,33 @@ pub fn run(command: LedgerCommand) -> Result<()> {
         }
         LedgerCommand::Invalidate(args) => invalidate(args),
         LedgerCommand::Compact(args) => {
-            let location = locate(&args.ledger)?;
-            let rows = strata_ledger::recover(&Storage::open(&location)?)?;
+            let storage = Storage::open(&locate(&args.ledger)?)?;
+            // Compaction moves a writer's files: never while one holds the ledger.
+            let _held = storage.lock()?;
+            let rows = strata_ledger::recover(&storage)?;
             println!("{rows} samples moved from the log into generation partitions");
             Ok(())
         }
         LedgerCommand::Rules(args) => {
-            let location = locate(&args.ledger)?;
-            let ledger = Ledger::open(&LedgerConfig {
-                compact_on_open: false,
-                ..LedgerConfig::new(location)
-            })?;
+            // Read-only: a running trainer or gateway may hold the ledger.
+            let storage = Storage::open(&locate(&args.ledger)?)?;
+            let stored = strata_ledger::stored_rules(&storage)?;
+            let rules_of = |v: u64| {
+                stored
+                    .get(&v)
+                    .cloned()
+                    .ok_or(strata_ledger::LedgerError::UnknownRulesVersion(v))
+            };
             let (policy, rules) = match args.version {
-                Some(v) => (None, ledger.rules(v)?),
+                Some(v) => (None, rules_of(v)?),
                 None => {
-                    let (p, r) = ledger
-                        .current()
+                    let current = LedgerData::read_generations(&storage)?
+                        .last()
+                        .map(|g| (g.policy_version, g.rules_version))
                         .context("no policy version is bound to admission rules yet")?;
-                    (Some(p), r)
+                    (Some(current.0), rules_of(current.1)?)
                 }
             };
-            ledger.close()?;
             if let Some(p) = policy {
                 println!("# in force with policy version {p}");
             }
@@ -335,25 +352,35 @@ fn invalidate(args: InvalidateArgs) -> Result<()> {
                 Some((a, b)) => (parse(a)?, parse(b)?),
                 None => (parse(range)?, parse(range)?),
             };
+            if first > last {
+                bail!("--samples {range}: the first id is after the last");
+            }
             Target::Samples { first, last }
         }
         _ => bail!("give --trajectory ID or --samples FIRST..=LAST"),
     };
     let reason = ReasonCode::parse(&args.reason).map_err(anyhow::Error::msg)?;
-    let location = locate(&args.ledger)?;
-    // A run may be writing to this ledger: this handle appends and never compacts.
-    let ledger = Ledger::open(&LedgerConfig {
-        compact_on_open: false,
-        ..LedgerConfig::new(location.clone())
-    })?;
-    if let Target::Samples { last, .. } = target {
-        if last >= ledger.next_sample_id() {
-            bail!(
-                "sample {last} is not in the ledger (ids go up to {})",
-                ledger.next_sample_id().saturating_sub(1)
-            );
-        }
+    if args.text.trim().is_empty() || args.author.trim().is_empty() {
+        bail!("--text and --author must say why and who");
     }
+    let location = locate(&args.ledger)?;
+    let storage = Storage::open(&location)?;
+    // One writer: a run or gateway writing this ledger refuses us here, before anything is
+    // read or written. Held until the invalidation is durable.
+    let lock = storage.lock()?;
+    // What the invalidation would mark, checked before anything is written: an
+    // invalidation is append-only and can never be taken back.
+    let data = LedgerData::read(&storage)?;
+    let marked = samples_marked(&data, target);
+    let Some(marked) = marked else {
+        bail!("{}", unknown_target(&data, target));
+    };
+    drop(data);
+    let config = LedgerConfig::new(location.clone());
+    let ledger = match lock {
+        Some(held) => Ledger::open_held(&config, held)?,
+        None => Ledger::open(&config)?,
+    };
     let rules_version = ledger.current().map_or(0, |(_, r)| r.version);
     ledger.invalidate(Invalidation {
         target,
@@ -364,6 +391,68 @@ fn invalidate(args: InvalidateArgs) -> Result<()> {
         at_ns: now_ns(),
     })?;
     ledger.close()?;
-    println!("recorded in {location}");
+    let what = match target {
+        Target::Trajectory { id } => format!("trajectory {id}"),
+        Target::Samples { first, last } => format!("samples {first}..={last}"),
+    };
+    println!(
+        "invalidated {what}: {marked} sample{} marked ({}), recorded in {location}",
+        if marked == 1 { "" } else { "s" },
+        reason.as_str()
+    );
     Ok(())
+}
+
+/// How many stored samples `target` covers, or `None` when it names nothing the ledger
+/// ever issued (a trajectory with no sample, a range past the last id).
+fn samples_marked(data: &LedgerData, target: Target) -> Option<u64> {
+    let ids = || {
+        data.samples
+            .iter()
+            .flat_map(|b| b.sample_id.iter().copied())
+    };
+    match target {
+        Target::Trajectory { id } => {
+            let n = data
+                .samples
+                .iter()
+                .flat_map(|b| b.trajectory_id.iter())
+                .filter(|t| **t == id)
+                .count() as u64;
+            (n > 0).then_some(n)
+        }
+        Target::Samples { first, last } => {
+            let issued = ids().max().is_some_and(|max| last <= max);
+            issued.then(|| ids().filter(|i| (first..=last).contains(i)).count() as u64)
+        }
+    }
+}
+
+/// Why `target` names nothing in the ledger, with what it does hold.
+fn unknown_target(data: &LedgerData, target: Target) -> String {
+    match target {
+        Target::Trajectory { id } => {
+            let range = data
+                .samples
+                .iter()
+                .flat_map(|b| b.trajectory_id.iter().copied())
+                .fold(None, |acc: Option<(u64, u64)>, t| {
+                    Some(acc.map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))))
+                });
+            match range {
+                None => format!("no trajectory {id}: the ledger holds no samples yet; nothing recorded"),
+                Some((lo, hi)) => format!(
+                    "no trajectory {id} in the ledger (its trajectories are numbered {lo} to {hi}); nothing recorded"
+                ),
+            }
+        }
+        Target::Samples { last, .. } => {
+            match data.samples.iter().flat_map(|b| b.sample_id.iter().copied()).max() {
+                None => format!("no sample {last}: the ledger holds no samples yet; nothing recorded"),
+                Some(max) => format!(
+                    "sample {last} is not in the ledger (its sample ids go up to {max}); nothing recorded"
+                ),
+            }
+        }
+    }
 }

@@ -480,6 +480,29 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // One process per directory: a second one is refused, naming the first by its pid and
+    // command, before it changes anything (the running trainer writes on meanwhile).
+    let o = strata(&["train", "--resume", run.to_str().unwrap(), "--quiet"]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains(&format!("in use by pid {}", child.id())) && err.contains("strata train"),
+        "{err}"
+    );
+    fails_with(
+        &[
+            "ledger",
+            "invalidate",
+            run.to_str().unwrap(),
+            "--trajectory",
+            "1",
+            "--text",
+            "x",
+            "--author",
+            "y",
+        ],
+        &format!("in use by pid {}", child.id()),
+    );
     let interrupted = std::time::Instant::now();
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -502,6 +525,12 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
     assert!(
         err.contains("stopping on request") && err.contains("seq="),
         "{err}"
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("stopped on request at ")
+            && said.contains(" of 500,000,000 steps; resume with `strata train --resume "),
+        "{said}"
     );
     let o = strata(&[
         "eval",

@@ -315,10 +315,27 @@ fn pendulum_solves_with_two_worker_processes_and_reposts_are_dropped() {
         &["--inject-republish-every", "3"],
     );
     let mut w1 = worker(&nats, "pendulum", &tmp.path().join("w1.log"), &[]);
+    // A gateway joins the run while it trains.
+    wait_for_step(&run, 4096);
+    let gateway_dir = tmp.path().join("gateway");
+    let (_g, url) = gateway(&nats, "pendulum", &gateway_dir);
+    let op = operator(&gateway_dir, &url);
     let (status, _) = l.finish(Duration::from_secs(150));
     assert!(status.success(), "{}", l.log());
     let s = summary(&summary_path);
     assert_eq!(s["solved"], true, "{s}");
+    // The learner has exited: its last version reached NATS before it did, so the gateway
+    // gets it (nothing publishes any more; a version still in the learner's publisher at
+    // exit would never come).
+    let last = s["policy_version"].as_u64().unwrap();
+    wait_until(
+        "the gateway to import the run's last version",
+        Duration::from_secs(20),
+        || {
+            op.get::<serde_json::Value>("/v1/status")
+                .is_ok_and(|st| st["latest"] == last)
+        },
+    );
     let updates = s["total_steps"].as_u64().unwrap() / 4096;
     assert_each_fragment_once(&run, 2, updates, 1024 * 2);
     for w in [&mut w0, &mut w1] {

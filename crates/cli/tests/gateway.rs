@@ -312,3 +312,42 @@ fn serve_refuses_bad_connection_limits_naming_them() {
         );
     }
 }
+
+#[test]
+fn a_second_serve_on_a_held_directory_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, _url) = serve(dir.path());
+    let journal = std::fs::read(dir.path().join("journal.jsonl")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "serve",
+            "--env",
+            "cartpole",
+            "--addr",
+            "127.0.0.1:0",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a second gateway served the same directory"
+    );
+    assert!(
+        stderr.contains(&format!("in use by pid {}", first.id())) && stderr.contains("serve"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("journal.jsonl")).unwrap(),
+        journal,
+        "the refused gateway wrote to the journal"
+    );
+    sigterm(&first);
+    assert!(exit_within(&mut first, Duration::from_secs(30)).success());
+    // The kernel released the lock with the first process: the directory serves again.
+    let (mut again, _url) = serve(dir.path());
+    sigterm(&again);
+    assert!(exit_within(&mut again, Duration::from_secs(30)).success());
+}

@@ -181,7 +181,12 @@ fn an_env_process_killed_from_outside_costs_a_restart_not_the_training() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
-    assert!(err.contains("restarting worker"), "{err}");
+    // Only the killed process is restarted; its worker and sibling processes go on.
+    assert!(
+        err.contains("an env process failed and was restarted alone"),
+        "{err}"
+    );
+    assert!(!err.contains("restarting worker"), "{err}");
     assert!(
         err.contains("SIGKILL"),
         "the reason names the signal: {err}"

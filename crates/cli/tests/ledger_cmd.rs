@@ -78,6 +78,16 @@ fn ledger_commands_answer_about_a_training_run() {
         "operator:ana",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // It says how many samples it marked: the trajectory's rows in the manifest.
+    let marked = rows
+        .iter()
+        .filter(|row| row["trajectory_id"] == ended["trajectory_id"])
+        .count();
+    assert!(
+        stdout(&o).contains(&format!("{marked} samples marked (human_interrupt)")),
+        "{}",
+        stdout(&o)
+    );
     let after = json(&strata(&["ledger", "metrics", r, "--json"]));
     assert_eq!(after["all"], before["all"]);
     let (all, valid, invalid) = (&after["all"], &after["valid"], &after["invalidated"]);
@@ -131,6 +141,32 @@ fn ledger_commands_answer_about_a_training_run() {
 
     // Bad input: clear errors, and nothing written to the ledger.
     let files = parquet_files(&run.join("ledger")).len();
+    let stored = support::tree(&run.join("ledger"));
+    for (target, id, needle) in [
+        (
+            "--trajectory",
+            "99999999",
+            "no trajectory 99999999 in the ledger",
+        ),
+        ("--samples", "4096..=5000", "not in the ledger"),
+        ("--samples", "9..=3", "the first id is after the last"),
+    ] {
+        fails_with(
+            &[
+                "ledger",
+                "invalidate",
+                r,
+                target,
+                id,
+                "--text",
+                "never issued",
+                "--author",
+                "operator:ana",
+            ],
+            needle,
+        );
+        support::assert_unchanged(&run.join("ledger"), &stored, needle);
+    }
     std::fs::write(&rules, "rule = \"drop\"\nmin_weight = 7.0\n").unwrap();
     fails_with(
         &["ledger", "recompute", r, "--rules", rules.to_str().unwrap()],

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -63,7 +63,9 @@ struct Session {
     /// Fragments numbered below this are in a checkpoint.
     durable: AtomicU64,
     lanes: Mutex<HashMap<usize, Arc<Mutex<Lane>>>>,
-    publisher: OnceLock<JoinHandle<()>>,
+    /// The thread uploading the trainer's versions: started with the first proxy,
+    /// joined by [`WorkerLauncher::finish`] once its last version is out.
+    publisher: Mutex<Option<JoinHandle<()>>>,
     traffic: Arc<Traffic>,
 }
 
@@ -85,7 +87,7 @@ impl RemoteWorkers {
                 silent_after,
                 durable: AtomicU64::new(0),
                 lanes: Mutex::new(HashMap::new()),
-                publisher: OnceLock::new(),
+                publisher: Mutex::new(None),
                 traffic: Arc::default(),
             }),
         }
@@ -105,12 +107,15 @@ impl RemoteWorkers {
 impl WorkerLauncher for RemoteWorkers {
     fn launch(&self, setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
         let session = Arc::clone(&self.session);
-        if session.publisher.get().is_none() {
-            let (s, store) = (Arc::clone(&session), Arc::clone(&setup.store));
-            let handle = std::thread::Builder::new()
-                .name("strata-policy-publisher".into())
-                .spawn(move || publish_versions(&s, &store))?;
-            let _ = session.publisher.set(handle);
+        {
+            let mut publisher = session.publisher.lock();
+            if publisher.is_none() {
+                let (s, store) = (Arc::clone(&session), Arc::clone(&setup.store));
+                let handle = std::thread::Builder::new()
+                    .name("strata-policy-publisher".into())
+                    .spawn(move || publish_versions(&s, &store))?;
+                *publisher = Some(handle);
+            }
         }
         std::thread::Builder::new()
             .name(format!("strata-proxy-{}", setup.id))
@@ -127,7 +132,27 @@ impl WorkerLauncher for RemoteWorkers {
     fn durable(&self, updates: u64) {
         self.session.durable.fetch_max(updates, Ordering::Relaxed);
     }
+
+    /// Waits for the publisher to upload the run's last version (the store is closed
+    /// now), so the gateways joined to the run get it, and joins it.
+    fn finish(&self) {
+        let Some(handle) = self.session.publisher.lock().take() else {
+            return;
+        };
+        let deadline = Instant::now() + FINAL_PUBLISH_WAIT + Duration::from_secs(1);
+        while !handle.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if handle.is_finished() {
+            let _ = handle.join();
+        } else {
+            tracing::error!(component = "cluster", waited = ?FINAL_PUBLISH_WAIT, "the policy publisher did not finish; the last version may not have reached NATS");
+        }
+    }
 }
+
+/// How long the end of a run waits for its last version to reach NATS.
+const FINAL_PUBLISH_WAIT: Duration = Duration::from_secs(30);
 
 /// A learner session's number: the start time and process, never the same twice for a run
 /// (kept under 2^52 so it reads back exactly from JSON).
@@ -144,7 +169,10 @@ fn session_id() -> u64 {
     ) >> 12
 }
 
-/// Uploads every version the trainer publishes ([`records::publish_policy`]).
+/// Uploads every version the trainer publishes ([`records::publish_policy`]) until the
+/// store closes, then the last one if it is not out yet (the gateways serve it). A version
+/// that left the trainer's memory before it could be uploaded is skipped; workers that
+/// follow versions go on from the next one.
 fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
     let mut next = store.latest().version;
     loop {
@@ -155,7 +183,7 @@ fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
                 next = store.latest().version;
                 continue;
             }
-            Err(_) => return, // closed: the run is over
+            Err(_) => break, // closed: the run is over
         };
         let done = retrying(
             "publishing a policy version",
@@ -163,9 +191,25 @@ fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
             || store.is_closed(),
         );
         if done.is_none() {
-            return;
+            break;
         }
         next = policy.version + 1;
+    }
+    let last = store.latest();
+    if last.version >= next {
+        let deadline = Instant::now() + FINAL_PUBLISH_WAIT;
+        let done = retrying(
+            "publishing the run's last policy version",
+            || records::publish_policy(&s.link, &last),
+            || Instant::now() >= deadline,
+        );
+        if done.is_some() {
+            tracing::info!(
+                component = "cluster",
+                version = last.version,
+                "published the run's last version"
+            );
+        }
     }
 }
 

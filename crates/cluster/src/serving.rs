@@ -121,8 +121,18 @@ fn follow_once(
 ) -> Result<(), ClusterError> {
     if let Some(newest) = records::latest_version(link)? {
         while *imported < newest {
-            import(link, gateway, *imported + 1)?;
-            *imported += 1;
+            match import(link, gateway, *imported + 1) {
+                Ok(()) => *imported += 1,
+                // A version the learner never uploaded (its publisher skips one that left
+                // its memory first) must not stall the rest: go on from the newest. A
+                // pointer naming a version passed over imports it on demand below.
+                Err(e) if *imported + 1 < newest => {
+                    import(link, gateway, newest).map_err(|_| e)?;
+                    tracing::warn!(component = "gateway", skipped = ?(*imported + 1..newest), "versions missing from the store: imported the newest");
+                    *imported = newest;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     if let Some((pointer, revision)) = release.read().map_err(ClusterError::Wire)? {

@@ -9,13 +9,12 @@
 //! when every worker is taken waits, ready to take over one whose process dies.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_runtime::transport::{
-    run_worker, ExperienceBuffer, Heartbeat, Holding, MemoryPolicyStore, WorkerCommand,
-    WorkerEvent, WorkerSetup, WorkerState,
+    HostSpec, HostedWorker, MemoryPolicyStore, WorkerEvent, WorkerState,
 };
 use strata_runtime::{RunConfig, StoreError};
 
@@ -247,6 +246,7 @@ fn run_assignment(
     let spec = strata_runtime::env_spec(config)?;
     let (od, ad) = (spec.obs_dim(), spec.action_dim());
     let lag = config.effective_lag();
+    let exact = config.train.deterministic || lag == 0;
     let start: Option<WorkerState> = match &assignment.start_state {
         Some(name) => Some(protocol::from_bytes(
             "start state",
@@ -268,48 +268,17 @@ fn run_assignment(
             }
         }
     };
-    let store = Arc::new(MemoryPolicyStore::new(
-        initial,
-        config.runtime.workers,
-        lag as usize + 2,
-    )?);
-    let m = config.env.num_envs / config.runtime.workers;
-    let buffer = Arc::new(ExperienceBuffer::for_worker(
-        w,
-        lag as usize + 1,
-        config.ppo.n_steps,
-        m,
-        od,
-        ad,
-    ));
-    let (slot_tx, slot_rx) = sync_channel(lag as usize + 1);
-    for slot in buffer.owned_by(w) {
-        slot_tx.try_send(slot).expect("room for every slot");
-    }
-    let (event_tx, events) = sync_channel(lag as usize + 1);
-    let (command_tx, commands) = sync_channel(1);
-    let heartbeat = Heartbeat::new(format!("worker-{w}"), Instant::now());
-    let config = Arc::new(config.clone());
-    let handle = run_worker(WorkerSetup {
+    // The logical worker as the runtime hosts one: store, buffer, queues and thread.
+    let hosted = HostedWorker::start(HostSpec {
         id: w,
-        config: Arc::clone(&config),
-        buffer: Arc::clone(&buffer),
-        store: Arc::clone(&store),
-        free_slots: slot_rx,
-        events: event_tx,
-        commands,
+        config,
+        initial,
         with_fault: assignment.incarnation == 0 && start.is_none() && w == config.env.fault_worker,
         start,
-        max_lag: lag,
-        exact: config.train.deterministic || lag == 0,
-        wait_timeout: Duration::from_secs_f64(config.runtime.wait_timeout_secs),
         incarnation: assignment.incarnation,
-        heartbeat: Arc::clone(&heartbeat),
-        holding: Arc::new(Holding::default()),
         first_fragment: assignment.first_fragment,
-        inference: None,
-    })
-    .map_err(|e| ClusterError::Config(format!("cannot start a worker thread: {e}")))?;
+    })?;
+    let store = hosted.store();
     let origin = Origin {
         config_hash,
         session: assignment.session,
@@ -323,7 +292,7 @@ fn run_assignment(
         // the learner announces it.
         let follower = std::thread::Builder::new()
             .name(format!("strata-follower-{w}"))
-            .spawn_scoped(scope, || follow(link, &store))
+            .spawn_scoped(scope, || follow(link, store, exact))
             .map_err(|e| ClusterError::Config(format!("cannot start a thread: {e}")))?;
         let (mut next_beat, mut next_look) = (Instant::now(), Instant::now());
         let outcome = 'assignment: loop {
@@ -335,7 +304,7 @@ fn run_assignment(
                 let beat = Beat {
                     session: assignment.session,
                     incarnation: assignment.incarnation,
-                    activity: heartbeat.silence().1 as u8,
+                    activity: hosted.heartbeat().silence().1 as u8,
                 };
                 let _ = link.publish(link.names.beats(w), protocol::to_bytes(&beat));
                 next_beat = now + BEAT_EVERY;
@@ -359,10 +328,10 @@ fn run_assignment(
                     Err(_) => {} // the server is away: keep going, fragments wait in the slots
                 }
             }
-            match events.recv_timeout(Duration::from_millis(50)) {
+            match hosted.next_event(Duration::from_millis(50)) {
                 Ok(WorkerEvent::FragmentReady { slot, index, .. }) => {
                     let payload = bytes::Bytes::from({
-                        let f = buffer.lock(slot);
+                        let f = hosted.buffer().lock(slot);
                         wire::encode(&f, origin, od, ad)
                     });
                     let id = fragment_id(assignment.session, w, assignment.incarnation, index);
@@ -380,10 +349,11 @@ fn run_assignment(
                         r.fragments += u64::from(!duplicate);
                         r.duplicates += u64::from(duplicate);
                     }
-                    buffer.mark_free(slot);
-                    let _ = slot_tx.try_send(slot);
+                    hosted.hand_back(slot);
                 }
-                Ok(WorkerEvent::Failed { error, .. }) => {
+                // A fragment lost to an env process counts at the learner as a failure of
+                // this incarnation: it records the fragment invalid and reassigns.
+                Ok(WorkerEvent::Failed { error, .. } | WorkerEvent::Lost { error, .. }) => {
                     let failure = Failure {
                         session: assignment.session,
                         incarnation: assignment.incarnation,
@@ -398,20 +368,12 @@ fn run_assignment(
                 Err(RecvTimeoutError::Disconnected) => break Ok(()),
             }
         };
-        let _ = command_tx.try_send(WorkerCommand::Exit);
-        // Closing the store wakes the worker thread and ends the follower.
+        // Closing the store ends the follower.
         store.close();
         let _ = follower.join();
         outcome
     });
-    drop(slot_tx);
-    let deadline = Instant::now() + Duration::from_secs_f64(config.runtime.wait_timeout_secs);
-    while !handle.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if handle.is_finished() {
-        let _ = handle.join();
-    }
+    hosted.stop();
     result
 }
 
@@ -449,7 +411,7 @@ fn publish(
 
 /// Keeps the worker's store up to the learner's newest version until the store closes:
 /// on each announcement, and from the `latest` key in case one was missed.
-fn follow(link: &Link, store: &MemoryPolicyStore) -> Result<(), ClusterError> {
+fn follow(link: &Link, store: &MemoryPolicyStore, exact: bool) -> Result<(), ClusterError> {
     let mut versions = link.subscribe(link.names.versions())?;
     let mut next_look = Instant::now();
     while !store.is_closed() {
@@ -464,7 +426,7 @@ fn follow(link: &Link, store: &MemoryPolicyStore) -> Result<(), ClusterError> {
             }
         }
         if let Some(v) = newest {
-            if let Err(e) = follow_versions(link, store, v) {
+            if let Err(e) = follow_versions(link, store, v, exact) {
                 tracing::debug!(component = "worker-process", error = %e, "versions not fetched yet");
             }
         }
@@ -473,14 +435,31 @@ fn follow(link: &Link, store: &MemoryPolicyStore) -> Result<(), ClusterError> {
 }
 
 /// Brings the local store up to version `newest`, fetching each missing version in order.
+/// A version the learner never uploaded (it skips one that left its memory first) is
+/// passed over to the newest unless the worker must use exact versions, which keeps the
+/// learner from getting that far ahead.
 fn follow_versions(
     link: &Link,
     store: &MemoryPolicyStore,
     newest: u64,
+    exact: bool,
 ) -> Result<(), ClusterError> {
     let mut have = store.latest().version;
     while have < newest {
-        let policy = records::policy(link, have + 1)?;
+        let policy = match records::policy(link, have + 1) {
+            Ok(p) => p,
+            Err(e) if exact || have + 1 == newest => return Err(e),
+            Err(e) => {
+                let p = records::policy(link, newest).map_err(|_| e)?;
+                tracing::warn!(component = "worker-process", skipped = ?(have + 1..newest), "versions missing from the store: going on from the newest");
+                match store.publish_past_gap(p) {
+                    Ok(()) | Err(StoreError::OutOfOrder { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                have = store.latest().version;
+                continue;
+            }
+        };
         match store.publish(policy) {
             Ok(()) | Err(StoreError::OutOfOrder { .. }) => {}
             Err(e) => return Err(e.into()),

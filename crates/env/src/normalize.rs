@@ -201,6 +201,9 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
     fn restores_exactly(&self) -> bool {
         self.inner.restores_exactly()
     }
+    fn revive(&mut self) -> Result<bool, EnvError> {
+        self.inner.revive()
+    }
     fn set_training(&mut self, training: bool) {
         self.collecting = training;
         self.inner.set_training(training);
@@ -321,6 +324,9 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
     fn restores_exactly(&self) -> bool {
         self.inner.restores_exactly()
     }
+    fn revive(&mut self) -> Result<bool, EnvError> {
+        self.inner.revive()
+    }
     fn set_training(&mut self, training: bool) {
         self.collecting = training;
         self.inner.set_training(training);
@@ -403,6 +409,9 @@ impl VecEnv for Box<dyn VecEnv> {
     }
     fn restores_exactly(&self) -> bool {
         (**self).restores_exactly()
+    }
+    fn revive(&mut self) -> Result<bool, EnvError> {
+        (**self).revive()
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)

@@ -95,6 +95,9 @@ macro_rules! forward_vec_env {
         fn restores_exactly(&self) -> bool {
             self.inner.restores_exactly()
         }
+        fn revive(&mut self) -> Result<bool, EnvError> {
+            self.inner.revive()
+        }
         fn set_training(&mut self, training: bool) {
             self.inner.set_training(training)
         }

@@ -150,6 +150,16 @@ pub trait VecEnv: Send {
     fn restores_exactly(&self) -> bool {
         true
     }
+    /// After a failure, replaces only what failed (an env process that raised, died or
+    /// hung), keeping the healthy parts, so that a [`VecEnv::reset`] can start fresh
+    /// episodes on the same vector. Returns whether it did; `false` (the default) means the
+    /// vector cannot mend itself and its owner replaces it whole.
+    ///
+    /// # Errors
+    /// A replacement that cannot be started.
+    fn revive(&mut self) -> Result<bool, EnvError> {
+        Ok(false)
+    }
     /// Wrappers collect statistics moments only while training (default: on).
     fn set_training(&mut self, _training: bool) {}
     /// Env `env`'s view for re-checks ([`crate::Env::context`]).

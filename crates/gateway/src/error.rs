@@ -116,6 +116,9 @@ pub enum GatewayError {
         /// What is wrong.
         reason: String,
     },
+    /// Another process serves from this gateway directory (one process per directory).
+    #[error("{0}")]
+    InUse(String),
     /// The ledger failed.
     #[error(transparent)]
     Ledger(#[from] strata_ledger::LedgerError),

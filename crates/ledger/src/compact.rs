@@ -43,85 +43,98 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
         .filter(|p| names.contains(file_name(p)))
         .collect();
     storage.delete_all(&strays)?;
-    let mut pending: Vec<(String, SampleBatch)> = Vec::new();
-    let mut rows = 0u64;
-    for log in &logs {
-        let bad = |reason: String| LedgerError::BadFile {
-            path: format!("{}/{log}", storage.location()),
-            reason,
-        };
-        let bucket = partition(log)
-            .0
-            .ok_or_else(|| bad("not under a bucket=… directory".into()))?;
-        let mut batches = Vec::new();
-        for batch in schema::decode(storage.get(log)?, Table::Samples).map_err(bad)? {
-            crate::samples::from_arrow(&batch, &mut batches).map_err(bad)?;
-        }
-        let mut by_generation: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
-        for b in &batches {
-            // Rows arrive in runs of one version (a fragment at a time): copy run by run.
-            let mut start = 0;
-            while start < b.len() {
-                let version = b.policy_version[start];
-                let end = (start..b.len())
-                    .find(|&i| b.policy_version[i] != version)
-                    .unwrap_or(b.len());
-                by_generation
-                    .entry((version, b.config_hash.clone(), b.obs_dim))
-                    .or_insert_with(|| SampleBatch::new(&bucket, &b.config_hash, b.obs_dim))
-                    .extend_from(b, start..end);
-                rows += (end - start) as u64;
-                start = end;
-            }
-        }
-        let mut per_generation: BTreeMap<u64, usize> = BTreeMap::new();
-        for ((generation, _, _), b) in by_generation {
-            // One file per generation per log file; a second config in the same generation
-            // (rare) gets a numbered sibling.
-            let k = per_generation.entry(generation).or_default();
-            let name = if *k == 0 {
-                file_name(log).to_string()
-            } else {
-                file_name(log).replace(".parquet", &format!("-{k}.parquet"))
-            };
-            *k += 1;
-            let path = partition_path(&bucket, generation, &name);
-            pending.push((path, b));
-        }
-    }
-    // After a run the cores are free: encode the (many, small) partition files on scoped
-    // threads (joined before returning).
+    // A few log files at a time, each decoded, sorted and encoded on a scoped thread of its
+    // own (the cores are free after a run): memory holds what those files hold, whatever
+    // the ledger's size, and the cost follows the rows moved.
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(4);
-    let chunk = pending.len().div_ceil(threads).max(1);
-    let encoded: Vec<Result<Vec<(String, bytes::Bytes)>, LedgerError>> = std::thread::scope(|s| {
-        let workers: Vec<_> = pending
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter()
-                        .map(|(path, b)| {
-                            schema::encode(&crate::samples::to_arrow(b))
-                                .map(|bytes| (path.clone(), bytes))
-                                .map_err(|e| LedgerError::storage(format!("encoding {path}"), e))
-                        })
-                        .collect()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("an encoding thread panicked"))
-            .collect()
-    });
-    let mut files = Vec::with_capacity(pending.len());
-    for part in encoded {
-        files.extend(part?);
+    let mut rows = 0u64;
+    for group in logs.chunks(threads) {
+        let mut read = Vec::with_capacity(group.len());
+        for log in group {
+            read.push((log.as_str(), storage.get(log)?));
+        }
+        let sorted: Vec<Result<Partitioned, LedgerError>> = std::thread::scope(|s| {
+            let workers: Vec<_> = read
+                .into_iter()
+                .map(|(log, bytes)| s.spawn(move || partition_log(storage, log, bytes)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a compaction thread panicked"))
+                .collect()
+        });
+        let mut files = Vec::new();
+        for part in sorted {
+            let (moved, encoded) = part?;
+            rows += moved;
+            files.extend(encoded);
+        }
+        for result in storage.put_all(files) {
+            result?;
+        }
     }
-    for result in storage.put_all(files) {
-        result?;
-    }
+    // Only now do the partition files take over from the log files (see the module doc).
     storage.delete_all(&logs)?;
     Ok(rows)
+}
+
+/// A log file's rows moved, and the partition files they went to (path and bytes).
+type Partitioned = (u64, Vec<(String, bytes::Bytes)>);
+
+/// One log file's rows sorted into generation partition files, encoded.
+fn partition_log(
+    storage: &Storage,
+    log: &str,
+    bytes: bytes::Bytes,
+) -> Result<Partitioned, LedgerError> {
+    let bad = |reason: String| LedgerError::BadFile {
+        path: format!("{}/{log}", storage.location()),
+        reason,
+    };
+    let bucket = partition(log)
+        .0
+        .ok_or_else(|| bad("not under a bucket=… directory".into()))?;
+    let mut batches = Vec::new();
+    for batch in schema::decode(bytes, Table::Samples).map_err(bad)? {
+        crate::samples::from_arrow(&batch, &mut batches).map_err(bad)?;
+    }
+    let mut rows = 0u64;
+    let mut by_generation: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
+    for b in &batches {
+        // Rows arrive in runs of one version (a fragment at a time): copy run by run.
+        let mut start = 0;
+        while start < b.len() {
+            let version = b.policy_version[start];
+            let end = (start..b.len())
+                .find(|&i| b.policy_version[i] != version)
+                .unwrap_or(b.len());
+            by_generation
+                .entry((version, b.config_hash.clone(), b.obs_dim))
+                .or_insert_with(|| SampleBatch::new(&bucket, &b.config_hash, b.obs_dim))
+                .extend_from(b, start..end);
+            rows += (end - start) as u64;
+            start = end;
+        }
+    }
+    drop(batches);
+    let mut per_generation: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut files = Vec::with_capacity(by_generation.len());
+    for ((generation, _, _), b) in by_generation {
+        // One file per generation per log file; a second config in the same generation
+        // (rare) gets a numbered sibling.
+        let k = per_generation.entry(generation).or_default();
+        let name = if *k == 0 {
+            file_name(log).to_string()
+        } else {
+            file_name(log).replace(".parquet", &format!("-{k}.parquet"))
+        };
+        *k += 1;
+        let path = partition_path(&bucket, generation, &name);
+        let encoded = schema::encode(&crate::samples::to_arrow(&b))
+            .map_err(|e| LedgerError::storage(format!("encoding {path}"), e))?;
+        files.push((path, encoded));
+    }
+    Ok((rows, files))
 }

@@ -111,6 +111,9 @@ pub enum LedgerError {
     /// The writer thread is gone or did not answer in time.
     #[error("ledger writer: {0}")]
     Writer(String),
+    /// Another process writes this (local) ledger: one writer per directory.
+    #[error("{0}")]
+    InUse(String),
 }
 
 /// Where and how a ledger writes.
@@ -169,9 +172,34 @@ struct Registry {
     current: Option<(u64, u64)>,
 }
 
+/// Every registered rule set of a stored ledger, by version (read-only: safe while a
+/// writer appends).
+///
+/// # Errors
+/// [`LedgerError::BadFile`] naming an unreadable rules file, or storage failures.
+pub fn stored_rules(storage: &Storage) -> Result<HashMap<u64, VersionedRules>, LedgerError> {
+    let mut rules = HashMap::new();
+    for path in storage.list(layout::RULES_DIR)? {
+        if !path.ends_with(".json") {
+            continue;
+        }
+        let bytes = storage.get(&path)?;
+        let v: VersionedRules =
+            serde_json::from_slice(&bytes).map_err(|e| LedgerError::BadFile {
+                path: format!("{}/{path}", storage.location()),
+                reason: e.to_string(),
+            })?;
+        rules.insert(v.version, v);
+    }
+    Ok(rules)
+}
+
 /// An open ledger: appends go to the writer thread; rules are registered here.
 pub struct Ledger {
     storage: Arc<Storage>,
+    /// This process's hold on a local ledger's directory, released after the writer stops
+    /// (fields drop after [`Drop::drop`] has closed it).
+    lock: Option<strata_dirlock::DirLock>,
     tx: Option<Sender<Message>>,
     handle: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -189,18 +217,43 @@ impl std::fmt::Debug for Ledger {
 }
 
 impl Ledger {
-    /// Opens (or creates) a ledger: reads what is stored (sample ids, idempotency keys,
+    /// Opens (or creates) a ledger: takes a local ledger's directory for this process
+    /// (one writer per directory), reads what is stored (sample ids, idempotency keys,
     /// rules and their bindings) and starts the writer thread.
     ///
     /// # Errors
-    /// Storage failures, or a stored file that is not a readable ledger file.
+    /// [`LedgerError::InUse`] naming the process that writes it already; storage failures,
+    /// or a stored file that is not a readable ledger file.
     pub fn open(config: &LedgerConfig) -> Result<Ledger, LedgerError> {
+        Self::open_inner(config, None)
+    }
+
+    /// As [`Ledger::open`], for a caller that already holds the ledger's directory (taken
+    /// with [`Storage::lock`] to check something before writing).
+    ///
+    /// # Errors
+    /// As [`Ledger::open`].
+    pub fn open_held(
+        config: &LedgerConfig,
+        held: strata_dirlock::DirLock,
+    ) -> Result<Ledger, LedgerError> {
+        Self::open_inner(config, Some(held))
+    }
+
+    fn open_inner(
+        config: &LedgerConfig,
+        held: Option<strata_dirlock::DirLock>,
+    ) -> Result<Ledger, LedgerError> {
         if config.flush_rows == 0 || config.queue == 0 {
             return Err(LedgerError::Rejected(
                 "flush_rows and queue must be at least 1".into(),
             ));
         }
         let storage = Arc::new(Storage::open(&config.location)?);
+        let lock = match held {
+            Some(held) => Some(held),
+            None => storage.lock()?,
+        };
         if config.compact_on_open {
             let rows = compact::recover(&storage)?;
             if rows > 0 {
@@ -235,19 +288,10 @@ impl Ledger {
                 }
             }
         }
-        let mut registry = Registry::default();
-        for path in storage.list(layout::RULES_DIR)? {
-            if !path.ends_with(".json") {
-                continue;
-            }
-            let bytes = storage.get(&path)?;
-            let v: VersionedRules =
-                serde_json::from_slice(&bytes).map_err(|e| LedgerError::BadFile {
-                    path: format!("{}/{path}", storage.location()),
-                    reason: e.to_string(),
-                })?;
-            registry.rules.insert(v.version, v);
-        }
+        let mut registry = Registry {
+            rules: stored_rules(&storage)?,
+            ..Registry::default()
+        };
         for g in &data.generations {
             registry.bindings.insert(g.policy_version, g.rules_version);
             registry.current = Some((g.policy_version, g.rules_version));
@@ -272,6 +316,7 @@ impl Ledger {
             .map_err(|e| LedgerError::Writer(format!("cannot start the writer thread: {e}")))?;
         let ledger = Ledger {
             storage,
+            lock,
             tx: Some(tx),
             handle: Some(handle),
             shared,
@@ -579,6 +624,15 @@ impl Ledger {
     /// The last storage failure, if the writer is failing now.
     pub fn failure(&self) -> Option<LedgerError> {
         self.shared.failure.lock().clone()
+    }
+
+    /// Leaves the ledger as a killed process would (for crash tests): what the writer
+    /// buffers is never written, its thread is left running, and the directory's lock
+    /// goes as the kernel would release it.
+    #[doc(hidden)]
+    pub fn abandon(mut self) {
+        drop(self.lock.take());
+        std::mem::forget(self);
     }
 
     /// Flushes and stops the writer.

@@ -64,6 +64,21 @@ impl LedgerData {
         Self::read_tables(storage, None)
     }
 
+    /// The generations table alone (which version is bound to which rules), without
+    /// reading a single sample: cheap, and safe while a writer appends.
+    ///
+    /// # Errors
+    /// [`LedgerError::BadFile`] naming an unreadable file.
+    pub fn read_generations(
+        storage: &Storage,
+    ) -> Result<Vec<crate::GenerationRecord>, LedgerError> {
+        let mut data = LedgerData::default();
+        for path in table_files(storage, Table::Generations)? {
+            data.read_file(storage, Table::Generations, &path, false)?;
+        }
+        Ok(data.generations)
+    }
+
     /// Reads every table's files; with `skipped`, a bad file is recorded there and the
     /// read goes on.
     fn read_tables(

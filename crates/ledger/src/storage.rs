@@ -74,6 +74,27 @@ impl Storage {
         })
     }
 
+    /// Takes a local ledger's directory for this process until the returned lock is
+    /// dropped; `None` for an object store (its writers are the operator's to keep apart).
+    ///
+    /// # Errors
+    /// [`LedgerError::InUse`] naming the process that holds it.
+    pub fn lock(&self) -> Result<Option<strata_dirlock::DirLock>, LedgerError> {
+        let Some(root) = self.local_root() else {
+            return Ok(None);
+        };
+        match strata_dirlock::DirLock::acquire(root, "ledger") {
+            Ok(lock) => Ok(Some(lock)),
+            Err(e @ strata_dirlock::LockError::Held { .. }) => {
+                Err(LedgerError::InUse(e.to_string()))
+            }
+            Err(strata_dirlock::LockError::Io { source, .. }) => Err(LedgerError::storage(
+                format!("locking {}", root.display()),
+                source,
+            )),
+        }
+    }
+
     /// Where it is.
     pub fn location(&self) -> &str {
         &self.location

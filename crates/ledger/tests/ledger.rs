@@ -502,7 +502,7 @@ fn an_interrupted_compaction_is_ignored_then_redone() {
     ledger.append_samples(episodes(0, 2, 4, 3)).unwrap();
     ledger.flush().unwrap();
     // The run dies here: its samples are in the log only.
-    std::mem::forget(ledger);
+    ledger.abandon();
     let log_dir = dir.path().join("wal/samples/bucket=train");
     let log = std::fs::read_dir(&log_dir)
         .unwrap()
@@ -555,7 +555,9 @@ fn durable_appends_survive_a_crash_and_share_group_commits() {
     }
     // Acknowledged means durable: the process "dies" without closing, before any flush
     // (the flush interval is a minute): the rows are in the synced append log only.
-    std::mem::forget(ledger);
+    std::sync::Arc::into_inner(ledger)
+        .expect("the threads are joined")
+        .abandon();
     let appends = dir.path().join("wal/appends/bucket=train");
     let files = std::fs::read_dir(&appends).unwrap().count();
     assert_eq!(

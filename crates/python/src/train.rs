@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use strata_runtime::{run, ConfigFile, RunConfig, RunDir, Trainer};
+use strata_runtime::{run, ConfigFile, Existing, RunConfig, RunDir, Trainer};
 
 use crate::runtime_error;
 
@@ -55,7 +55,7 @@ enum Event {
 /// Ctrl-C stops the run at its next wait; the checkpoint is written, every thread and env
 /// process stopped, then `KeyboardInterrupt` is raised.
 #[pyfunction]
-#[pyo3(signature = (env, config_json, run_dir=None, resume=None, progress=None))]
+#[pyo3(signature = (env, config_json, run_dir=None, resume=None, progress=None, overwrite=false))]
 pub(crate) fn train(
     py: Python<'_>,
     env: Option<&str>,
@@ -63,6 +63,7 @@ pub(crate) fn train(
     run_dir: Option<PathBuf>,
     resume: Option<PathBuf>,
     progress: Option<Py<PyAny>>,
+    overwrite: bool,
 ) -> PyResult<(String, PathBuf)> {
     let trainer = match &resume {
         None => {
@@ -70,7 +71,7 @@ pub(crate) fn train(
             py.detach(|| Trainer::new(config)).map_err(runtime_error)?
         }
         Some(path) => {
-            let mut state = py
+            let state = py
                 .detach(|| strata_runtime::read_checkpoint(&strata_runtime::resume_point(path)))
                 .map_err(runtime_error)?
                 .into_state();
@@ -88,23 +89,40 @@ pub(crate) fn train(
                         .map_err(runtime_error)?;
                 }
             }
-            state.config = state.config.resumed_with(wanted).map_err(runtime_error)?;
+            let (state, notes) =
+                strata_runtime::continue_run(state, wanted).map_err(runtime_error)?;
+            for note in notes {
+                eprintln!("resume: {note}");
+            }
             py.detach(|| Trainer::from_state(state))
                 .map_err(runtime_error)?
         }
     };
+    if overwrite && resume.is_some() && run_dir.is_none() {
+        return Err(crate::ConfigError::new_err(
+            "overwrite moves aside a run found in run_dir; resume continues its run in place: give run_dir for the resumed run's new directory, or drop overwrite",
+        ));
+    }
+    let existing = if overwrite {
+        Existing::MoveAside
+    } else if resume.is_some() {
+        Existing::Continue
+    } else {
+        Existing::Refuse
+    };
     let root = run_dir
         .or_else(|| resume.as_deref().and_then(RunDir::of_checkpoint))
         .unwrap_or_else(|| RunDir::default_path(trainer.config()));
+    // Claimed here, so a refusal is raised before any thread starts.
+    let claimed = RunDir::claim(&root, existing).map_err(runtime_error)?;
     let stop = trainer.stop_flag();
     let total_steps = trainer.config().train.total_steps;
     let (events, updates) = bounded::<Event>(PROGRESS_QUEUE);
-    let dir = root.clone();
     let worker = std::thread::Builder::new()
         .name("strata-train".into())
         .spawn(move || {
             let mut trainer = trainer;
-            let outcome = RunDir::create(&dir, &trainer).and_then(|mut run_dir| {
+            let outcome = claimed.open(&trainer).and_then(|mut run_dir| {
                 run::train(&mut trainer, &mut run_dir, &mut |record| {
                     let line = serde_json::json!({ "record": record, "total_steps": total_steps })
                         .to_string();

@@ -195,6 +195,7 @@ impl ExperienceBuffer {
         envs_per_worker: usize,
         obs_dim: usize,
         action_dim: usize,
+        debug: bool,
     ) -> Self {
         ExperienceBuffer {
             first_worker: worker,
@@ -205,7 +206,7 @@ impl ExperienceBuffer {
                 envs_per_worker,
                 obs_dim,
                 action_dim,
-                false,
+                debug,
             )
         }
     }

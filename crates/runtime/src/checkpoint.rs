@@ -309,6 +309,77 @@ pub fn resume_point(path: &Path) -> PathBuf {
     latest_checkpoint(path).unwrap_or_else(|| path.to_path_buf())
 }
 
+/// Continues a checkpointed run with the run-control settings of `wanted` (the
+/// checkpoint's config with a command's overrides): the one rule every way of resuming
+/// (`strata train --resume`, `strata.train(resume=)`) follows. Returns the state to start
+/// the trainer from and what changed that the user should be told.
+///
+/// - A run solved under `train.stop_when_solved` has its solve stop lifted: asked to
+///   resume, it trains on to its budget rather than stopping at once.
+/// - A run that has trained its whole budget is refused, saying how to give it more.
+/// - A new budget re-anchors the learning-rate and clip schedules where the run stands:
+///   from the fraction they had reached they fall linearly to zero at the new budget,
+///   without the jump that stretching the old line would give. The same budget keeps the
+///   schedule exactly (a resumed run equals an uninterrupted one).
+///
+/// # Errors
+/// [`RuntimeError::Config`] when `wanted` changes what defines the policy, or when there
+/// is no budget left to train.
+pub fn continue_run(
+    mut state: TrainerState,
+    wanted: RunConfig,
+) -> Result<(TrainerState, Vec<String>), RuntimeError> {
+    let before = state.config.train.total_steps;
+    state.config = state.config.resumed_with(wanted)?;
+    let mut notes = Vec::new();
+    let p = &mut state.progress;
+    let train = &mut state.config.train;
+    let step = p.global_step;
+    if p.global_step >= train.total_steps {
+        return Err(RuntimeError::Config(format!(
+            "the run has trained its budget: step {} of {} (train.total_steps); nothing was \
+             changed. Give a larger budget to train on, e.g. --max-steps {}",
+            group_digits(step),
+            group_digits(train.total_steps),
+            step + train.total_steps.max(1)
+        )));
+    }
+    if let (Some((solved, _)), true) = (p.solved_at, train.stop_when_solved) {
+        train.stop_when_solved = false;
+        notes.push(format!(
+            "the run was solved at step {}; its solve stop is lifted, so it trains on to {} steps",
+            group_digits(solved),
+            group_digits(train.total_steps)
+        ));
+    }
+    if train.total_steps != before {
+        let fraction = p.schedule_remaining(step, before).clamp(0.0, 1.0);
+        p.schedule_anchor = Some((step, fraction));
+        notes.push(format!(
+            "the budget moves from {} to {} steps: the learning-rate and clip schedules go on \
+             from {:.1}% of their start value to zero at step {}",
+            group_digits(before),
+            group_digits(train.total_steps),
+            fraction * 100.0,
+            group_digits(train.total_steps)
+        ));
+    }
+    Ok((state, notes))
+}
+
+/// `57600` as `57,600`.
+pub fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The newest checkpoint of `run_dir` (the highest policy version of its final and
 /// periodic ones, `best/` aside): where a run that was killed continues from.
 fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {

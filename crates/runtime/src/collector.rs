@@ -183,12 +183,25 @@ impl Collector {
                     let w = &mut self.wiring.workers[slot.worker];
                     if incarnation == w.incarnation {
                         w.next_fragment = i + 1;
+                        w.faults.fragment_finished();
                         self.early.insert((i, slot.worker), slot);
                     } else {
                         self.wiring.give_back(slot)?;
                     }
                 }
                 Ok(WorkerEvent::Abandoned { slot, .. }) => self.wiring.give_back(slot)?,
+                Ok(WorkerEvent::Lost {
+                    worker: w,
+                    slot,
+                    index: i,
+                    incarnation,
+                    error,
+                }) => {
+                    self.wiring.give_back(slot)?;
+                    if incarnation == self.wiring.workers[w].incarnation {
+                        self.record_lost(w, i, &error.to_string(), books)?;
+                    }
+                }
                 Ok(WorkerEvent::Failed {
                     worker: w,
                     incarnation,
@@ -232,9 +245,65 @@ impl Collector {
         }
     }
 
+    /// Counts a fault of worker `w` against its budget ([`FaultBudget`]), recording its
+    /// fragment `fragment` invalid (never silently dropped).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Worker`] with the fault's error when the budget is spent.
+    fn charge_fault(
+        &mut self,
+        w: usize,
+        fragment: u64,
+        reason: &str,
+        books: &mut Books<'_>,
+    ) -> Result<(), RuntimeError> {
+        let handle = &mut self.wiring.workers[w];
+        let runtime = &self.wiring.config.runtime;
+        if let Some(spent) = handle.faults.charge(runtime, handle.restarts) {
+            return Err(RuntimeError::Worker {
+                worker: w,
+                error: format!("{reason} ({spent})"),
+            });
+        }
+        let incarnation = handle.incarnation;
+        books.progress.record_fault(InvalidFragment {
+            worker: w,
+            incarnation,
+            fragment,
+            policy_version: self.wiring.store.worker_versions()[w],
+            reason: reason.to_string(),
+            at_step: books.progress.global_step,
+        });
+        if let Some(link) = books.ledger.as_mut() {
+            // The worker's envs start fresh episodes: their trajectories end unfinished.
+            let m = self.wiring.config.env.num_envs / self.wiring.config.runtime.workers;
+            link.abandon(w * m..(w + 1) * m);
+        }
+        Ok(())
+    }
+
+    /// Worker `w` lost fragment `fragment` to an env process it restarted in place.
+    fn record_lost(
+        &mut self,
+        w: usize,
+        fragment: u64,
+        reason: &str,
+        books: &mut Books<'_>,
+    ) -> Result<(), RuntimeError> {
+        self.charge_fault(w, fragment, reason, books)?;
+        tracing::warn!(
+            component = "learner",
+            worker = w,
+            fragment,
+            reason,
+            "an env process failed and was restarted alone; its worker's fragment is recorded invalid"
+        );
+        Ok(())
+    }
+
     /// Replaces worker `w` after a failure (`failed`) or silence: the fragment it was writing is
     /// recorded invalid (never silently dropped), a new incarnation starts on fresh envs and
-    /// continues the fragment numbering. Stops the run after too many restarts.
+    /// continues the fragment numbering. Stops the run when the fault budget is spent.
     fn restart_worker(
         &mut self,
         w: usize,
@@ -242,15 +311,9 @@ impl Collector {
         failed: bool,
         books: &mut Books<'_>,
     ) -> Result<(), RuntimeError> {
+        let fragment = self.wiring.workers[w].next_fragment;
+        self.charge_fault(w, fragment, reason, books)?;
         let old = &self.wiring.workers[w];
-        if old.restarts >= self.wiring.config.runtime.max_worker_restarts {
-            return Err(RuntimeError::Worker {
-                worker: w,
-                error: format!("{reason} (after {} restarts)", old.restarts),
-            });
-        }
-        let fragment = old.next_fragment;
-        let version = self.wiring.store.worker_versions()[w];
         tracing::error!(
             component = "learner",
             worker = w,
@@ -259,14 +322,6 @@ impl Collector {
             reason,
             "restarting worker; its fragment in progress is recorded invalid"
         );
-        books.progress.invalid_fragments.push(InvalidFragment {
-            worker: w,
-            incarnation: old.incarnation,
-            fragment,
-            policy_version: version,
-            reason: reason.to_string(),
-            at_step: books.progress.global_step,
-        });
         let _ = old.commands.try_send(WorkerCommand::Exit);
         // Slots the old incarnation cannot give back now: one it still writes (if alive),
         // those holding finished fragments awaiting their turn.
@@ -289,14 +344,12 @@ impl Collector {
             .filter(|s| !pending.contains(s) && !quarantined.contains(s))
             .collect();
         let (incarnation, restarts) = (old.incarnation + 1, old.restarts + 1);
-        if let Some(link) = books.ledger.as_mut() {
-            let m = self.wiring.config.env.num_envs / self.wiring.config.runtime.workers;
-            link.abandon(w * m..(w + 1) * m);
-        }
+        let faults = old.faults.clone();
         let mut replacement = self
             .wiring
             .spawn_worker(w, incarnation, None, fragment, &slots)?;
         replacement.restarts = restarts;
+        replacement.faults = faults;
         let old = std::mem::replace(&mut self.wiring.workers[w], replacement);
         self.wiring.retired.push(old.handle);
         Ok(())

@@ -186,8 +186,20 @@ pub struct RuntimeConfig {
     /// The learner restarts a worker silent for this many seconds while it waits on it;
     /// the fragment in progress is recorded invalid.
     pub restart_after_secs: f64,
-    /// Restarts allowed per worker before the run stops with the worker's error.
-    pub max_worker_restarts: u32,
+    /// A crash loop stops the run: this many failures of one worker in a row, without a
+    /// fragment finished between them, end it with the worker's error (a sporadic fault
+    /// between finished fragments never counts toward it).
+    pub max_consecutive_failures: u32,
+    /// Faults one worker may have within `fault_window_secs` (restarts of the worker or
+    /// of one of its env processes) before the run stops: a budget that a long run with
+    /// sporadic simulator errors never spends, and a sustained fault rate does.
+    pub max_faults_per_window: u32,
+    /// The window of `max_faults_per_window`, in seconds.
+    pub fault_window_secs: f64,
+    /// A lifetime cap on one worker's restarts (unset: none; the window and the crash-loop
+    /// rule above bound faults instead). Kept for configs written before them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_worker_restarts: Option<u32>,
     /// Pin threads to these CPUs (empty: no pinning): worker `w` to `pin_cpus[w % len]`,
     /// learner thread `i` to `pin_cpus[(workers + i) % len]`.
     pub pin_cpus: Vec<usize>,
@@ -215,7 +227,10 @@ impl Default for RuntimeConfig {
             debug_buffer: false,
             silent_after_secs: 10.0,
             restart_after_secs: 30.0,
-            max_worker_restarts: 3,
+            max_consecutive_failures: 5,
+            max_faults_per_window: 100,
+            fault_window_secs: 600.0,
+            max_worker_restarts: None,
             pin_cpus: Vec::new(),
             python: None,
             python_path: Vec::new(),
@@ -484,9 +499,25 @@ impl RunConfig {
         for (k, v) in [
             ("runtime.silent_after_secs", r.silent_after_secs),
             ("runtime.restart_after_secs", r.restart_after_secs),
+            ("runtime.fault_window_secs", r.fault_window_secs),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return bad(k, &v, "must be a positive number of seconds");
+            }
+        }
+        for (k, v) in [
+            (
+                "runtime.max_consecutive_failures",
+                r.max_consecutive_failures,
+            ),
+            ("runtime.max_faults_per_window", r.max_faults_per_window),
+        ] {
+            if v == 0 {
+                return bad(
+                    k,
+                    &v,
+                    "must be at least 1 (1 stops the run at its first fault)",
+                );
             }
         }
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);

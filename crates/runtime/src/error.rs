@@ -56,6 +56,10 @@ pub enum RuntimeError {
     /// The run was asked to stop (Ctrl-C / SIGTERM).
     #[error("interrupted")]
     Interrupted,
+    /// A run directory is held by another process, or holds something this command must
+    /// not write into (another run, unrelated files).
+    #[error("{0}")]
+    RunDir(String),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

@@ -62,6 +62,7 @@ mod presets;
 pub mod provenance;
 mod records;
 pub mod run;
+mod run_dir;
 mod telemetry;
 pub mod tensorboard;
 mod trainer;
@@ -71,8 +72,8 @@ mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
-    find_version, load_policy, read_checkpoint, resume_point, save_checkpoint, CheckpointMeta,
-    LoadedCheckpoint, Policy, TrainerState,
+    continue_run, find_version, group_digits, load_policy, read_checkpoint, resume_point,
+    save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy, TrainerState,
 };
 pub use config::{
     EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
@@ -88,8 +89,8 @@ pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{MemoryPolicyStore, PolicyStore, PublishedPolicy, StoreError};
 pub use presets::{preset, DEFAULT_ENV};
 pub use records::{
-    AdmissionCounts, InvalidFragment, Progress, Summary, TimeBreakdown, UpdateRecord,
+    AdmissionCounts, InvalidFragment, Progress, StopReason, Summary, TimeBreakdown, UpdateRecord,
 };
-pub use run::RunDir;
+pub use run_dir::{ClaimedDir, Existing, RunDir};
 pub use trainer::Trainer;
 pub use worker::{WorkerCommand, WorkerError, WorkerEvent};

@@ -169,10 +169,23 @@ impl MemoryPolicyStore {
     /// # Errors
     /// [`StoreError::Corrupt`] or [`StoreError::OutOfOrder`]; the store is unchanged.
     pub fn publish(&self, policy: PublishedPolicy) -> Result<(), StoreError> {
+        self.publish_from(policy, false)
+    }
+
+    /// Publishes a version newer than the newest, past versions that will never come (a
+    /// follower whose source skipped them); waits for one of those then get this one.
+    ///
+    /// # Errors
+    /// As [`MemoryPolicyStore::publish`], for a version not newer than the newest.
+    pub fn publish_past_gap(&self, policy: PublishedPolicy) -> Result<(), StoreError> {
+        self.publish_from(policy, true)
+    }
+
+    fn publish_from(&self, policy: PublishedPolicy, gap: bool) -> Result<(), StoreError> {
         policy.verify()?;
         let mut s = self.lock();
         let expected = s.history.back().map_or(0, |p| p.version + 1);
-        if policy.version != expected {
+        if policy.version != expected && !(gap && policy.version > expected) {
             return Err(StoreError::OutOfOrder {
                 expected,
                 got: policy.version,

@@ -94,6 +94,9 @@ pub struct UpdateRecord {
     pub policy_lag_max: u64,
     /// Fragments recorded invalid so far (worker failures, restarts).
     pub invalid_fragments: usize,
+    /// Worker failures survived so far (each restarted its worker or env process).
+    #[serde(default)]
+    pub worker_faults: u64,
     /// What admission did with this batch.
     pub admission: AdmissionCounts,
     /// Where the time went so far (cumulative seconds).
@@ -103,9 +106,31 @@ pub struct UpdateRecord {
     pub ppo: UpdateStats,
 }
 
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// It trained its budget (`train.total_steps`).
+    #[default]
+    Budget,
+    /// It was solved, with `train.stop_when_solved`.
+    Solved,
+    /// It was asked to stop (Ctrl-C, SIGTERM, `q` in the monitor): resumable.
+    Interrupted,
+}
+
 /// The run summary (`--summary-json`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// Why it stopped.
+    #[serde(default)]
+    pub stop: StopReason,
+    /// The budget it was training to (`train.total_steps`).
+    #[serde(default)]
+    pub budget_steps: u64,
+    /// Worker failures survived (each a restart with its fragment recorded invalid).
+    #[serde(default)]
+    pub worker_faults: u64,
     /// Env name.
     pub env: String,
     /// Run seed.
@@ -151,8 +176,17 @@ pub struct Progress {
     pub wall_seconds: f64,
     /// Time breakdown so far.
     pub time: TimeBreakdown,
-    /// Fragments lost to worker failures or restarts, each with its reason.
+    /// Fragments lost to worker failures or restarts, each with its reason (the most
+    /// recent [`Progress::INVALID_KEPT`]; `worker_faults` counts them all).
     pub invalid_fragments: Vec<InvalidFragment>,
+    /// Worker failures survived over the whole run.
+    #[serde(default)]
+    pub worker_faults: u64,
+    /// Where the learning-rate and clip schedules were re-anchored when a resume changed
+    /// the budget: `(step, fraction remaining then)`; from there the fraction falls
+    /// linearly to zero at the new budget (no jump).
+    #[serde(default)]
+    pub schedule_anchor: Option<(u64, f32)>,
     /// Episodes and trajectories in progress, for the ledger's ids.
     #[serde(default)]
     pub ledger_cursor: Option<crate::provenance::LedgerCursor>,
@@ -160,6 +194,33 @@ pub struct Progress {
     /// abandoned).
     #[serde(default)]
     pub ledger_next_sample: Option<u64>,
+}
+
+impl Progress {
+    /// How many invalid fragments a checkpoint keeps in detail: a run of days with
+    /// sporadic faults must not grow its checkpoints without bound.
+    pub const INVALID_KEPT: usize = 1000;
+
+    /// The fraction of the schedule remaining at `step` of a `budget`-step run (1 at the
+    /// start, 0 at the end): linear in steps, or from the anchor a resume set.
+    pub fn schedule_remaining(&self, step: u64, budget: u64) -> f32 {
+        match self.schedule_anchor {
+            Some((from, fraction)) if budget > from => {
+                fraction * (budget.saturating_sub(step)) as f32 / (budget - from) as f32
+            }
+            Some(_) => 0.0,
+            None => 1.0 - step as f32 / budget as f32,
+        }
+    }
+
+    /// Records a fragment lost to a fault, keeping the detail of the most recent ones.
+    pub(crate) fn record_fault(&mut self, lost: InvalidFragment) {
+        self.worker_faults += 1;
+        if self.invalid_fragments.len() >= Self::INVALID_KEPT {
+            self.invalid_fragments.remove(0);
+        }
+        self.invalid_fragments.push(lost);
+    }
 }
 
 /// A fragment that was not trained on, and why. Never silently dropped: it is recorded here

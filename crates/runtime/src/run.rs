@@ -1,179 +1,15 @@
-//! A training run on disk: the run directory with its config, metrics file, evaluations,
-//! TensorBoard scalars and checkpoints, around the [`Trainer`] loop.
+//! The training loop around a [`Trainer`] in its [`RunDir`]: evaluations, checkpoints, the
+//! ledger, and what a stop leaves behind.
 
 use std::fs;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::checkpoint::{save_checkpoint, BEST_DIR, BEST_EVAL};
 use crate::eval::EvalResult;
 use crate::records::{Summary, UpdateRecord};
-use crate::tensorboard::EventWriter;
+use crate::run_dir::RunDir;
 use crate::trainer::Trainer;
 use crate::RuntimeError;
-
-/// Files of a run directory.
-pub struct RunDir {
-    root: PathBuf,
-    metrics: BufWriter<fs::File>,
-    evals: BufWriter<fs::File>,
-    tensorboard: Option<EventWriter>,
-}
-
-fn open_append(path: &Path) -> Result<BufWriter<fs::File>, RuntimeError> {
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| RuntimeError::io(path, e))?;
-    Ok(BufWriter::new(file))
-}
-
-fn write_line<T: serde::Serialize>(
-    out: &mut BufWriter<fs::File>,
-    path: &Path,
-    value: &T,
-) -> Result<(), RuntimeError> {
-    serde_json::to_writer(&mut *out, value).map_err(|e| RuntimeError::io(path, e.into()))?;
-    out.write_all(b"\n").map_err(|e| RuntimeError::io(path, e))
-}
-
-impl RunDir {
-    /// Creates (or reuses) `root`, writes `config.toml`, opens `metrics.jsonl` and
-    /// `eval.jsonl` (appending, so a resumed run continues the same files) and, with
-    /// `report.tensorboard`, a new TensorBoard event file in `tb/`.
-    ///
-    /// # Errors
-    /// [`RuntimeError::Io`] naming the path.
-    pub fn create(root: &Path, trainer: &Trainer) -> Result<Self, RuntimeError> {
-        fs::create_dir_all(root).map_err(|e| RuntimeError::io(root, e))?;
-        let config_path = root.join("config.toml");
-        let text = format!(
-            "# config hash {}\n{}",
-            trainer.config_hash(),
-            trainer.config().to_toml()
-        );
-        fs::write(&config_path, text).map_err(|e| RuntimeError::io(&config_path, e))?;
-        let tensorboard = if trainer.config().report.tensorboard {
-            let dir = root.join("tb");
-            Some(EventWriter::create(&dir).map_err(|e| RuntimeError::io(&dir, e))?)
-        } else {
-            None
-        };
-        Ok(RunDir {
-            root: root.to_path_buf(),
-            metrics: open_append(&root.join("metrics.jsonl"))?,
-            evals: open_append(&root.join("eval.jsonl"))?,
-            tensorboard,
-        })
-    }
-
-    /// Where a run of `config` goes when no directory is named:
-    /// `runs/<env>-seed<seed>-<unix time>`.
-    pub fn default_path(config: &crate::RunConfig) -> PathBuf {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("runs").join(format!(
-            "{}-seed{}-{now}",
-            config.env.name.replace(['/', ':'], "_"),
-            config.train.seed
-        ))
-    }
-
-    /// The run directory a checkpoint path belongs to (the nearest directory at or above
-    /// it holding a `config.toml`: `runs/x/checkpoints/step-N` is in `runs/x`), where a
-    /// resumed run continues.
-    pub fn of_checkpoint(path: &Path) -> Option<PathBuf> {
-        path.ancestors()
-            .find(|p| p.join("config.toml").is_file())
-            .map(Path::to_path_buf)
-    }
-
-    /// The directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The final (latest) checkpoint's directory.
-    pub fn checkpoint_dir(&self) -> PathBuf {
-        self.root.join("checkpoint")
-    }
-
-    fn write_record(&mut self, record: &UpdateRecord) -> Result<(), RuntimeError> {
-        write_line(&mut self.metrics, &self.root.join("metrics.jsonl"), record)?;
-        let Some(tb) = self.tensorboard.as_mut() else {
-            return Ok(());
-        };
-        let step = record.global_step;
-        let ppo = &record.ppo;
-        let a = &record.admission;
-        let mut scalars = vec![
-            ("train/policy_version", record.policy_version as f64),
-            ("train/env_steps_per_sec", record.env_steps_per_sec),
-            ("train/episodes", record.episodes as f64),
-            ("train/policy_lag_avg", record.policy_lag_avg),
-            ("train/policy_lag_max", record.policy_lag_max as f64),
-            ("ppo/policy_loss", f64::from(ppo.policy_loss)),
-            ("ppo/value_loss", f64::from(ppo.value_loss)),
-            ("ppo/entropy", f64::from(ppo.entropy)),
-            ("ppo/approx_kl", f64::from(ppo.approx_kl)),
-            ("ppo/clip_fraction", f64::from(ppo.clip_fraction)),
-            ("ppo/explained_variance", f64::from(ppo.explained_variance)),
-            ("ppo/learning_rate", f64::from(ppo.learning_rate)),
-            ("admission/trained", a.trained as f64),
-            ("admission/down_weighted", a.down_weighted as f64),
-            ("admission/dropped", a.dropped as f64),
-        ];
-        if let Some(m) = record.mean_return {
-            scalars.push(("train/mean_return", m));
-        }
-        if let Some(l) = record.mean_episode_length {
-            scalars.push(("train/mean_episode_length", l));
-        }
-        for (tag, value) in scalars {
-            tb.scalar(tag, step, value)
-                .map_err(|e| RuntimeError::io(tb.path(), e))?;
-        }
-        Ok(())
-    }
-
-    /// Appends an evaluation to `eval.jsonl` (and TensorBoard's `eval/` scalars).
-    ///
-    /// # Errors
-    /// [`RuntimeError::Io`] naming the file.
-    pub fn write_eval(&mut self, result: &EvalResult) -> Result<(), RuntimeError> {
-        write_line(&mut self.evals, &self.root.join("eval.jsonl"), result)?;
-        self.evals
-            .flush()
-            .map_err(|e| RuntimeError::io(self.root.join("eval.jsonl"), e))?;
-        if let Some(tb) = self.tensorboard.as_mut() {
-            let step = result.global_step.unwrap_or(0);
-            let mut scalars = vec![
-                ("eval/mean_return", result.mean_return),
-                ("eval/policy_version", result.policy_version as f64),
-            ];
-            scalars.extend(result.success_rate.map(|s| ("eval/success_rate", s)));
-            for (tag, value) in scalars {
-                tb.scalar(tag, step, value)
-                    .map_err(|e| RuntimeError::io(tb.path(), e))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes buffered lines and scalars to their files.
-    fn flush(&mut self) -> Result<(), RuntimeError> {
-        self.metrics
-            .flush()
-            .map_err(|e| RuntimeError::io(self.root.join("metrics.jsonl"), e))?;
-        if let Some(tb) = self.tensorboard.as_mut() {
-            tb.flush().map_err(|e| RuntimeError::io(tb.path(), e))?;
-        }
-        Ok(())
-    }
-}
 
 /// When the loop evaluates: before the first update, whenever training crosses a multiple
 /// of the interval, and at the end. The version with the best evaluation so far is
@@ -189,7 +25,7 @@ impl EvalSchedule {
     fn new(trainer: &Trainer, run_dir: &RunDir) -> Option<Self> {
         let report = &trainer.config().report;
         // A resumed run keeps the best it had.
-        let best = fs::read(run_dir.root.join(BEST_DIR).join(BEST_EVAL))
+        let best = fs::read(run_dir.root().join(BEST_DIR).join(BEST_EVAL))
             .ok()
             .and_then(|text| serde_json::from_slice::<EvalResult>(&text).ok())
             .map(|e| e.mean_return);
@@ -209,7 +45,18 @@ impl EvalSchedule {
         if self.last_version == Some(version) {
             return Ok(());
         }
-        let result = trainer.evaluate_current()?;
+        let result = match trainer.evaluate_current() {
+            Ok(result) => result,
+            // A simulator that fails now and then must not end a long run through its
+            // evaluations: this one is skipped (its envs are made afresh for the next),
+            // and training goes on. A run whose env fails for good meets it in training.
+            Err(RuntimeError::Env(error)) => {
+                tracing::warn!(component = "eval", version, %error, "evaluation failed in its env; skipped");
+                self.last_version = Some(version);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(
             component = "eval",
             version,
@@ -233,9 +80,9 @@ impl EvalSchedule {
 /// Replaces `best/` with a checkpoint of the trainer's current version: written beside it
 /// first and renamed into place, so a crash leaves the old or the new one whole.
 fn save_best(trainer: &Trainer, run_dir: &RunDir, result: &EvalResult) -> Result<(), RuntimeError> {
-    let best = run_dir.root.join(BEST_DIR);
-    let staged = run_dir.root.join(format!("{BEST_DIR}.new"));
-    let old = run_dir.root.join(format!("{BEST_DIR}.old"));
+    let best = run_dir.root().join(BEST_DIR);
+    let staged = run_dir.root().join(format!("{BEST_DIR}.new"));
+    let old = run_dir.root().join(format!("{BEST_DIR}.old"));
     for stale in [&staged, &old] {
         if stale.exists() {
             fs::remove_dir_all(stale).map_err(|e| RuntimeError::io(stale, e))?;
@@ -261,7 +108,7 @@ fn prune_checkpoints(run_dir: &RunDir, keep: usize) -> Result<(), RuntimeError> 
     if keep == 0 {
         return Ok(());
     }
-    let dir = run_dir.root.join("checkpoints");
+    let dir = run_dir.root().join("checkpoints");
     let mut steps: Vec<(u64, PathBuf)> = fs::read_dir(&dir)
         .map_err(|e| RuntimeError::io(&dir, e))?
         .filter_map(|e| e.ok())
@@ -283,11 +130,31 @@ fn prune_checkpoints(run_dir: &RunDir, keep: usize) -> Result<(), RuntimeError> 
 /// elsewhere; `ledger.enabled = false` turns it off), appends a metrics line per update,
 /// calls `on_update` (progress display), checkpoints every `train.checkpoint_every` steps
 /// into `checkpoints/step-N/`, and at the end stops and joins every worker, writes
-/// `checkpoint/` and closes the ledger.
+/// `checkpoint/` and closes the ledger. The summary says why it stopped.
+///
+/// A run that ends before completing an update of its own (an error, or a stop asked for
+/// before the first update) leaves the directory as it was claimed ([`RunDir::roll_back`]):
+/// nothing was trained, so nothing is recorded.
 ///
 /// # Errors
 /// Env errors stop the run; I/O errors name the file.
 pub fn train(
+    trainer: &mut Trainer,
+    run_dir: &mut RunDir,
+    on_update: &mut dyn FnMut(&UpdateRecord),
+) -> Result<Summary, RuntimeError> {
+    let outcome = train_inner(trainer, run_dir, on_update);
+    if !run_dir.committed() {
+        // The ledger's writer adds files until it stops: close it before the rollback.
+        trainer.shutdown();
+        let closed = trainer.close_ledger();
+        run_dir.roll_back()?;
+        closed?;
+    }
+    outcome
+}
+
+fn train_inner(
     trainer: &mut Trainer,
     run_dir: &mut RunDir,
     on_update: &mut dyn FnMut(&UpdateRecord),
@@ -297,7 +164,7 @@ pub fn train(
         let location = settings
             .location
             .clone()
-            .unwrap_or_else(|| run_dir.root.join("ledger").to_string_lossy().into_owned());
+            .unwrap_or_else(|| run_dir.root().join("ledger").to_string_lossy().into_owned());
         let ledger = strata_ledger::Ledger::open(&strata_ledger::LedgerConfig {
             flush_rows: settings.flush_rows,
             flush_interval: std::time::Duration::from_secs_f64(settings.flush_interval_secs),
@@ -324,6 +191,7 @@ pub fn train(
             }
             Err(e) => return Err(e),
         };
+        run_dir.commit();
         run_dir.write_record(&record)?;
         on_update(&record);
         if let Some(e) = evals.as_mut() {
@@ -333,7 +201,7 @@ pub fn train(
         }
         if every > 0 && before / every != record.global_step / every {
             let dir = run_dir
-                .root
+                .root()
                 .join("checkpoints")
                 .join(format!("step-{}", record.global_step));
             // Everything up to the checkpoint is durable in the ledger before it is written.
@@ -343,6 +211,13 @@ pub fn train(
             prune_checkpoints(run_dir, trainer.config().train.keep_checkpoints)?;
         }
     }
+    if !run_dir.committed() {
+        // Stopped before an update of its own: nothing to checkpoint or record.
+        return Ok(trainer.summary());
+    }
+    // The workers are not needed for what is left (their states were taken with their
+    // last fragments): stopped now, they do not wait for a version that never comes.
+    trainer.stop_workers();
     if let Some(e) = evals.as_mut() {
         e.run(trainer, run_dir)?;
     }

@@ -228,7 +228,7 @@ impl Trainer {
             self.collector.lags.iter().copied().max().unwrap_or(0),
         );
         s.max_policy_lag = self.collector.wiring.lag;
-        s.invalid_fragments = p.invalid_fragments.len();
+        s.invalid_fragments = p.worker_faults as usize;
         s.dropped_samples = self.dropped_samples;
         s.early_fragments = self.collector.early_fragments();
         s.ledger = ledger;
@@ -264,6 +264,17 @@ impl Trainer {
     /// The policy version each worker has adopted.
     pub fn worker_versions(&self) -> Vec<u64> {
         self.collector.wiring.store.worker_versions()
+    }
+
+    /// Why the run stopped, or would stop now: the budget, the solve, or else a request.
+    pub fn stop_reason(&self) -> crate::StopReason {
+        if self.progress.global_step >= self.config.train.total_steps {
+            crate::StopReason::Budget
+        } else if self.config.train.stop_when_solved && self.progress.solved_at.is_some() {
+            crate::StopReason::Solved
+        } else {
+            crate::StopReason::Interrupted
+        }
     }
 
     /// Whether the budget is spent or (with `stop_when_solved`) the task is solved.
@@ -379,8 +390,9 @@ impl Trainer {
     /// A worker's failure (env NaN, panic) with the worker named.
     pub fn iterate(&mut self) -> Result<UpdateRecord, RuntimeError> {
         let started = Instant::now();
-        let progress_remaining =
-            1.0 - self.progress.global_step as f32 / self.config.train.total_steps as f32;
+        let progress_remaining = self
+            .progress
+            .schedule_remaining(self.progress.global_step, self.config.train.total_steps);
         self.collect()?;
         let t0 = Instant::now();
         self.bootstrap_values();
@@ -450,7 +462,8 @@ impl Trainer {
             policy_lag_min: lags.iter().copied().min().unwrap_or(0),
             policy_lag_avg: lags.iter().sum::<u64>() as f64 / lags.len().max(1) as f64,
             policy_lag_max: lags.iter().copied().max().unwrap_or(0),
-            invalid_fragments: p.invalid_fragments.len(),
+            invalid_fragments: p.worker_faults as usize,
+            worker_faults: p.worker_faults,
             admission: admitted.counts,
             time: p.time,
             ppo: stats,
@@ -504,6 +517,9 @@ impl Trainer {
     pub fn summary(&self) -> Summary {
         let p = &self.progress;
         Summary {
+            stop: self.stop_reason(),
+            budget_steps: self.config.train.total_steps,
+            worker_faults: p.worker_faults,
             env: self.config.env.name.clone(),
             seed: self.config.train.seed,
             total_steps: p.global_step,
@@ -517,6 +533,13 @@ impl Trainer {
             policy_version: p.policy_version,
             time: p.time,
         }
+    }
+
+    /// Stops and joins the workers once training is over (before the run's last
+    /// evaluation and checkpoint, which do not need them): their states were taken with
+    /// their last consumed fragments.
+    pub fn stop_workers(&mut self) {
+        self.collector.wiring.shutdown();
     }
 
     /// Stops every worker (abandoning fragments in progress) and joins them, each within

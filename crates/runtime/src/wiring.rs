@@ -30,8 +30,70 @@ pub(crate) struct WorkerHandle {
     pub(crate) holding: Arc<Holding>,
     pub(crate) heartbeat: Arc<Heartbeat>,
     pub(crate) restarts: u32,
+    /// Its faults, against the run's budget (carried over to a replacement).
+    pub(crate) faults: FaultBudget,
     /// The next fragment number expected from it.
     pub(crate) next_fragment: u64,
+}
+
+/// One worker's faults against `runtime.max_consecutive_failures` (a crash loop: failures
+/// with no fragment finished between them) and `runtime.max_faults_per_window` (a rate).
+/// A long run with sporadic faults spends neither; a crash loop spends the first within
+/// seconds.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FaultBudget {
+    /// Faults since the worker last finished a fragment.
+    consecutive: u32,
+    /// When its recent faults happened (those within the window).
+    recent: std::collections::VecDeque<Instant>,
+}
+
+impl FaultBudget {
+    /// A fragment was finished: the failures before it were not a loop.
+    pub(crate) fn fragment_finished(&mut self) {
+        self.consecutive = 0;
+    }
+
+    /// Counts one more fault; returns what was spent when this one is past the budget
+    /// (or past `max_worker_restarts`, given `restarts` so far).
+    pub(crate) fn charge(
+        &mut self,
+        runtime: &crate::RuntimeConfig,
+        restarts: u32,
+    ) -> Option<String> {
+        let now = Instant::now();
+        let window = Duration::from_secs_f64(runtime.fault_window_secs);
+        while self
+            .recent
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > window)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(now);
+        self.consecutive += 1;
+        if self.consecutive >= runtime.max_consecutive_failures {
+            return Some(format!(
+                "{} failures in a row without a finished fragment: a crash loop \
+                 (runtime.max_consecutive_failures = {})",
+                self.consecutive, runtime.max_consecutive_failures
+            ));
+        }
+        if self.recent.len() > runtime.max_faults_per_window as usize {
+            return Some(format!(
+                "{} faults within {:?} (runtime.max_faults_per_window = {})",
+                self.recent.len(),
+                window,
+                runtime.max_faults_per_window
+            ));
+        }
+        if let Some(cap) = runtime.max_worker_restarts.filter(|cap| restarts >= *cap) {
+            return Some(format!(
+                "after {restarts} restarts (runtime.max_worker_restarts = {cap})"
+            ));
+        }
+        None
+    }
 }
 
 /// The threads and queues. Every queue is created here or in [`Wiring::spawn_worker`].
@@ -247,6 +309,7 @@ impl Wiring {
             holding,
             heartbeat,
             restarts: 0,
+            faults: FaultBudget::default(),
             next_fragment,
         })
     }
@@ -295,6 +358,7 @@ impl Wiring {
             drop(requests);
             join_within(handle, "inference", self.wait_timeout);
         }
+        self.launcher.finish();
         self.learner_beat.beat(Activity::Stopped);
     }
 }

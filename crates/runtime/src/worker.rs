@@ -74,6 +74,21 @@ pub enum WorkerEvent {
         /// Its incarnation.
         incarnation: u64,
     },
+    /// The fragment numbered `index` was lost to an env process that failed; the worker
+    /// restarted that process alone, reset its envs and collects the same number again.
+    /// The slot is free again.
+    Lost {
+        /// Which worker.
+        worker: usize,
+        /// The slot it was writing.
+        slot: SlotId,
+        /// The fragment number lost (and collected anew).
+        index: u64,
+        /// Its incarnation.
+        incarnation: u64,
+        /// What failed.
+        error: WorkerError,
+    },
     /// The worker stopped on an error (env NaN, panic, bad policy); the learner decides.
     Failed {
         /// Which worker.
@@ -305,6 +320,8 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         }
     };
     let mut adopted: Option<u64> = None;
+    // Env-process failures this worker mended in place (seeds the fresh episodes).
+    let mut recoveries: u64 = 0;
     let steps = config.ppo.n_steps;
     let ctx = StepContext {
         buffer: &buffer,
@@ -370,7 +387,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             sde_drawn = true;
         }
         let mut timing = (0.0, 0.0);
-        let filled = match &mut actor {
+        let outcome = match &mut actor {
             Actor::Local(model) => fill_local(
                 &ctx,
                 &mut f,
@@ -381,7 +398,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 (&mut rngs[0], &mut sde_noise[0]),
                 steps,
                 &mut timing,
-            )?,
+            ),
             Actor::Central(client) => fill_central(
                 &ctx,
                 &mut f,
@@ -394,7 +411,40 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 policy.version,
                 wait_timeout,
                 &mut timing,
-            )?,
+            ),
+        };
+        let filled = match outcome {
+            Ok(filled) => filled,
+            // Central inference may hold requests of this fragment in flight: there the
+            // worker is replaced whole, as for any other failure.
+            Err(WorkerError::Env(error)) if matches!(actor, Actor::Local(_)) => {
+                // An env process failed: where its vector can restart that process alone
+                // (the healthy ones keep running), the fragment is lost, the envs start
+                // fresh episodes and the worker goes on; else the worker fails whole.
+                drop(f);
+                recoveries += 1;
+                let seed = derive_seed(
+                    config.train.seed,
+                    3000 + id as u64 + (incarnation << 20) + (recoveries << 40),
+                );
+                if !revive_envs(&mut envs, &mut obs, seed, od)? {
+                    holding.set(None);
+                    return Err(WorkerError::Env(error));
+                }
+                holding.set(None);
+                let lost = WorkerEvent::Lost {
+                    worker: id,
+                    slot,
+                    index: fragments,
+                    incarnation,
+                    error: WorkerError::Env(error),
+                };
+                if events.send(lost).is_err() {
+                    return Ok(Stop::Closed);
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         if !filled {
             // Exit requested mid-fragment: abandoned, never handed over; the slot goes back.
@@ -433,6 +483,25 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             return Ok(Stop::Closed);
         }
     }
+}
+
+/// Mends every failed vector of a worker in place ([`VecEnv::revive`]) and resets each
+/// (fresh episodes seeded from `seed`), writing their observations into `obs`. Returns
+/// `false` when some vector cannot mend itself (the worker is then replaced whole).
+fn revive_envs(
+    envs: &mut [Box<dyn VecEnv>],
+    obs: &mut [Vec<f32>],
+    seed: u64,
+    od: usize,
+) -> Result<bool, WorkerError> {
+    for (g, (e, o)) in envs.iter_mut().zip(obs.iter_mut()).enumerate() {
+        if !e.revive()? {
+            return Ok(false);
+        }
+        debug_assert_eq!(o.len(), e.num_envs() * od);
+        e.reset(derive_seed(seed, g as u64), o)?;
+    }
+    Ok(true)
 }
 
 /// What every step needs to know about its worker.

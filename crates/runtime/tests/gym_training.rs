@@ -323,3 +323,109 @@ fn gym_samples_carry_the_six_provenance_fields_with_the_envs_own_clock() {
     }
     assert!(later_episodes > 0, "clocks run on across episodes");
 }
+
+/// A factory env (written into `dir`): CartPole that raises a simulator error at random,
+/// with probability `p` a step, its draws seeded by the seed each reset is given.
+fn flaky_cartpole(dir: &std::path::Path, p: f64) -> RunConfig {
+    std::fs::write(
+        dir.join("flaky_envs.py"),
+        r#"
+import random
+import gymnasium as gym
+
+
+class Flaky(gym.Wrapper):
+    def __init__(self, env, p):
+        super().__init__(env)
+        self.p = p
+        self.rng = random.Random(0)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.rng = random.Random(seed)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.rng.random() < self.p:
+            raise RuntimeError("sporadic simulator error")
+        return self.env.step(action)
+
+
+def make_env(p=0.0):
+    return Flaky(gym.make("CartPole-v1"), p)
+"#,
+    )
+    .unwrap();
+    let mut c = preset("gym:flaky_envs:make_env").unwrap();
+    c.runtime.python_path = vec![dir.to_path_buf()];
+    c.env.gym.kwargs.insert("p".into(), toml::Value::Float(p));
+    c
+}
+
+#[test]
+fn an_env_that_raises_now_and_then_trains_to_the_end_with_its_faults_counted() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // About one fault per 10k steps over a 100k-step run: each costs one fragment and one
+    // restarted process; the default budget lets the run go on.
+    let mut c = flaky_cartpole(tmp.path(), 1e-4);
+    c.env.num_envs = 8;
+    c.runtime.envs_per_process = 2;
+    c.train.total_steps = 100_000;
+    let run_dir = tmp.path().join("run");
+    let mut t = Trainer::new(c).unwrap();
+    let mut rd = RunDir::create(&run_dir, &t).unwrap();
+    let summary = run::train(&mut t, &mut rd, &mut |_| {}).unwrap();
+    assert_eq!(summary.stop, strata_runtime::StopReason::Budget);
+    assert!(summary.total_steps >= 100_000);
+    let faults = summary.worker_faults;
+    assert!(
+        (2..=40).contains(&faults),
+        "{faults} faults in 100k steps at p = 1e-4"
+    );
+    let invalid = &t.progress().invalid_fragments;
+    assert_eq!(invalid.len() as u64, faults);
+    assert!(
+        invalid
+            .iter()
+            .all(|f| f.reason.contains("sporadic simulator error") && f.incarnation == 0),
+        "each fault restarted one env process, not its worker: {invalid:?}"
+    );
+    // The metrics file counts them as they happen.
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    assert_eq!(last["worker_faults"].as_u64(), Some(faults));
+    drop(t);
+    assert!(children().is_empty(), "left behind: {:?}", children());
+}
+
+#[test]
+fn an_env_that_raises_at_every_step_stops_the_run_quickly_with_its_traceback() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let c = flaky_cartpole(tmp.path(), 1.0);
+    let mut t = Trainer::new(c).unwrap();
+    let err = loop {
+        match t.iterate() {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    let text = err.to_string();
+    assert!(text.contains("a crash loop"), "{text}");
+    assert!(
+        text.contains("Traceback") && text.contains("sporadic simulator error"),
+        "{text}"
+    );
+    // Bounded by count, not by a clock: four restarted processes, and the fifth failure in
+    // a row (runtime.max_consecutive_failures) stops the run.
+    assert_eq!(t.progress().worker_faults, 4);
+    drop(t);
+    assert!(children().is_empty(), "left behind: {:?}", children());
+}

@@ -70,7 +70,7 @@ fn a_hanging_env_is_reported_and_its_worker_restarted() {
 #[test]
 fn too_many_failures_stop_the_run_with_the_workers_error() {
     let mut c = with_fault(FaultKind::Panic, 10);
-    c.runtime.max_worker_restarts = 0;
+    c.runtime.max_consecutive_failures = 1;
     let mut t = Trainer::new(c).unwrap();
     let err = loop {
         match t.iterate() {

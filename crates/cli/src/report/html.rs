@@ -125,6 +125,10 @@ impl Page<'_> {
                 format!("{:.0}", u.env_steps_per_sec),
             ));
             rows.push(("recent mean return", num(u.mean_return)));
+            rows.push((
+                "worker faults survived (fragments lost, not trained on)",
+                u.worker_faults.to_string(),
+            ));
         }
         if let Some(m) = &self.metrics {
             rows.push((

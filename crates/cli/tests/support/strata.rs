@@ -67,3 +67,42 @@ pub fn fails_with(args: &[&str], needle: &str) {
     );
     assert!(!err.contains("panicked"), "{args:?} panicked:\n{err}");
 }
+
+/// Every file below `dir` with its bytes, and every directory (as an empty entry): two
+/// snapshots are equal when nothing was added, removed or changed.
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
+            if path.is_dir() {
+                stack.push(path);
+                out.insert(relative, None);
+            } else {
+                out.insert(relative, Some(std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Asserts that `dir` holds exactly what `before` recorded, naming the first difference.
+pub fn assert_unchanged(
+    dir: &Path,
+    before: &std::collections::BTreeMap<PathBuf, Option<Vec<u8>>>,
+    what: &str,
+) {
+    let after = tree(dir);
+    for (path, content) in before {
+        match after.get(path) {
+            None => panic!("{what}: {} was removed", path.display()),
+            Some(c) if c != content => panic!("{what}: {} was changed", path.display()),
+            Some(_) => {}
+        }
+    }
+    if let Some(added) = after.keys().find(|p| !before.contains_key(*p)) {
+        panic!("{what}: {} was added", added.display());
+    }
+}

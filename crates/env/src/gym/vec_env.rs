@@ -96,10 +96,19 @@ impl Member {
 /// they are spread over processes does not change what they do.
 ///
 /// Once a process fails (raises, dies, hangs), the vector is failed: every later call
-/// returns that error, and the owner replaces it. Dropping it stops every process.
+/// returns that error until [`VecEnv::revive`] restarts the failed process alone (its
+/// healthy siblings keep running) and a reset starts fresh episodes. Dropping it stops
+/// every process.
 pub struct GymVecEnv {
     spec: EnvSpec,
     members: Vec<Member>,
+    /// How to start a member's process again: the target and its launch arguments.
+    target: GymTarget,
+    layout_json: String,
+    start_timeout: Duration,
+    spin: Duration,
+    /// Members whose process failed and was stopped, to restart on revival.
+    broken: Vec<usize>,
     num_envs: usize,
     obs_dim: usize,
     act_dim: usize,
@@ -131,50 +140,18 @@ impl GymVecEnv {
             0 => num_envs.max(1),
             n => n,
         };
-        let fail = |process: usize, error: GymError| EnvError::Gym {
-            env: name.to_string(),
-            process,
-            error,
-        };
         let layout_json = serde_json::to_string(layout).expect("a layout serialises");
         let spin = options
             .spin
             .unwrap_or_else(|| spin_budget(num_envs.div_ceil(per) + 1));
-        let mut members = Vec::new();
-        let mut first = 0;
-        while first < num_envs {
-            let k = per.min(num_envs - first);
-            let index = members.len();
-            let region = Region::create(k, obs_dim, act_dim)
-                .map_err(|e| fail(index, GymError::Region(e.to_string())))?;
-            let mut extra = vec![
-                "--envs".to_string(),
-                k.to_string(),
-                "--layout".to_string(),
-                layout_json.clone(),
-            ];
-            if let (0, Some(plan)) = (index, &options.fault) {
-                extra.extend([
-                    "--fault".to_string(),
-                    serde_json::to_string(plan).expect("a fault plan serialises"),
-                ]);
-            }
-            let mut process =
-                EnvProcess::start(&target.launch(extra), Some(region), options.start_timeout)
-                    .map_err(|e| fail(index, e))?;
-            process.set_spin(spin);
-            members.push(Member { process, first, k });
-            first += k;
-        }
-        // Started together, then waited on: the processes make their envs in parallel.
-        for (index, m) in members.iter_mut().enumerate() {
-            m.process
-                .wait_ready(options.start_timeout)
-                .map_err(|e| fail(index, e))?;
-        }
         let mut envs = GymVecEnv {
             spec,
-            members,
+            members: Vec::new(),
+            target: target.clone(),
+            layout_json,
+            start_timeout: options.start_timeout,
+            spin,
+            broken: Vec::new(),
             num_envs,
             obs_dim,
             act_dim,
@@ -184,9 +161,57 @@ impl GymVecEnv {
             step_timeout: options.step_timeout,
             failed: None,
         };
+        let mut first = 0;
+        while first < num_envs {
+            let k = per.min(num_envs - first);
+            let index = envs.members.len();
+            let fault = options.fault.as_ref().filter(|_| index == 0);
+            let process = envs
+                .spawn_process(k, fault)
+                .map_err(|e| envs.error(index, e))?;
+            envs.members.push(Member { process, first, k });
+            first += k;
+        }
+        // Started together, then waited on: the processes make their envs in parallel.
+        let timeout = envs.start_timeout;
+        for index in 0..envs.members.len() {
+            let ready = envs.members[index].process.wait_ready(timeout);
+            ready.map_err(|e| envs.error(index, e))?;
+        }
         let mut obs = vec![0.0; num_envs * obs_dim];
         envs.reset(0, &mut obs)?;
         Ok(envs)
+    }
+
+    /// Starts (without waiting for it) a process stepping `k` envs, with `fault` injected.
+    fn spawn_process(&self, k: usize, fault: Option<&FaultPlan>) -> Result<EnvProcess, GymError> {
+        let region = Region::create(k, self.obs_dim, self.act_dim)
+            .map_err(|e| GymError::Region(e.to_string()))?;
+        let mut extra = vec![
+            "--envs".to_string(),
+            k.to_string(),
+            "--layout".to_string(),
+            self.layout_json.clone(),
+        ];
+        if let Some(plan) = fault {
+            extra.extend([
+                "--fault".to_string(),
+                serde_json::to_string(plan).expect("a fault plan serialises"),
+            ]);
+        }
+        let mut process =
+            EnvProcess::start(&self.target.launch(extra), Some(region), self.start_timeout)?;
+        process.set_spin(self.spin);
+        Ok(process)
+    }
+
+    /// The vector's error for a failure of process `process`.
+    fn error(&self, process: usize, error: GymError) -> EnvError {
+        EnvError::Gym {
+            env: self.spec.name.clone(),
+            process,
+            error,
+        }
     }
 
     /// Process ids, in env order (for tests and operators).
@@ -195,39 +220,43 @@ impl GymVecEnv {
     }
 
     /// Sends `command` to every process, then waits for each answer: the processes work in
-    /// parallel. The first failure fails the vector (every process is stopped).
+    /// parallel. A process that fails is stopped and the vector failed with its error; every
+    /// other process that was sent the command is still waited for, so the healthy ones
+    /// stand ready for a revival.
     fn round(&mut self, command: u8) -> Result<(), EnvError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let mut outcome = Ok(());
+        let mut errors = Vec::new();
+        let mut sent = self.members.len();
         for (index, m) in self.members.iter_mut().enumerate() {
             if let Err(e) = m.process.send(command) {
-                outcome = Err((index, e));
+                errors.push((index, e));
+                sent = index;
                 break;
             }
         }
-        if outcome.is_ok() {
-            for (index, m) in self.members.iter_mut().enumerate() {
-                if let Err(e) = m.process.wait(self.step_timeout) {
-                    outcome = Err((index, e));
-                    break;
-                }
+        for (index, m) in self.members.iter_mut().enumerate().take(sent) {
+            if let Err(e) = m.process.wait(self.step_timeout) {
+                errors.push((index, e));
             }
         }
-        outcome.map_err(|(process, error)| self.fail(process, error))
-    }
-
-    /// Records a failure and stops every process (the vector will be replaced).
-    fn fail(&mut self, process: usize, error: GymError) -> EnvError {
-        let error = EnvError::Gym {
-            env: self.spec.name.clone(),
-            process,
-            error,
-        };
-        self.stop_processes();
-        self.failed = Some(error.clone());
-        error
+        let mut first = None;
+        for (index, error) in errors {
+            let m = &mut self.members[index];
+            m.process.ask_to_quit();
+            m.process.finish();
+            self.broken.push(index);
+            first.get_or_insert((index, error));
+        }
+        match first {
+            None => Ok(()),
+            Some((process, error)) => {
+                let error = self.error(process, error);
+                self.failed = Some(error.clone());
+                Err(error)
+            }
+        }
     }
 
     /// Asks every process to quit first, then waits for each: they close in parallel.
@@ -423,6 +452,26 @@ impl VecEnv for GymVecEnv {
 
     fn restores_exactly(&self) -> bool {
         false
+    }
+
+    /// Restarts the processes that failed (their replacements carry no injected fault),
+    /// keeping the healthy ones; a reset must follow.
+    fn revive(&mut self) -> Result<bool, EnvError> {
+        let broken = std::mem::take(&mut self.broken);
+        for &index in &broken {
+            let k = self.members[index].k;
+            let process = self
+                .spawn_process(k, None)
+                .map_err(|e| self.error(index, e))?;
+            self.members[index].process = process;
+        }
+        for &index in &broken {
+            let timeout = self.start_timeout;
+            let ready = self.members[index].process.wait_ready(timeout);
+            ready.map_err(|e| self.error(index, e))?;
+        }
+        self.failed = None;
+        Ok(true)
     }
 
     fn reobserve(&mut self, env: usize, obs: &mut [f32]) {

@@ -78,6 +78,8 @@ pub struct Gateway {
     snapshot_bytes: AtomicU64,
     /// With several gateways of one run: the shared serving pointer.
     shared: std::sync::OnceLock<shared::Shared>,
+    /// This process's hold on the gateway directory (dropped last, after the ledger).
+    _lock: strata_dirlock::DirLock,
 }
 
 impl Gateway {

@@ -16,6 +16,15 @@ impl Gateway {
         strata_runtime::resolve_env(&mut settings.run)?;
         let dir = settings.dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| GatewayError::io(&dir, e))?;
+        // One process per gateway directory: a second `strata serve` on it is refused
+        // before it reads or writes anything there.
+        let lock =
+            strata_dirlock::DirLock::acquire(&dir, "gateway directory").map_err(|e| match e {
+                strata_dirlock::LockError::Held { .. } => GatewayError::InUse(e.to_string()),
+                strata_dirlock::LockError::Io { path, source, .. } => {
+                    GatewayError::io(path, source)
+                }
+            })?;
         let tokens = TokensFile::load_or_create(&dir.join("tokens.json"), settings.agent_tokens)?;
         let auth = Auth::new(&tokens, settings.rate_limit, settings.rate_burst);
         let run = &settings.run;
@@ -83,6 +92,7 @@ impl Gateway {
             snapshot_bytes: AtomicU64::new(0),
             shared: std::sync::OnceLock::new(),
             settings,
+            _lock: lock,
         };
         gateway.settle_reports_in_flight()?;
         Ok(gateway)
