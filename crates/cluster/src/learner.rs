@@ -25,7 +25,7 @@ use strata_runtime::transport::{
 };
 use strata_runtime::StoreError;
 
-use crate::link::{retrying, Delivery, Link};
+use crate::link::{retrying, Link, Unacked};
 use crate::names::{assignment_key, claim_key, state_object};
 use crate::protocol::{self, Assignment, Beat, Failure};
 use crate::records;
@@ -39,7 +39,9 @@ const FETCH_WAIT: Duration = Duration::from_millis(100);
 /// that wait to be acknowledged (a fragment number each).
 struct Lane {
     consumer: PullConsumer,
-    pending: Vec<(u64, Delivery)>,
+    /// Fragment numbers and their messages, held (payload let go) until a checkpoint
+    /// covers them.
+    pending: Vec<(u64, Unacked)>,
 }
 
 /// What the learner took from the stream: fragments trained on (or queued for it) and
@@ -281,6 +283,8 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         exit,
     )
     .ok_or(ClusterError::Stopped)?;
+    // Best effort: an idle process that misses it finds the assignment at its next look.
+    let _ = link.publish(link.names.assigned(), bytes::Bytes::new());
     // When this incarnation ends (the run is over or stopped), its process lets go; a
     // replacement incarnation's newer assignment stays.
     let withdraw = || {
@@ -372,7 +376,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
             // A re-publish, a superseded incarnation's or an earlier session's fragment: not
             // trained on; acknowledged once its number is durable either way.
             tracing::debug!(component = %format!("proxy-{w}"), index = header.index, session = header.session, incarnation = header.incarnation, "a fragment set aside");
-            lane.pending.push((header.index, delivery));
+            lane.pending.push((header.index, delivery.unacked()));
             acknowledge_durable(s, &mut lane);
             continue;
         }
@@ -402,7 +406,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         s.traffic
             .bytes
             .fetch_add(delivery.payload.len() as u64, Ordering::Relaxed);
-        lane.pending.push((header.index, delivery));
+        lane.pending.push((header.index, delivery.unacked()));
         next += 1;
         let ready = WorkerEvent::FragmentReady {
             slot,
@@ -423,6 +427,6 @@ fn acknowledge_durable(s: &Session, lane: &mut Lane) {
             return true;
         }
         // Not acknowledged (the server is away): kept, and tried again next time.
-        s.link.ack(delivery).is_err()
+        s.link.ack_later(delivery).is_err()
     });
 }

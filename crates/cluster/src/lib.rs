@@ -48,6 +48,10 @@ use std::time::Duration;
 
 use strata_runtime::{resolve_env, RunConfig, RuntimeError, StoreError, Trainer, TrainerState};
 
+/// Updates between a distributed learner's checkpoints when `train.checkpoint_every` is
+/// unset.
+pub const CHECKPOINT_UPDATES: u64 = 16;
+
 pub use learner::{RemoteWorkers, Traffic};
 pub use serving::{run_config, serve_run, NatsRelease};
 pub use worker::{run_worker_process, WorkerOptions, WorkerReport, MACHINE_KEYS};
@@ -163,7 +167,11 @@ pub fn prepare_learner_counted(
     config.validate()?;
     resolve_env(&mut config)?;
     if config.train.checkpoint_every == 0 {
-        config.train.checkpoint_every = config.steps_per_update();
+        // Fragments are acknowledged once a checkpoint covers them: every few updates
+        // rather than every one (a checkpoint, a ledger flush and their fsyncs cost a
+        // CartPole update twice its training); a learner that dies replays at most these
+        // updates' fragments from the stream.
+        config.train.checkpoint_every = CHECKPOINT_UPDATES * config.steps_per_update();
     }
     if config.train.keep_checkpoints == 0 {
         config.train.keep_checkpoints = 2;

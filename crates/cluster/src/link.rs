@@ -45,6 +45,16 @@ pub(crate) struct Delivery {
     acker: jetstream::message::Acker,
 }
 
+/// A delivered message kept only to be acknowledged later (its payload let go).
+pub(crate) struct Unacked(jetstream::message::Acker);
+
+impl Delivery {
+    /// Keeps what acknowledging needs, and lets the payload go.
+    pub(crate) fn unacked(self) -> Unacked {
+        Unacked(self.acker)
+    }
+}
+
 impl Link {
     /// Connects to `url` (retrying until `timeout`) and opens (or creates) run `run`'s
     /// key-value bucket and object store.
@@ -265,6 +275,13 @@ impl Link {
     pub(crate) fn ack(&self, delivery: &Delivery) -> Result<(), ClusterError> {
         self.block(|| "acknowledge a fragment".to_string(), async {
             delivery.acker.ack().await
+        })
+    }
+
+    /// Acknowledges a message kept for later.
+    pub(crate) fn ack_later(&self, unacked: &Unacked) -> Result<(), ClusterError> {
+        self.block(|| "acknowledge a fragment".to_string(), async {
+            unacked.0.ack().await
         })
     }
 

@@ -60,6 +60,12 @@ impl Names {
         format!("strata.{}.versions", self.run)
     }
 
+    /// A nudge that a logical worker was assigned (core NATS): idle worker processes wake
+    /// on it instead of waiting out their next look at the assignments.
+    pub(crate) fn assigned(&self) -> String {
+        format!("strata.{}.assigned", self.run)
+    }
+
     /// The run's key-value bucket: config, newest version, assignments, claims, the
     /// serving pointer.
     pub(crate) fn bucket(&self) -> String {

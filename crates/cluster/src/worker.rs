@@ -159,6 +159,8 @@ fn lane(
     report: &parking_lot::Mutex<WorkerReport>,
 ) {
     let mut next_report = Instant::now();
+    // Woken when the learner assigns a worker, so an idle lane claims it at once.
+    let mut assigned = link.subscribe(link.names.assigned()).ok();
     while !stop.load(Ordering::Relaxed) {
         let outcome = claim(link, options, process, lane).and_then(|claimed| match claimed {
             Some(claimed) => {
@@ -169,7 +171,12 @@ fn lane(
                 ran
             }
             None => {
-                std::thread::sleep(LOOK_EVERY);
+                match assigned.as_mut() {
+                    Some(nudges) => {
+                        let _ = link.next(nudges, LOOK_EVERY);
+                    }
+                    None => std::thread::sleep(LOOK_EVERY),
+                }
                 Ok(())
             }
         });
@@ -245,8 +252,7 @@ fn run_assignment(
     let w = *w;
     let spec = strata_runtime::env_spec(config)?;
     let (od, ad) = (spec.obs_dim(), spec.action_dim());
-    let lag = config.effective_lag();
-    let exact = config.train.deterministic || lag == 0;
+    let exact = config.exact_versions();
     let start: Option<WorkerState> = match &assignment.start_state {
         Some(name) => Some(protocol::from_bytes(
             "start state",

@@ -602,6 +602,12 @@ impl RunConfig {
         }
     }
 
+    /// Whether workers adopt exactly version `u - lag` for fragment `u` (deterministic
+    /// mode, and sync mode always) rather than the newest published.
+    pub fn exact_versions(&self) -> bool {
+        self.train.deterministic || self.effective_lag() == 0
+    }
+
     /// SHA-256 (hex, first 16 chars) of the canonical JSON of what defines the policy:
     /// env, PPO, network, seed, budget, how samples are scheduled (workers, mode, lag) and
     /// admitted (rules). Run-control switches (checkpointing, stopping, the ledger) do not

@@ -123,11 +123,11 @@ impl HostedWorker {
         let config = spec.config;
         let env = crate::factory::env_spec(config)?;
         let lag = config.effective_lag();
-        let slots = lag as usize + 1;
+        let slots = crate::wiring::slots_per_worker(config);
         let store = Arc::new(MemoryPolicyStore::new(
             spec.initial,
             config.runtime.workers,
-            lag as usize + 2,
+            crate::wiring::versions_kept(config),
         )?);
         let buffer = Arc::new(ExperienceBuffer::for_worker(
             spec.id,
@@ -156,7 +156,7 @@ impl HostedWorker {
             commands,
             start: spec.start,
             max_lag: lag,
-            exact: config.train.deterministic || lag == 0,
+            exact: config.exact_versions(),
             wait_timeout,
             incarnation: spec.incarnation,
             with_fault: spec.with_fault,

@@ -19,6 +19,18 @@ use crate::transport::WorkerLauncher;
 use crate::worker::{Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
 
+/// Versions a policy store keeps: enough history for a worker `lag` versions behind to
+/// find its exact version. The one rule for a learner's store and a hosted worker's.
+pub(crate) fn versions_kept(config: &RunConfig) -> usize {
+    config.effective_lag() as usize + 2
+}
+
+/// Buffer slots per worker: one per fragment it may have in flight, the current one plus
+/// `lag`. The one rule for a learner's buffer and a hosted worker's.
+pub(crate) fn slots_per_worker(config: &RunConfig) -> usize {
+    config.effective_lag() as usize + 1
+}
+
 /// One running worker and its queues.
 pub(crate) struct WorkerHandle {
     /// Learner -> worker: slots handed back (capacity: the worker's slots).
@@ -150,10 +162,12 @@ impl Wiring {
         let workers = config.runtime.workers;
         let per_worker_envs = config.env.num_envs / workers;
         let lag = config.effective_lag();
-        // Enough history for a worker `lag` versions behind to find its exact version.
-        let store = Arc::new(MemoryPolicyStore::new(initial, workers, lag as usize + 2)?);
-        // One slot per fragment a worker may have in flight: the current one plus `lag`.
-        let slots_per_worker = lag as usize + 1;
+        let store = Arc::new(MemoryPolicyStore::new(
+            initial,
+            workers,
+            versions_kept(config),
+        )?);
+        let slots_per_worker = slots_per_worker(config);
         let buffer = Arc::new(ExperienceBuffer::new(
             workers,
             slots_per_worker,
@@ -194,7 +208,7 @@ impl Wiring {
                 replies: Arc::clone(&replies),
                 heartbeat,
                 wait_timeout,
-                versions_kept: lag as usize + 2,
+                versions_kept: versions_kept(config),
             })
             .map_err(|e| RuntimeError::thread("the inference thread", e))?;
             Some(Central {
@@ -241,7 +255,7 @@ impl Wiring {
         first_fragment: u64,
         slots: &[SlotId],
     ) -> Result<WorkerHandle, RuntimeError> {
-        let per_worker = self.lag as usize + 1;
+        let per_worker = slots_per_worker(&self.config);
         let (slot_tx, slot_rx) = sync_channel(per_worker);
         for slot in slots {
             slot_tx
@@ -282,7 +296,7 @@ impl Wiring {
                 commands: cmd_rx,
                 start,
                 max_lag: self.lag,
-                exact: self.config.train.deterministic || self.lag == 0,
+                exact: self.config.exact_versions(),
                 wait_timeout: self.wait_timeout,
                 incarnation,
                 with_fault: incarnation == 0 && id == self.config.env.fault_worker,
