@@ -137,6 +137,65 @@ pub(crate) fn read(bucket: &Bucket, path: &Path) -> Result<Vec<SampleBatch>, Str
     Ok(out)
 }
 
+/// As [`stranded`], for a ledger too large to hold: the append log's rows are read first
+/// (what a crash left unflushed: a flush interval's worth), then the stored samples are
+/// scanned one file at a time for those rows' ids.
+///
+/// # Errors
+/// An unreadable append-log or sample file.
+pub(crate) fn stranded_scanning(
+    storage: &crate::Storage,
+) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
+    let Some(root) = storage.local_root() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let found =
+        files(root).map_err(|e| crate::LedgerError::storage("listing the append log", e))?;
+    let paths: Vec<PathBuf> = found.iter().map(|(_, p)| p.clone()).collect();
+    let mut logged = Vec::new();
+    for (bucket, path) in &found {
+        logged.extend(
+            read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
+                path: path.display().to_string(),
+                reason,
+            })?,
+        );
+    }
+    if logged.is_empty() {
+        return Ok((Vec::new(), paths));
+    }
+    let wanted: std::collections::HashSet<u64> = logged
+        .iter()
+        .flat_map(|b| b.sample_id.iter().copied())
+        .collect();
+    let mut in_log = std::collections::HashSet::new();
+    crate::LedgerData::scan_stored_samples(storage, |b| {
+        in_log.extend(b.sample_id.iter().filter(|id| wanted.contains(id)));
+    })?;
+    Ok((keep_missing(logged, &in_log), paths))
+}
+
+/// The rows of `batches` whose ids are not in `stored`.
+fn keep_missing(
+    batches: Vec<SampleBatch>,
+    stored: &std::collections::HashSet<u64>,
+) -> Vec<SampleBatch> {
+    let mut out = Vec::new();
+    for b in batches {
+        let keep: Vec<usize> = (0..b.len())
+            .filter(|&i| !stored.contains(&b.sample_id[i]))
+            .collect();
+        let mut kept = SampleBatch::new(&b.bucket, &b.config_hash, b.obs_dim);
+        for i in keep {
+            kept.extend_from(&b, i..i + 1);
+        }
+        if !kept.is_empty() {
+            out.push(kept);
+        }
+    }
+    out
+}
+
 /// Rows in the append log that are not among `stored`'s samples (read without the append
 /// log: a writer died before flushing them), and the append-log files to remove once
 /// they are in the sample log.
@@ -163,21 +222,11 @@ pub(crate) fn stranded(
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
     for (bucket, path) in &found {
-        for b in read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
+        let logged = read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
             path: path.display().to_string(),
             reason,
-        })? {
-            let keep: Vec<usize> = (0..b.len())
-                .filter(|&i| !in_log.contains(&b.sample_id[i]))
-                .collect();
-            let mut out = SampleBatch::new(&b.bucket, &b.config_hash, b.obs_dim);
-            for i in keep {
-                out.extend_from(&b, i..i + 1);
-            }
-            if !out.is_empty() {
-                batches.push(out);
-            }
-        }
+        })?;
+        batches.extend(keep_missing(logged, &in_log));
     }
     Ok((batches, paths))
 }

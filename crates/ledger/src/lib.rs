@@ -264,12 +264,23 @@ impl Ledger {
                 );
             }
         }
-        let data = LedgerData::read_stored(&storage)?;
+        // What the ledger holds is scanned a file at a time, never held whole: reopening
+        // a long run's ledger costs its size in reading, not in memory.
+        let mut keys = HashMap::new();
+        let mut max_id = None;
+        LedgerData::scan_stored_samples(&storage, |b| {
+            for (i, id) in b.sample_id.iter().enumerate() {
+                max_id = max_id.max(Some(*id));
+                if let Some(k) = &b.idempotency_key[i] {
+                    keys.entry(k.clone()).or_insert(*id);
+                }
+            }
+        })?;
         // Rows acknowledged into the append log by a process that died before flushing
-        // them: moved into the sample log below (without `compact_on_open` the append log
-        // may be a running writer's, and is left alone).
+        // them: moved into the sample log below (without `compact_on_open` they are left
+        // where they are, for a later owner's open).
         let stranded = if config.compact_on_open {
-            append_log::stranded(&storage, &data)?
+            append_log::stranded_scanning(&storage)?
         } else {
             (Vec::new(), Vec::new())
         };
@@ -278,21 +289,11 @@ impl Ledger {
             .iter()
             .flat_map(|b| b.sample_id.iter().copied())
             .max();
-        let mut keys = HashMap::new();
-        let mut max_id = None;
-        for b in &data.samples {
-            for (i, id) in b.sample_id.iter().enumerate() {
-                max_id = max_id.max(Some(*id));
-                if let Some(k) = &b.idempotency_key[i] {
-                    keys.entry(k.clone()).or_insert(*id);
-                }
-            }
-        }
         let mut registry = Registry {
             rules: stored_rules(&storage)?,
             ..Registry::default()
         };
-        for g in &data.generations {
+        for g in &LedgerData::read_generations(&storage)? {
             registry.bindings.insert(g.policy_version, g.rules_version);
             registry.current = Some((g.policy_version, g.rules_version));
         }

@@ -24,6 +24,21 @@ pub struct LedgerData {
     pub files: usize,
 }
 
+/// The sample table's files: partition files, then log files (`true`). A partition file
+/// named like a log file still present is a leftover of an interrupted compaction: the
+/// log file is the authority, and the stray is left out.
+fn sample_files(storage: &Storage) -> Result<Vec<(String, bool)>, LedgerError> {
+    let logs = log_files(storage)?;
+    let log_names: std::collections::HashSet<&str> = logs.iter().map(|p| file_name(p)).collect();
+    let mut paths: Vec<(String, bool)> = table_files(storage, Table::Samples)?
+        .into_iter()
+        .filter(|p| !log_names.contains(file_name(p)))
+        .map(|p| (p, false))
+        .collect();
+    paths.extend(logs.iter().map(|p| (p.clone(), true)));
+    Ok(paths)
+}
+
 impl LedgerData {
     /// Reads every table under `storage`, and the rows of a local ledger that are durable
     /// only in its append log (a writer died before flushing them).
@@ -79,6 +94,24 @@ impl LedgerData {
         Ok(data.generations)
     }
 
+    /// Calls `visit` with the stored sample rows one file at a time (log files and
+    /// partition files, an interrupted compaction's strays skipped), holding no more than
+    /// one file's rows: for what must look at every sample of a ledger of any size.
+    ///
+    /// # Errors
+    /// [`LedgerError::BadFile`] naming the first unreadable file.
+    pub(crate) fn scan_stored_samples(
+        storage: &Storage,
+        mut visit: impl FnMut(&SampleBatch),
+    ) -> Result<(), LedgerError> {
+        for (path, is_log) in sample_files(storage)? {
+            let mut one = LedgerData::default();
+            one.read_file(storage, Table::Samples, &path, is_log)?;
+            one.samples.iter().for_each(&mut visit);
+        }
+        Ok(())
+    }
+
     /// Reads every table's files; with `skipped`, a bad file is recorded there and the
     /// read goes on.
     fn read_tables(
@@ -86,20 +119,15 @@ impl LedgerData {
         mut skipped: Option<&mut Vec<LedgerError>>,
     ) -> Result<LedgerData, LedgerError> {
         let mut data = LedgerData::default();
-        let logs = log_files(storage)?;
-        let log_names: std::collections::HashSet<&str> =
-            logs.iter().map(|p| file_name(p)).collect();
         for table in Table::ALL {
-            let mut paths: Vec<(String, bool)> = table_files(storage, table)?
-                .into_iter()
-                // A partition file named like a log file still present is a leftover of
-                // an interrupted compaction: the log file is the authority.
-                .filter(|p| table != Table::Samples || !log_names.contains(file_name(p)))
-                .map(|p| (p, false))
-                .collect();
-            if table == Table::Samples {
-                paths.extend(logs.iter().map(|p| (p.clone(), true)));
-            }
+            let paths: Vec<(String, bool)> = if table == Table::Samples {
+                sample_files(storage)?
+            } else {
+                table_files(storage, table)?
+                    .into_iter()
+                    .map(|p| (p, false))
+                    .collect()
+            };
             for (path, is_log) in paths {
                 match data.read_file(storage, table, &path, is_log) {
                     Ok(()) => {}

@@ -355,14 +355,35 @@ pub fn continue_run(
     if train.total_steps != before {
         let fraction = p.schedule_remaining(step, before).clamp(0.0, 1.0);
         p.schedule_anchor = Some((step, fraction));
-        notes.push(format!(
-            "the budget moves from {} to {} steps: the learning-rate and clip schedules go on \
-             from {:.1}% of their start value to zero at step {}",
-            group_digits(before),
-            group_digits(train.total_steps),
-            fraction * 100.0,
-            group_digits(train.total_steps)
-        ));
+        let ppo = &state.config.ppo;
+        let annealed = [
+            ("learning rate", ppo.anneal_lr),
+            ("clip range", ppo.anneal_clip_range),
+        ]
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(" and ");
+        if annealed.is_empty() {
+            // Constant schedules: nothing to re-anchor that a user would notice.
+        } else if fraction <= 0.0 {
+            notes.push(format!(
+                "the {annealed} had annealed to zero at the old budget of {} steps: the \
+                 {} steps added are collected and recorded, but the weights no longer change",
+                group_digits(before),
+                group_digits(train.total_steps.saturating_sub(step))
+            ));
+        } else {
+            notes.push(format!(
+                "the budget moves from {} to {} steps: the {annealed} go on from {:.1}% of \
+                 their start value to zero at step {}",
+                group_digits(before),
+                group_digits(train.total_steps),
+                fraction * 100.0,
+                group_digits(train.total_steps)
+            ));
+        }
     }
     Ok((state, notes))
 }
