@@ -148,15 +148,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     })
     .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let server = Server::start(settings).context("starting the gateway")?;
-    let follow_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The follower stops when this sender is dropped (its channel closes).
+    let (follow_stop, follow_stopped) = std::sync::mpsc::sync_channel::<()>(0);
     let follower = match &meeting {
         Some(m) => Some(
-            strata_cluster::serve_run(
-                m,
-                std::sync::Arc::clone(server.gateway()),
-                std::sync::Arc::clone(&follow_stop),
-            )
-            .context("joining the run")?,
+            strata_cluster::serve_run(m, std::sync::Arc::clone(server.gateway()), follow_stopped)
+                .context("joining the run")?,
         ),
         None => None,
     };
@@ -176,7 +173,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             Err(_) => break,
         }
     }
-    follow_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(follow_stop);
     if let Some(f) = follower {
         let _ = f.join();
     }

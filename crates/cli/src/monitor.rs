@@ -21,15 +21,7 @@ use strata_runtime::{ComponentView, LiveSnapshot};
 const REFRESH: Duration = Duration::from_millis(250);
 
 fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    strata_runtime::group_digits(n)
 }
 
 /// A framed bar filled to `ratio` (clamped to [0, 1]) with `label` on it.

@@ -2,7 +2,6 @@
 //! `current`, moved by compare-and-swap on its revision), and the thread that keeps a
 //! gateway's versions and stable version in step with the learner's and the pointer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -62,14 +61,14 @@ pub fn run_config(meeting: &Meeting) -> Result<RunConfig, ClusterError> {
 /// Joins `gateway` to run `meeting.run`: its stable version becomes the shared pointer's
 /// (moved by its promotes and rollbacks with compare-and-swap), and a thread imports the
 /// learner's versions as they are published and applies the pointer when another gateway
-/// moves it, until `stop`.
+/// moves it, until `stop` closes (its sender dropped) or carries a message.
 ///
 /// # Errors
 /// [`ClusterError`] when NATS cannot be reached or the run has no version yet.
 pub fn serve_run(
     meeting: &Meeting,
     gateway: Arc<Gateway>,
-    stop: Arc<AtomicBool>,
+    stop: std::sync::mpsc::Receiver<()>,
 ) -> Result<JoinHandle<()>, ClusterError> {
     let link = Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
     // Every version published so far (an operator may promote or roll back to any), so
@@ -93,11 +92,15 @@ pub fn serve_run(
         .spawn(move || {
             let mut imported = newest;
             let release = NatsRelease { link: Arc::clone(&link) };
-            while !stop.load(Ordering::Relaxed) {
+            loop {
                 if let Err(e) = follow_once(&link, &gateway, &release, &mut imported) {
                     tracing::debug!(component = "gateway", error = %e, "following the run: retrying");
                 }
-                std::thread::sleep(LOOK_EVERY);
+                // The wait between looks is the stop channel itself.
+                match stop.recv_timeout(LOOK_EVERY) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
             }
         })
         .map_err(|e| ClusterError::Config(format!("cannot start a thread: {e}")))?;
