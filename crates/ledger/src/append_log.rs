@@ -169,8 +169,8 @@ pub(crate) fn stranded_scanning(
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
     let mut in_log = std::collections::HashSet::new();
-    crate::LedgerData::scan_stored_samples(storage, |b| {
-        in_log.extend(b.sample_id.iter().filter(|id| wanted.contains(id)));
+    crate::LedgerData::scan_sample_ids(storage, |ids, _| {
+        in_log.extend(ids.iter().filter(|id| wanted.contains(id)));
     })?;
     Ok((keep_missing(logged, &in_log), paths))
 }

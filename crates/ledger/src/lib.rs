@@ -268,11 +268,11 @@ impl Ledger {
         // a long run's ledger costs its size in reading, not in memory.
         let mut keys = HashMap::new();
         let mut max_id = None;
-        LedgerData::scan_stored_samples(&storage, |b| {
-            for (i, id) in b.sample_id.iter().enumerate() {
+        LedgerData::scan_sample_ids(&storage, |ids, key| {
+            for (i, id) in ids.iter().enumerate() {
                 max_id = max_id.max(Some(*id));
-                if let Some(k) = &b.idempotency_key[i] {
-                    keys.entry(k.clone()).or_insert(*id);
+                if let Some(k) = key(i) {
+                    keys.entry(k).or_insert(*id);
                 }
             }
         })?;

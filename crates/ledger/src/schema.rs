@@ -319,8 +319,35 @@ pub fn encode(batch: &RecordBatch) -> Result<Bytes, parquet::errors::ParquetErro
 /// # Errors
 /// A message saying what is wrong: not Parquet, another table, a missing column.
 pub fn decode(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, String> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+    decode_columns(bytes, table, None)
+}
+
+/// As [`decode`], reading only the named top-level `columns` (all with `None`): what a
+/// scan of a large ledger for a few columns decodes.
+///
+/// # Errors
+/// As [`decode`], or a column the file lacks.
+pub fn decode_columns(
+    bytes: Bytes,
+    table: Table,
+    columns: Option<&[&str]>,
+) -> Result<Vec<RecordBatch>, String> {
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .map_err(|e| format!("not a readable Parquet file: {e}"))?;
+    if let Some(columns) = columns {
+        let schema = builder.schema();
+        let roots = columns
+            .iter()
+            .map(|c| {
+                schema
+                    .index_of(c)
+                    .map_err(|_| format!("no column {c} in a {} file", table.name()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mask =
+            parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots.iter().copied());
+        builder = builder.with_projection(mask);
+    }
     let metadata = builder.schema().metadata();
     match metadata.get("strata.table") {
         Some(name) if name == table.name() => {}
