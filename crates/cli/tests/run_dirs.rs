@@ -185,4 +185,24 @@ fn a_command_that_fails_after_claiming_its_directory_leaves_it_as_it_was() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("a crash loop"), "{}", stderr(&o));
     assert!(!fresh.exists(), "the failed run left {}", fresh.display());
+
+    // The same failure with --overwrite: the run it moved aside is moved back.
+    let o = strata(&[
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--quiet",
+        "--overwrite",
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert_unchanged(&run, &before, "a failed --overwrite");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".replaced-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

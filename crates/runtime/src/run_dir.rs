@@ -74,6 +74,8 @@ struct Pristine {
     dirs: BTreeSet<PathBuf>,
     /// `config.toml`'s bytes (the one file a command rewrites rather than appends to).
     config: Option<Vec<u8>>,
+    /// Where `--overwrite` moved the run that was there: a rollback moves it back.
+    moved_aside: Option<PathBuf>,
 }
 
 /// Files of a run directory, open for writing.
@@ -221,14 +223,20 @@ impl Pristine {
             files,
             dirs,
             config: fs::read(root.join("config.toml")).ok(),
+            moved_aside: None,
         })
     }
 
     /// Puts `root` back as noted: removes what was added, truncates what was appended to,
-    /// restores `config.toml`.
+    /// restores `config.toml`; a directory the command made is removed, and a run it moved
+    /// aside moved back.
     fn restore(&self, root: &Path) -> Result<(), RuntimeError> {
         if self.created {
-            return fs::remove_dir_all(root).map_err(|e| RuntimeError::io(root, e));
+            fs::remove_dir_all(root).map_err(|e| RuntimeError::io(root, e))?;
+            if let Some(aside) = &self.moved_aside {
+                fs::rename(aside, root).map_err(|e| RuntimeError::io(aside, e))?;
+            }
+            return Ok(());
         }
         let now = Pristine::note(root, false)?;
         for (file, len) in &now.files {
@@ -361,7 +369,10 @@ impl RunDir {
             }
             _ => held,
         };
-        let pristine = Pristine::note(root, created || moved_aside.is_some())?;
+        let pristine = Pristine {
+            moved_aside: moved_aside.clone(),
+            ..Pristine::note(root, created || moved_aside.is_some())?
+        };
         Ok(ClaimedDir {
             root: root.to_path_buf(),
             held: Some((lock, pristine)),
