@@ -239,9 +239,28 @@ impl Pristine {
             return Ok(());
         }
         let now = Pristine::note(root, false)?;
+        // A file the command removed was moved, not lost: a ledger opened after a crash
+        // sorts its log files into partitions (and stranded rows into the log). Rolling
+        // that back would delete the only copy of those rows, so whatever the command added
+        // in such a part of the directory stays (as recovered), and is said.
+        let moved: BTreeSet<&std::ffi::OsStr> = self
+            .files
+            .keys()
+            .filter(|f| !now.files.contains_key(*f))
+            .filter_map(|f| f.components().next().map(|c| c.as_os_str()))
+            .collect();
+        for part in &moved {
+            tracing::warn!(component = "run", part = %part.to_string_lossy(), "left as the failed command recovered it (files were moved there, not only added)");
+        }
+        let kept = |p: &Path| {
+            p.components()
+                .next()
+                .is_some_and(|c| moved.contains(c.as_os_str()))
+        };
         for (file, len) in &now.files {
             let path = root.join(file);
             match self.files.get(file) {
+                None if kept(file) => {}
                 None => fs::remove_file(&path).map_err(|e| RuntimeError::io(&path, e))?,
                 Some(before) if before < len => {
                     let f = fs::OpenOptions::new()
@@ -254,7 +273,12 @@ impl Pristine {
             }
         }
         // Deepest first, so a new directory is empty when it is removed.
-        for dir in now.dirs.iter().rev().filter(|d| !self.dirs.contains(*d)) {
+        for dir in now
+            .dirs
+            .iter()
+            .rev()
+            .filter(|d| !self.dirs.contains(*d) && !kept(d))
+        {
             let path = root.join(dir);
             fs::remove_dir_all(&path).map_err(|e| RuntimeError::io(&path, e))?;
         }
@@ -598,6 +622,33 @@ fn aside_path(root: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollback_keeps_what_a_recovery_moved() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir_all(root.join("ledger/wal")).unwrap();
+        fs::write(root.join("ledger/wal/part-1.parquet"), "rows").unwrap();
+        fs::write(root.join("metrics.jsonl"), "{}\n").unwrap();
+        let pristine = Pristine::note(root, false).unwrap();
+        // Compaction on open: the log file's rows now live in a partition file.
+        fs::create_dir_all(root.join("ledger/samples/generation=3")).unwrap();
+        fs::write(
+            root.join("ledger/samples/generation=3/part-1.parquet"),
+            "rows",
+        )
+        .unwrap();
+        fs::remove_file(root.join("ledger/wal/part-1.parquet")).unwrap();
+        fs::write(root.join("eval.jsonl"), "{}\n").unwrap();
+        pristine.restore(root).unwrap();
+        assert!(root
+            .join("ledger/samples/generation=3/part-1.parquet")
+            .exists());
+        assert!(
+            !root.join("eval.jsonl").exists(),
+            "elsewhere, what was added goes"
+        );
+    }
 
     #[test]
     fn utc_stamps_match_known_dates() {
