@@ -169,7 +169,7 @@ pub(crate) fn stranded_scanning(
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
     let mut in_log = std::collections::HashSet::new();
-    crate::LedgerData::scan_sample_ids(storage, |ids, _| {
+    crate::LedgerData::scan_sample_ids(storage, |ids, _, _| {
         in_log.extend(ids.iter().filter(|id| wanted.contains(id)));
     })?;
     Ok((keep_missing(logged, &in_log), paths))

@@ -268,7 +268,7 @@ impl Ledger {
         // a long run's ledger costs its size in reading, not in memory.
         let mut keys = HashMap::new();
         let mut max_id = None;
-        LedgerData::scan_sample_ids(&storage, |ids, key| {
+        LedgerData::scan_sample_ids(&storage, |ids, _, key| {
             for (i, id) in ids.iter().enumerate() {
                 max_id = max_id.max(Some(*id));
                 if let Some(k) = key(i) {
@@ -349,6 +349,30 @@ impl Ledger {
     /// The storage root.
     pub fn storage(&self) -> &Storage {
         &self.storage
+    }
+
+    /// The stored sample (id, policy version) of each of `keys` that has one: a scan of
+    /// the sample files' key columns, one file at a time, whose memory follows `keys`
+    /// rather than the ledger (a restarted gateway settling its reports in flight).
+    ///
+    /// # Errors
+    /// [`LedgerError::BadFile`] naming an unreadable sample file.
+    pub fn find_keyed_samples(
+        &self,
+        keys: &std::collections::HashSet<String>,
+    ) -> Result<HashMap<String, (u64, u64)>, LedgerError> {
+        let mut found = HashMap::new();
+        if keys.is_empty() {
+            return Ok(found);
+        }
+        LedgerData::scan_sample_ids(&self.storage, |ids, versions, key| {
+            for (i, id) in ids.iter().enumerate() {
+                if let Some(k) = key(i).filter(|k| keys.contains(k)) {
+                    found.entry(k).or_insert((*id, versions[i]));
+                }
+            }
+        })?;
+        Ok(found)
     }
 
     /// Reserves `n` consecutive sample ids; returns the first.

@@ -94,15 +94,16 @@ impl LedgerData {
         Ok(data.generations)
     }
 
-    /// Calls `visit` with each stored sample file's sample ids and idempotency keys (a
-    /// key per id, `None` for a trainer's samples), decoding those two columns alone: what
-    /// reopening a ledger needs of every sample, at a fraction of a full read.
+    /// Calls `visit` with each stored sample file's sample ids, policy versions and
+    /// idempotency keys (a key per id, `None` for a trainer's samples), decoding those
+    /// three columns alone: what reopening a ledger or settling a restarted gateway needs
+    /// of every sample, at a fraction of a full read and one file's memory.
     ///
     /// # Errors
     /// [`LedgerError::BadFile`] naming the first unreadable file.
     pub(crate) fn scan_sample_ids(
         storage: &Storage,
-        mut visit: impl FnMut(&[u64], &dyn Fn(usize) -> Option<String>),
+        mut visit: impl FnMut(&[u64], &[u64], &dyn Fn(usize) -> Option<String>),
     ) -> Result<(), LedgerError> {
         use arrow_array::Array;
         for (path, _) in sample_files(storage)? {
@@ -110,23 +111,31 @@ impl LedgerData {
                 path: format!("{}/{path}", storage.location()),
                 reason,
             };
-            let columns = ["sample_id", "idempotency_key"];
+            let columns = ["sample_id", "idempotency_key", "policy_version"];
             let batches =
                 schema::decode_columns(storage.get(&path)?, Table::Samples, Some(&columns))
                     .map_err(bad)?;
             for batch in &batches {
-                let ids = batch
-                    .column(0)
+                // A projection keeps the file's column order: look them up by name.
+                let column = |name: &str| {
+                    batch
+                        .column_by_name(name)
+                        .ok_or_else(|| bad(format!("no {name} column")))
+                };
+                let ids = column("sample_id")?
                     .as_any()
                     .downcast_ref::<arrow_array::UInt64Array>()
                     .ok_or_else(|| bad("sample_id is not a u64 column".into()))?;
-                let keys = batch
-                    .column(1)
+                let keys = column("idempotency_key")?
                     .as_any()
                     .downcast_ref::<arrow_array::StringArray>()
                     .ok_or_else(|| bad("idempotency_key is not a text column".into()))?;
+                let versions = column("policy_version")?
+                    .as_any()
+                    .downcast_ref::<arrow_array::UInt64Array>()
+                    .ok_or_else(|| bad("policy_version is not a u64 column".into()))?;
                 let key = |i: usize| (!keys.is_null(i)).then(|| keys.value(i).to_string());
-                visit(ids.values(), &key);
+                visit(ids.values(), versions.values(), &key);
             }
         }
         Ok(())

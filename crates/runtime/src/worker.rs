@@ -427,6 +427,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                     config.train.seed,
                     3000 + id as u64 + (incarnation << 20) + (recoveries << 40),
                 );
+                heartbeat.beat(Activity::Starting);
                 if !revive_envs(&mut envs, &mut obs, seed, od)? {
                     holding.set(None);
                     return Err(WorkerError::Env(error));

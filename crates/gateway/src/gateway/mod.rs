@@ -9,8 +9,8 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use rand::SeedableRng;
 use strata_ledger::{
-    now_ns, Bucket, Invalidation, Ledger, LedgerConfig, LedgerData, ReasonCode, SampleBatch,
-    SampleRecord, Target,
+    now_ns, Bucket, Invalidation, Ledger, LedgerConfig, ReasonCode, SampleBatch, SampleRecord,
+    Target,
 };
 use strata_nn::{Head, SampleRng};
 

@@ -117,26 +117,19 @@ impl Gateway {
         if pending.is_empty() {
             return Ok(());
         }
-        let data = LedgerData::read(self.ledger.storage())?;
-        for b in &data.samples {
-            for i in 0..b.len() {
-                let Some(key) = &b.idempotency_key[i] else {
-                    continue;
-                };
-                let Some(&action) = pending.get(key) else {
-                    continue;
-                };
-                let a = state.actions.get_mut(&action).expect("pending action");
-                if a.answer.policy_version == b.policy_version[i] {
-                    a.status = ActionStatus::Reported {
-                        sample: b.sample_id[i],
-                    };
-                    let episode = a.episode;
-                    if let Some(e) = state.episodes.get_mut(&episode) {
-                        if e.pending == Some(action) {
-                            e.pending = None;
-                            e.steps += 1;
-                        }
+        // Only the keys in flight are looked for: the scan reads the key columns a file at
+        // a time, so a restart's memory follows the reports in flight, not the history.
+        let wanted = pending.keys().cloned().collect();
+        for (key, (sample, version)) in self.ledger.find_keyed_samples(&wanted)? {
+            let action = pending[&key];
+            let a = state.actions.get_mut(&action).expect("pending action");
+            if a.answer.policy_version == version {
+                a.status = ActionStatus::Reported { sample };
+                let episode = a.episode;
+                if let Some(e) = state.episodes.get_mut(&episode) {
+                    if e.pending == Some(action) {
+                        e.pending = None;
+                        e.steps += 1;
                     }
                 }
             }
