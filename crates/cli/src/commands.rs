@@ -300,6 +300,18 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
         None => None,
     };
     let c = trainer.config().clone();
+    // Training runs whole updates: a budget between two is rounded up, and said so.
+    let (start, per_update) = (trainer.progress().global_step, c.steps_per_update());
+    let last =
+        start + (c.train.total_steps.saturating_sub(start)).div_ceil(per_update) * per_update;
+    if last != c.train.total_steps {
+        eprintln!(
+            "budget: {} steps, rounded up to {} (whole updates of {} steps)",
+            strata_runtime::group_digits(c.train.total_steps),
+            strata_runtime::group_digits(last),
+            per_update
+        );
+    }
     // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.
     let stop = trainer.stop_flag();
     let on_signal = Arc::clone(&stop);

@@ -110,6 +110,10 @@ fn the_readme_resume_of_a_solved_run_trains_on_and_a_finished_one_is_refused() {
     assert!(err.contains("solve stop is lifted"), "{err}");
     assert!(err.contains("from 100,000 to 80,000 steps"), "{err}");
     assert!(
+        err.contains("budget: 80,000 steps, rounded up to 80,128 (whole updates of 256 steps)"),
+        "{err}"
+    );
+    assert!(
         stdout(&o).contains("finished: trained its budget of 80,000 steps"),
         "{}",
         stdout(&o)
