@@ -279,7 +279,6 @@ fn run_assignment(
         id: w,
         config,
         initial,
-        with_fault: assignment.incarnation == 0 && start.is_none() && w == config.env.fault_worker,
         start,
         incarnation: assignment.incarnation,
         first_fragment: assignment.first_fragment,

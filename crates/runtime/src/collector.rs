@@ -18,7 +18,7 @@ use crate::ledger_link::LedgerLink;
 use crate::records::{InvalidFragment, Progress};
 use crate::telemetry::Activity;
 use crate::wiring::Wiring;
-use crate::worker::{WorkerCommand, WorkerEvent};
+use crate::worker::WorkerEvent;
 use crate::RuntimeError;
 
 /// What collecting updates besides the rollout: the run's counters and the ledger.
@@ -215,7 +215,8 @@ impl Collector {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    let (silence, activity) = self.wiring.workers[worker].heartbeat.silence();
+                    let (silence, activity) =
+                        self.wiring.workers[worker].host.heartbeat().silence();
                     // Only a worker stuck in its own work is restarted; one waiting for a
                     // policy or a slot waits on the learner.
                     let working = matches!(activity, Activity::Collecting | Activity::Starting);
@@ -322,13 +323,13 @@ impl Collector {
             reason,
             "restarting worker; its fragment in progress is recorded invalid"
         );
-        let _ = old.commands.try_send(WorkerCommand::Exit);
+        old.host.request_exit();
         // Slots the old incarnation cannot give back now: one it still writes (if alive),
         // those holding finished fragments awaiting their turn.
         if !failed {
             // A stuck worker still holds its slot; it comes back in an `Abandoned` (or
             // stale) event when the thread wakes. A failed one has released it already.
-            self.wiring.quarantined.extend(old.holding.get(w));
+            self.wiring.quarantined.extend(old.host.holding());
         }
         let pending: Vec<SlotId> = self
             .early
@@ -351,7 +352,7 @@ impl Collector {
         replacement.restarts = restarts;
         replacement.faults = faults;
         let old = std::mem::replace(&mut self.wiring.workers[w], replacement);
-        self.wiring.retired.push(old.handle);
+        self.wiring.retired.push(old.host);
         Ok(())
     }
 }

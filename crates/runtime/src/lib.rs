@@ -51,6 +51,7 @@ mod error;
 mod eval;
 mod factory;
 mod gym_presets;
+mod host;
 mod inference;
 mod layers;
 pub mod learner_core;

@@ -10,37 +10,20 @@ use parking_lot::Mutex;
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::config::Inference;
+use crate::host::{slots_per_worker, versions_kept, HostedOn, Incarnation, WorkerHost};
 use crate::inference::{
     spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
 };
 use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::transport::WorkerLauncher;
-use crate::worker::{Holding, WorkerCommand, WorkerEvent, WorkerSetup};
+use crate::worker::WorkerEvent;
 use crate::{RunConfig, RuntimeError};
 
-/// Versions a policy store keeps: enough history for a worker `lag` versions behind to
-/// find its exact version. The one rule for a learner's store and a hosted worker's.
-pub(crate) fn versions_kept(config: &RunConfig) -> usize {
-    config.effective_lag() as usize + 2
-}
-
-/// Buffer slots per worker: one per fragment it may have in flight, the current one plus
-/// `lag`. The one rule for a learner's buffer and a hosted worker's.
-pub(crate) fn slots_per_worker(config: &RunConfig) -> usize {
-    config.effective_lag() as usize + 1
-}
-
-/// One running worker and its queues.
+/// One running worker: its host (queues, pulse, thread) and the learner's books on it.
 pub(crate) struct WorkerHandle {
-    /// Learner -> worker: slots handed back (capacity: the worker's slots).
-    pub(crate) free_slots: SyncSender<SlotId>,
-    /// Learner -> worker: commands (capacity 1: only `Exit`).
-    pub(crate) commands: SyncSender<WorkerCommand>,
-    pub(crate) handle: JoinHandle<()>,
+    pub(crate) host: WorkerHost,
     pub(crate) incarnation: u64,
-    pub(crate) holding: Arc<Holding>,
-    pub(crate) heartbeat: Arc<Heartbeat>,
     pub(crate) restarts: u32,
     /// Its faults, against the run's budget (carried over to a replacement).
     pub(crate) faults: FaultBudget,
@@ -119,7 +102,7 @@ pub(crate) struct Wiring {
     pub(crate) event_tx: SyncSender<WorkerEvent>,
     pub(crate) workers: Vec<WorkerHandle>,
     /// Replaced workers that may still be finishing (a hung env wakes up later).
-    pub(crate) retired: Vec<JoinHandle<()>>,
+    pub(crate) retired: Vec<WorkerHost>,
     /// Slots still held by replaced workers; they return through events.
     pub(crate) quarantined: Vec<SlotId>,
     /// Heartbeats the watchdog reads: one per worker, then the learner's.
@@ -246,7 +229,8 @@ impl Wiring {
         Ok(wiring)
     }
 
-    /// Starts incarnation `incarnation` of worker `id` (0 first, +1 per restart) owning `slots`.
+    /// Starts incarnation `incarnation` of worker `id` (0 first, +1 per restart) owning `slots`,
+    /// hosted on the learner's store, buffer and event queue.
     pub(crate) fn spawn_worker(
         &self,
         id: usize,
@@ -255,16 +239,6 @@ impl Wiring {
         first_fragment: u64,
         slots: &[SlotId],
     ) -> Result<WorkerHandle, RuntimeError> {
-        let per_worker = slots_per_worker(&self.config);
-        let (slot_tx, slot_rx) = sync_channel(per_worker);
-        for slot in slots {
-            slot_tx
-                .try_send(*slot)
-                .expect("a worker never owns more slots than its queue holds");
-        }
-        let (cmd_tx, cmd_rx) = sync_channel(1);
-        let heartbeat = Heartbeat::new(format!("worker-{id}"), self.epoch);
-        let holding = Arc::new(Holding::default());
         let next_fragment = start.as_ref().map_or(first_fragment, |s| s.fragments);
         let inference = self.central.as_ref().map(|c| {
             let (reply_tx, reply_rx) = sync_channel(self.config.groups_per_worker());
@@ -284,44 +258,39 @@ impl Wiring {
                 outstanding: std::cell::Cell::new(0),
             }
         });
-        let handle = self
-            .launcher
-            .launch(WorkerSetup {
+        let on = HostedOn {
+            config: Arc::clone(&self.config),
+            store: Arc::clone(&self.store),
+            buffer: Arc::clone(&self.buffer),
+            events: self.event_tx.clone(),
+            epoch: self.epoch,
+        };
+        let host = WorkerHost::start(
+            &on,
+            self.launcher.as_ref(),
+            Incarnation {
                 id,
-                config: Arc::clone(&self.config),
-                buffer: Arc::clone(&self.buffer),
-                store: Arc::clone(&self.store),
-                free_slots: slot_rx,
-                events: self.event_tx.clone(),
-                commands: cmd_rx,
-                start,
-                max_lag: self.lag,
-                exact: self.config.exact_versions(),
-                wait_timeout: self.wait_timeout,
                 incarnation,
-                with_fault: incarnation == 0 && id == self.config.env.fault_worker,
-                heartbeat: Arc::clone(&heartbeat),
-                holding: Arc::clone(&holding),
+                start,
                 first_fragment,
+                slots: slots.to_vec(),
                 inference,
-            })
-            .map_err(|e| RuntimeError::thread(format!("worker {id}"), e))?;
+                with_fault: incarnation == 0 && id == self.config.env.fault_worker,
+            },
+        )?;
         {
             // Workers' heartbeats come first, in worker order.
             let mut beats = self.beats.lock();
+            let heartbeat = Arc::clone(host.heartbeat());
             if incarnation == 0 {
-                beats.insert(id, Arc::clone(&heartbeat));
+                beats.insert(id, heartbeat);
             } else {
-                beats[id] = Arc::clone(&heartbeat);
+                beats[id] = heartbeat;
             }
         }
         Ok(WorkerHandle {
-            free_slots: slot_tx,
-            commands: cmd_tx,
-            handle,
+            host,
             incarnation,
-            holding,
-            heartbeat,
             restarts: 0,
             faults: FaultBudget::default(),
             next_fragment,
@@ -333,8 +302,8 @@ impl Wiring {
         self.quarantined.retain(|s| *s != slot);
         self.buffer.mark_free(slot);
         self.workers[slot.worker]
-            .free_slots
-            .try_send(slot)
+            .host
+            .hand_back(slot)
             .map_err(|_| RuntimeError::Worker {
                 worker: slot.worker,
                 error: "its slot queue is full or closed (slot accounting broke)".into(),
@@ -346,22 +315,18 @@ impl Wiring {
     /// and left to end with the process.
     pub(crate) fn shutdown(&mut self) {
         for w in &self.workers {
-            let _ = w.commands.try_send(WorkerCommand::Exit);
+            w.host.request_exit();
         }
-        // Closing the store and the slot queues wakes every waiting worker at once.
+        // Closing the store (and, as each is joined, the slot queues) wakes every waiting
+        // worker at once.
         self.store.close();
-        let handles: Vec<(String, JoinHandle<()>)> = self
+        let hosts = self
             .workers
             .drain(..)
-            .map(|w| (w.heartbeat.name.clone(), w.handle))
-            .chain(
-                self.retired
-                    .drain(..)
-                    .map(|h| ("retired worker".to_string(), h)),
-            )
-            .collect();
-        for (name, handle) in handles {
-            join_within(handle, &name, self.wait_timeout);
+            .map(|w| w.host)
+            .chain(self.retired.drain(..));
+        for host in hosts.collect::<Vec<_>>() {
+            host.join(self.wait_timeout);
         }
         if let Some(central) = self.central.take() {
             // The workers' copies are gone with them: dropping the last sender closes the
