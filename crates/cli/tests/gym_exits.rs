@@ -168,6 +168,11 @@ fn an_env_process_killed_from_outside_costs_a_restart_not_the_training() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let (child, envs) = start_training(&python, &run, &["--set", "train.checkpoint_every=256"]);
+    // Mid-training (a process that dies while its worker is still starting costs that
+    // worker's start instead): updates are being written.
+    wait_until("training to run", Duration::from_secs(60), || {
+        std::fs::metadata(run.join("metrics.jsonl")).is_ok_and(|m| m.len() > 0)
+    });
     // As the OOM killer would: the trainer's next message to it finds it gone (no SIGPIPE
     // may take the trainer down with it).
     signal(envs[0] as i32, libc::SIGKILL);
