@@ -226,9 +226,11 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
     if args.monitor && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         bail!("--monitor draws on a terminal and stdout is not one; drop --monitor, or serve --metrics-addr and watch with `strata top`");
     }
-    if args.overwrite && args.resume.is_some() && args.run_dir.is_none() {
-        bail!("--overwrite moves aside a run found in --run-dir; --resume continues its run in place: give --run-dir for the resumed run's new directory, or drop --overwrite");
-    }
+    let existing = Existing::for_command(
+        args.overwrite,
+        args.resume.is_some(),
+        args.run_dir.is_some(),
+    )?;
     // The run directory is claimed first: a directory another process holds, or one that
     // holds another run, is refused before anything is read, started or written.
     let fresh_config = match &args.resume {
@@ -256,13 +258,6 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
         },
         (None, None, Some(config)) => RunDir::default_path(config),
         (None, None, None) => unreachable!("a fresh run has its config"),
-    };
-    let existing = if args.overwrite {
-        Existing::MoveAside
-    } else if args.resume.is_some() {
-        Existing::Continue
-    } else {
-        Existing::Refuse
     };
     let claimed = RunDir::claim(&run_dir, existing)?;
     if let Some(aside) = claimed.moved_aside() {

@@ -12,12 +12,10 @@ use serde_json::json;
 use strata_gateway::{ActResponse, Client, EpisodeInfo, ReportResponse, ReportStatus, TokensFile};
 use strata_ledger::{LedgerData, Storage};
 
-/// Starts `strata serve` on a free port and waits for its address (the caller reaps it).
-#[allow(clippy::zombie_processes)] // returned to the caller, which waits on it
-fn serve(dir: &Path) -> (Child, String) {
-    let address = dir.join("address");
-    let _ = std::fs::remove_file(&address);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+/// `strata serve` of CartPole on a free loopback port, its state in `dir`.
+fn serve_command(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
+    command
         .args([
             "serve",
             "--env",
@@ -28,7 +26,16 @@ fn serve(dir: &Path) -> (Child, String) {
             "0",
             "--dir",
         ])
-        .arg(dir)
+        .arg(dir);
+    command
+}
+
+/// Starts `strata serve` on a free port and waits for its address (the caller reaps it).
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits on it
+fn serve(dir: &Path) -> (Child, String) {
+    let address = dir.join("address");
+    let _ = std::fs::remove_file(&address);
+    let mut child = serve_command(dir)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
         .spawn()
@@ -318,18 +325,7 @@ fn a_second_serve_on_a_held_directory_is_refused_naming_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let (mut first, _url) = serve(dir.path());
     let journal = std::fs::read(dir.path().join("journal.jsonl")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args([
-            "serve",
-            "--env",
-            "cartpole",
-            "--addr",
-            "127.0.0.1:0",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = serve_command(dir.path()).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),

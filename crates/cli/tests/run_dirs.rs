@@ -131,8 +131,14 @@ fn the_readme_resume_of_a_solved_run_trains_on_and_a_finished_one_is_refused() {
     );
     assert!(lines.windows(2).all(|w| w[1].1 <= w[0].1 + 1e-12));
 
-    // Its budget is spent: resuming it again is refused, and changes nothing.
+    // Its budget is spent: resuming it again is refused, and changes nothing; so is a
+    // resume that would move aside the very run it continues.
     let done = tree(&run);
+    fails_with(
+        &["train", "--resume", r, "--overwrite", "--quiet"],
+        "resume continues its run in place",
+    );
+    assert_unchanged(&run, &done, "--overwrite with --resume into the run itself");
     fails_with(
         &["train", "--resume", r, "--quiet"],
         "has trained its budget",

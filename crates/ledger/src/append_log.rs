@@ -137,6 +137,30 @@ pub(crate) fn read(bucket: &Bucket, path: &Path) -> Result<Vec<SampleBatch>, Str
     Ok(out)
 }
 
+/// Every row in a local ledger's append log, and its files (none for an object store).
+///
+/// # Errors
+/// An unreadable append-log file.
+fn logged(
+    storage: &crate::Storage,
+) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
+    let Some(root) = storage.local_root() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let found =
+        files(root).map_err(|e| crate::LedgerError::storage("listing the append log", e))?;
+    let mut rows = Vec::new();
+    for (bucket, path) in &found {
+        rows.extend(
+            read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
+                path: path.display().to_string(),
+                reason,
+            })?,
+        );
+    }
+    Ok((rows, found.into_iter().map(|(_, p)| p).collect()))
+}
+
 /// As [`stranded`], for a ledger too large to hold: the append log's rows are read first
 /// (what a crash left unflushed: a flush interval's worth), then the stored samples are
 /// scanned one file at a time for those rows' ids.
@@ -146,25 +170,11 @@ pub(crate) fn read(bucket: &Bucket, path: &Path) -> Result<Vec<SampleBatch>, Str
 pub(crate) fn stranded_scanning(
     storage: &crate::Storage,
 ) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
-    let Some(root) = storage.local_root() else {
-        return Ok((Vec::new(), Vec::new()));
-    };
-    let found =
-        files(root).map_err(|e| crate::LedgerError::storage("listing the append log", e))?;
-    let paths: Vec<PathBuf> = found.iter().map(|(_, p)| p.clone()).collect();
-    let mut logged = Vec::new();
-    for (bucket, path) in &found {
-        logged.extend(
-            read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
-                path: path.display().to_string(),
-                reason,
-            })?,
-        );
+    let (rows, paths) = logged(storage)?;
+    if rows.is_empty() {
+        return Ok((rows, paths));
     }
-    if logged.is_empty() {
-        return Ok((Vec::new(), paths));
-    }
-    let wanted: std::collections::HashSet<u64> = logged
+    let wanted: std::collections::HashSet<u64> = rows
         .iter()
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
@@ -172,7 +182,7 @@ pub(crate) fn stranded_scanning(
     crate::LedgerData::scan_sample_ids(storage, |ids, _, _| {
         in_log.extend(ids.iter().filter(|id| wanted.contains(id)));
     })?;
-    Ok((keep_missing(logged, &in_log), paths))
+    Ok((keep_missing(rows, &in_log), paths))
 }
 
 /// The rows of `batches` whose ids are not in `stored`.
@@ -206,29 +216,16 @@ pub(crate) fn stranded(
     storage: &crate::Storage,
     stored: &crate::LedgerData,
 ) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
-    let Some(root) = storage.local_root() else {
-        return Ok((Vec::new(), Vec::new()));
-    };
-    let found =
-        files(root).map_err(|e| crate::LedgerError::storage("listing the append log", e))?;
-    let mut batches = Vec::new();
-    let paths: Vec<PathBuf> = found.iter().map(|(_, p)| p.clone()).collect();
-    if found.is_empty() {
-        return Ok((batches, paths));
+    let (rows, paths) = logged(storage)?;
+    if rows.is_empty() {
+        return Ok((rows, paths));
     }
     let in_log: std::collections::HashSet<u64> = stored
         .samples
         .iter()
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
-    for (bucket, path) in &found {
-        let logged = read(bucket, path).map_err(|reason| crate::LedgerError::BadFile {
-            path: path.display().to_string(),
-            reason,
-        })?;
-        batches.extend(keep_missing(logged, &in_log));
-    }
-    Ok((batches, paths))
+    Ok((keep_missing(rows, &in_log), paths))
 }
 
 #[cfg(test)]

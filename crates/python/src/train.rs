@@ -98,18 +98,8 @@ pub(crate) fn train(
                 .map_err(runtime_error)?
         }
     };
-    if overwrite && resume.is_some() && run_dir.is_none() {
-        return Err(crate::ConfigError::new_err(
-            "overwrite moves aside a run found in run_dir; resume continues its run in place: give run_dir for the resumed run's new directory, or drop overwrite",
-        ));
-    }
-    let existing = if overwrite {
-        Existing::MoveAside
-    } else if resume.is_some() {
-        Existing::Continue
-    } else {
-        Existing::Refuse
-    };
+    let existing = Existing::for_command(overwrite, resume.is_some(), run_dir.is_some())
+        .map_err(runtime_error)?;
     let root = run_dir
         .or_else(|| resume.as_deref().and_then(RunDir::of_checkpoint))
         .unwrap_or_else(|| RunDir::default_path(trainer.config()));

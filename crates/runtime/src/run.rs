@@ -217,7 +217,7 @@ fn train_inner(
     }
     // The workers are not needed for what is left (their states were taken with their
     // last fragments): stopped now, they do not wait for a version that never comes.
-    trainer.stop_workers();
+    trainer.shutdown();
     if let Some(e) = evals.as_mut() {
         e.run(trainer, run_dir)?;
     }

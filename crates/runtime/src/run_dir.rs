@@ -45,6 +45,29 @@ pub enum Existing {
     Continue,
 }
 
+impl Existing {
+    /// What a training command means for the run its directory may hold: `--overwrite`
+    /// moves it aside, `--resume` continues it, a new run refuses it.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] for `--overwrite` with `--resume` into the resumed run's own
+    /// directory (`run_dir_named` false): that would move aside the run being continued.
+    pub fn for_command(
+        overwrite: bool,
+        resuming: bool,
+        run_dir_named: bool,
+    ) -> Result<Existing, RuntimeError> {
+        match (overwrite, resuming) {
+            (true, true) if !run_dir_named => Err(RuntimeError::Config(
+                "overwrite moves aside a run found in the run directory; resume continues its run in place: name the resumed run's new run directory, or drop overwrite".into(),
+            )),
+            (true, _) => Ok(Existing::MoveAside),
+            (false, true) => Ok(Existing::Continue),
+            (false, false) => Ok(Existing::Refuse),
+        }
+    }
+}
+
 /// A run directory held by this process, before anything is written to it. Dropped
 /// without being opened (the command failed before training), it puts the directory back
 /// as it was claimed: one it created is removed.
@@ -110,12 +133,7 @@ fn write_line<T: serde::Serialize>(
 /// What a run directory holds, in one line, for a refusal.
 fn describe_run(root: &Path) -> String {
     let config = fs::read_to_string(root.join("config.toml")).ok();
-    let hash = config.as_deref().and_then(|t| {
-        t.lines()
-            .next()?
-            .strip_prefix("# config hash ")
-            .map(str::to_string)
-    });
+    let hash = config.as_deref().and_then(saved_hash);
     let parsed = config
         .as_deref()
         .and_then(|t| crate::RunConfig::from_saved_toml(t).ok());
@@ -154,7 +172,11 @@ fn last_line(path: &Path) -> Option<serde_json::Value> {
 
 /// The config hash a run directory's `config.toml` names.
 fn run_hash(root: &Path) -> Option<String> {
-    let text = fs::read_to_string(root.join("config.toml")).ok()?;
+    saved_hash(&fs::read_to_string(root.join("config.toml")).ok()?)
+}
+
+/// The config hash on a saved `config.toml`'s first line.
+fn saved_hash(text: &str) -> Option<String> {
     Some(
         text.lines()
             .next()?

@@ -535,13 +535,6 @@ impl Trainer {
         }
     }
 
-    /// Stops and joins the workers once training is over (before the run's last
-    /// evaluation and checkpoint, which do not need them): their states were taken with
-    /// their last consumed fragments.
-    pub fn stop_workers(&mut self) {
-        self.collector.wiring.shutdown();
-    }
-
     /// Stops every worker (abandoning fragments in progress) and joins them, each within
     /// `runtime.wait_timeout_secs`; a thread stuck inside an env beyond that is reported
     /// and left to end with the process.
