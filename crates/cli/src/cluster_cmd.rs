@@ -1,8 +1,6 @@
 //! `strata learner` and `strata worker`: one run's learner and rollout workers as separate
 //! processes over NATS JetStream (`strata-cluster`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -72,7 +70,11 @@ pub(crate) struct WorkerArgs {
 /// `strata learner`: `strata train` with rollout workers in `strata worker` processes.
 pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
     let meeting = args.nats.meeting()?;
-    run_training(args.train, &|config, resume| {
+    let command = format!(
+        "strata learner --nats {} --run {}",
+        meeting.url, meeting.run
+    );
+    run_training(args.train, &command, &|config, resume| {
         prepare_learner(&meeting, config, resume).with_context(|| {
             format!(
                 "cannot start the learner of run `{}` at {}",
@@ -85,9 +87,9 @@ pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
 /// `strata worker`: takes logical workers of the run and collects for its learner until
 /// Ctrl-C / SIGTERM.
 pub(crate) fn worker(args: WorkerArgs) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let on_signal = Arc::clone(&stop);
-    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
+    let stop = strata_cluster::Stop::new();
+    let on_signal = stop.clone();
+    ctrlc::set_handler(move || on_signal.raise())
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let meeting = args.nats.meeting()?;
     let options = WorkerOptions {

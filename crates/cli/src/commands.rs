@@ -208,7 +208,7 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 fn train(args: TrainArgs) -> Result<()> {
-    run_training(args, &|config, resume| {
+    run_training(args, "strata train", &|config, resume| {
         Ok(match resume {
             Some(state) => Trainer::from_state(state)?,
             None => Trainer::new(config)?,
@@ -222,7 +222,9 @@ pub(crate) type MakeTrainer<'a> =
 
 /// `strata train` (and `strata learner`, whose trainer has remote workers): the config or
 /// the checkpoint, the trainer `make` builds, the run directory, progress, Ctrl-C.
-pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()> {
+/// `command` is how the user runs it again (`strata train`), for the line that says how
+/// to resume.
+pub(crate) fn run_training(args: TrainArgs, command: &str, make: &MakeTrainer<'_>) -> Result<()> {
     if args.monitor && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         bail!("--monitor draws on a terminal and stdout is not one; drop --monitor, or serve --metrics-addr and watch with `strata top`");
     }
@@ -378,7 +380,10 @@ pub(crate) fn run_training(args: TrainArgs, make: &MakeTrainer<'_>) -> Result<()
             summary.seconds_to_solve.unwrap_or(0.0)
         ))
     );
-    println!("{}", stop_line(&summary, dir.root(), dir.committed()));
+    println!(
+        "{}",
+        stop_line(&summary, command, dir.root(), dir.committed())
+    );
     if dir.committed() {
         println!(
             "run directory: {0} (HTML report: strata report {0})",
@@ -403,7 +408,12 @@ fn read_resume_state(
 }
 
 /// What ended the run, in a sentence, with how to go on where it can.
-fn stop_line(summary: &strata_runtime::Summary, dir: &Path, trained: bool) -> String {
+fn stop_line(
+    summary: &strata_runtime::Summary,
+    command: &str,
+    dir: &Path,
+    trained: bool,
+) -> String {
     use strata_runtime::{group_digits, StopReason};
     let faults = match summary.worker_faults {
         0 => String::new(),
@@ -418,7 +428,7 @@ fn stop_line(summary: &strata_runtime::Summary, dir: &Path, trained: bool) -> St
             group_digits(summary.budget_steps)
         ),
         StopReason::Solved => format!(
-            "finished: solved at step {} (train.stop_when_solved){faults}; `strata train --resume {}` trains on to the budget",
+            "finished: solved at step {} (train.stop_when_solved){faults}; `{command} --resume {}` trains on to the budget",
             group_digits(summary.steps_to_solve.unwrap_or(summary.total_steps)),
             dir.display()
         ),
@@ -427,7 +437,7 @@ fn stop_line(summary: &strata_runtime::Summary, dir: &Path, trained: bool) -> St
             dir.display()
         ),
         StopReason::Interrupted => format!(
-            "stopped on request at {} of {} steps{faults}; resume with `strata train --resume {}`",
+            "stopped on request at {} of {} steps{faults}; resume with `{command} --resume {}`",
             group_digits(summary.total_steps),
             group_digits(summary.budget_steps),
             dir.display()

@@ -521,11 +521,19 @@ fn ctrl_c_stops_the_learner_and_its_workers_and_leaves_no_process() {
         // SAFETY: signalling a process group this test started.
         unsafe { libc::kill(-(p.pid() as i32), libc::SIGINT) };
     }
-    let (status, _) = l.finish(Duration::from_secs(60));
+    let (status, out) = l.finish(Duration::from_secs(60));
     assert!(status.success(), "{}", l.log());
     assert!(
         run.join("checkpoint/meta.json").exists(),
         "the stop was checkpointed"
+    );
+    // How to go on is the learner's command, not `strata train`'s.
+    assert!(
+        out.contains(&format!(
+            "resume with `strata learner --nats {} --run ctrlc --resume",
+            nats.url()
+        )),
+        "{out}"
     );
     for w in &mut workers {
         let (status, _) = w.finish(Duration::from_secs(60));

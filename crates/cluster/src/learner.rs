@@ -29,11 +29,15 @@ use crate::link::{retrying, Link, Unacked};
 use crate::names::{assignment_key, claim_key, state_object};
 use crate::protocol::{self, Assignment, Beat, Failure};
 use crate::records;
+use crate::stop::Stop;
 use crate::wire;
 use crate::ClusterError;
 
-/// How long a proxy waits for a fragment per fetch (its loop's beat).
+/// How long a proxy waits for a fragment per fetch (its loop's beat: the worker's pulse
+/// and failures are read between fetches).
 const FETCH_WAIT: Duration = Duration::from_millis(100);
+/// How long one wait for a free slot lasts before it is logged and renewed.
+const SLOT_WAIT: Duration = Duration::from_secs(5);
 
 /// One logical worker's lane in the stream: its consumer, and fragments taken from it
 /// that wait to be acknowledged (a fragment number each).
@@ -66,8 +70,9 @@ struct Session {
     durable: AtomicU64,
     lanes: Mutex<HashMap<usize, Arc<Mutex<Lane>>>>,
     /// The thread uploading the trainer's versions: started with the first proxy,
-    /// joined by [`WorkerLauncher::finish`] once its last version is out.
-    publisher: Mutex<Option<JoinHandle<()>>>,
+    /// joined by [`WorkerLauncher::finish`] once its last version is out (it says so on
+    /// the channel).
+    publisher: Mutex<Option<(JoinHandle<()>, std::sync::mpsc::Receiver<()>)>>,
     traffic: Arc<Traffic>,
 }
 
@@ -113,10 +118,14 @@ impl WorkerLauncher for RemoteWorkers {
             let mut publisher = session.publisher.lock();
             if publisher.is_none() {
                 let (s, store) = (Arc::clone(&session), Arc::clone(&setup.store));
+                let (done_tx, done) = std::sync::mpsc::sync_channel(1);
                 let handle = std::thread::Builder::new()
                     .name("strata-policy-publisher".into())
-                    .spawn(move || publish_versions(&s, &store))?;
-                *publisher = Some(handle);
+                    .spawn(move || {
+                        publish_versions(&s, &store);
+                        let _ = done_tx.send(());
+                    })?;
+                *publisher = Some((handle, done));
             }
         }
         std::thread::Builder::new()
@@ -138,14 +147,15 @@ impl WorkerLauncher for RemoteWorkers {
     /// Waits for the publisher to upload the run's last version (the store is closed
     /// now), so the gateways joined to the run get it, and joins it.
     fn finish(&self) {
-        let Some(handle) = self.session.publisher.lock().take() else {
+        let Some((handle, done)) = self.session.publisher.lock().take() else {
             return;
         };
-        let deadline = Instant::now() + FINAL_PUBLISH_WAIT + Duration::from_secs(1);
-        while !handle.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if handle.is_finished() {
+        // Its own wait for the last version is bounded by FINAL_PUBLISH_WAIT.
+        let wait = FINAL_PUBLISH_WAIT + Duration::from_secs(1);
+        if matches!(
+            done.recv_timeout(wait),
+            Ok(()) | Err(RecvTimeoutError::Disconnected)
+        ) {
             let _ = handle.join();
         } else {
             tracing::error!(component = "cluster", waited = ?FINAL_PUBLISH_WAIT, "the policy publisher did not finish; the last version may not have reached NATS");
@@ -177,6 +187,9 @@ fn session_id() -> u64 {
 /// follow versions go on from the next one.
 fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
     let mut next = store.latest().version;
+    // Raised when the store closes (the run is over): a version still failing to upload
+    // then is given up for the last one.
+    let closed = Stop::new();
     loop {
         let policy = match store.wait_for(next, true, Duration::from_secs(1)) {
             Ok(p) => p,
@@ -189,8 +202,13 @@ fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
         };
         let done = retrying(
             "publishing a policy version",
-            || records::publish_policy(&s.link, &policy),
-            || store.is_closed(),
+            || {
+                if store.is_closed() {
+                    closed.raise();
+                }
+                records::publish_policy(&s.link, &policy)
+            },
+            &closed,
         );
         if done.is_none() {
             break;
@@ -200,10 +218,16 @@ fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
     let last = store.latest();
     if last.version >= next {
         let deadline = Instant::now() + FINAL_PUBLISH_WAIT;
+        let out_of_time = Stop::new();
         let done = retrying(
             "publishing the run's last policy version",
-            || records::publish_policy(&s.link, &last),
-            || Instant::now() >= deadline,
+            || {
+                if Instant::now() >= deadline {
+                    out_of_time.raise();
+                }
+                records::publish_policy(&s.link, &last)
+            },
+            &out_of_time,
         );
         if done.is_some() {
             tracing::info!(
@@ -215,15 +239,41 @@ fn publish_versions(s: &Session, store: &MemoryPolicyStore) {
     }
 }
 
-/// One incarnation of logical worker `w`, run by a worker process somewhere.
-fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
+/// One incarnation of logical worker `w`, run by a worker process somewhere, until the
+/// trainer asks it to exit: a thread beside it waits for that `Exit` and raises the
+/// proxy's stop, which cuts short whatever the proxy waits on (a NATS call, a fetch, a
+/// pause between retries); the slot queue, closed by the same request, wakes a wait for
+/// a slot.
+fn proxy(s: &Arc<Session>, mut setup: WorkerSetup) -> Result<(), ClusterError> {
+    let stop = Stop::new();
+    let w = setup.id;
+    // The command queue is the watcher's (the setup keeps a closed one in its place).
+    let commands = std::mem::replace(&mut setup.commands, std::sync::mpsc::sync_channel(0).1);
+    std::thread::scope(|scope| {
+        let stop = &stop;
+        let watcher = std::thread::Builder::new()
+            .name(format!("strata-proxy-exit-{w}"))
+            .spawn_scoped(scope, move || {
+                // Ends with the incarnation: the trainer sends `Exit` to every worker it
+                // restarts or stops, and drops the queue with its host.
+                let _ = commands.recv();
+                stop.raise();
+            })
+            .map_err(|e| ClusterError::Config(format!("cannot start a thread: {e}")))?;
+        let outcome = stand_in(s, setup, stop);
+        drop(watcher);
+        outcome
+    })
+}
+
+/// What [`proxy`] does until `stop`.
+fn stand_in(s: &Arc<Session>, setup: WorkerSetup, stop: &Stop) -> Result<(), ClusterError> {
     let WorkerSetup {
         id: w,
         buffer,
         store,
         free_slots,
         events,
-        commands,
         start,
         incarnation,
         heartbeat,
@@ -242,12 +292,6 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
             holding,
         });
     };
-    let exit = || {
-        matches!(
-            commands.try_recv(),
-            Ok(_) | Err(std::sync::mpsc::TryRecvError::Disconnected)
-        )
-    };
     heartbeat.beat(Activity::AwaitingProcess);
     // The assignment: the state to start from goes into the object store first.
     let mut next = start.as_ref().map_or(first_fragment, |st| st.fragments);
@@ -258,7 +302,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
             retrying(
                 "storing a worker's start state",
                 || link.put_object(&name, &json),
-                exit,
+                stop,
             )
             .ok_or(ClusterError::Stopped)?;
             Some(name)
@@ -280,7 +324,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
             link.delete(&claim_key(w))?;
             link.put(&assignment_key(w), protocol::to_bytes(&assignment))
         },
-        exit,
+        stop,
     )
     .ok_or(ClusterError::Stopped)?;
     // Best effort: an idle process that misses it finds the assignment at its next look.
@@ -295,7 +339,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         match lanes.get(&w) {
             Some(lane) => Arc::clone(lane),
             None => {
-                let consumer = retrying("creating a consumer", || link.fresh_consumer(w), exit)
+                let consumer = retrying("creating a consumer", || link.fresh_consumer(w), stop)
                     .ok_or(ClusterError::Stopped)?;
                 let lane = Arc::new(Mutex::new(Lane {
                     consumer,
@@ -311,11 +355,11 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
     let mut heard: Option<Instant> = None;
     tracing::info!(component = %format!("proxy-{w}"), session = s.id, incarnation, first_fragment = next, "waiting for a worker process");
     loop {
-        if exit() {
+        if stop.is_raised() {
             withdraw();
             return Ok(());
         }
-        while let Some(data) = link.next(&mut beats, Duration::ZERO) {
+        while let Some(data) = link.next(&mut beats, Duration::ZERO, stop) {
             if let Ok(beat) = protocol::from_bytes::<Beat>("beat", &data) {
                 if (beat.session, beat.incarnation) == (s.id, incarnation) {
                     heard = Some(Instant::now());
@@ -323,7 +367,7 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
                 }
             }
         }
-        while let Some(data) = link.next(&mut failures, Duration::ZERO) {
+        while let Some(data) = link.next(&mut failures, Duration::ZERO, stop) {
             if let Ok(f) = protocol::from_bytes::<Failure>("failure", &data) {
                 if (f.session, f.incarnation) == (s.id, incarnation) {
                     fail(f.error, None);
@@ -347,12 +391,13 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
         }
         let mut lane = lane.lock();
         acknowledge_durable(s, &mut lane);
-        let Some(delivery) = (match link.fetch(&lane.consumer, FETCH_WAIT) {
+        let Some(delivery) = (match link.fetch(&lane.consumer, FETCH_WAIT, stop) {
             Ok(d) => d,
+            Err(ClusterError::Stopped) => continue,
             Err(e) => {
                 // The server may be restarting: the fragments wait in the stream.
                 tracing::debug!(component = %format!("proxy-{w}"), error = %e, "fetch failed");
-                std::thread::sleep(FETCH_WAIT);
+                stop.pause(FETCH_WAIT);
                 None
             }
         }) else {
@@ -380,12 +425,14 @@ fn proxy(s: &Arc<Session>, setup: WorkerSetup) -> Result<(), ClusterError> {
             acknowledge_durable(s, &mut lane);
             continue;
         }
-        // A free slot, handed back by the trainer (bounded waits, watching for Exit).
+        // A free slot, handed back by the trainer (its request to exit closes the queue).
         let slot = loop {
-            match free_slots.recv_timeout(FETCH_WAIT) {
+            match free_slots.recv_timeout(SLOT_WAIT) {
                 Ok(slot) => break slot,
-                Err(RecvTimeoutError::Timeout) if !exit() => continue,
-                _ => {
+                Err(RecvTimeoutError::Timeout) => {
+                    tracing::debug!(component = %format!("proxy-{w}"), "still waiting for a free slot");
+                }
+                Err(RecvTimeoutError::Disconnected) => {
                     withdraw();
                     return Ok(());
                 }

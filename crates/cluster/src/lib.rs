@@ -40,6 +40,7 @@ mod names;
 mod protocol;
 mod records;
 mod serving;
+mod stop;
 mod wire;
 mod worker;
 
@@ -54,6 +55,7 @@ pub const CHECKPOINT_UPDATES: u64 = 16;
 
 pub use learner::{RemoteWorkers, Traffic};
 pub use serving::{run_config, serve_run, NatsRelease};
+pub use stop::Stop;
 pub use worker::{run_worker_process, WorkerOptions, WorkerReport, MACHINE_KEYS};
 
 /// What went wrong between processes.

@@ -15,6 +15,7 @@ use futures_util::StreamExt;
 use tokio::io::AsyncReadExt;
 
 use crate::names::Names;
+use crate::stop::Stop;
 use crate::ClusterError;
 
 /// How long unconsumed fragments are remembered for deduplication of re-publishes.
@@ -35,6 +36,9 @@ pub(crate) struct Link {
     pub(crate) names: Names,
     /// How long one call may take.
     pub(crate) timeout: Duration,
+    /// The process's stop: every call in flight ends with [`ClusterError::Stopped`] when
+    /// it is raised.
+    stop: Stop,
     /// Last, so it outlives (is dropped after) the client and its handles.
     rt: tokio::runtime::Runtime,
 }
@@ -67,6 +71,17 @@ impl Link {
         run: &str,
         timeout: Duration,
     ) -> Result<Arc<Link>, ClusterError> {
+        Link::connect_until(url, run, timeout, &Stop::new())
+    }
+
+    /// [`Link::connect`], given up (with [`ClusterError::Stopped`]) when `stop` is raised,
+    /// which also ends every later call of the link in flight.
+    pub(crate) fn connect_until(
+        url: &str,
+        run: &str,
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<Arc<Link>, ClusterError> {
         let names = Names::new(run)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -77,21 +92,30 @@ impl Link {
         let deadline = Instant::now() + timeout;
         let client = loop {
             let attempt = rt.block_on(async {
-                tokio::time::timeout(
-                    timeout,
-                    async_nats::ConnectOptions::new()
-                        .name(format!("strata {run}"))
-                        .connection_timeout(Duration::from_secs(2))
-                        // After a server restart the client keeps trying for as long as the
-                        // process lives; every call meanwhile times out on its own.
-                        .max_reconnects(None)
-                        .connect(url),
-                )
-                .await
+                tokio::select! {
+                    attempt = tokio::time::timeout(
+                        timeout,
+                        async_nats::ConnectOptions::new()
+                            .name(format!("strata {run}"))
+                            .connection_timeout(Duration::from_secs(2))
+                            // After a server restart the client keeps trying for as long as
+                            // the process lives; every call meanwhile times out on its own.
+                            .max_reconnects(None)
+                            .connect(url),
+                    ) => Some(attempt),
+                    () = stop.raised() => None,
+                }
             });
+            let Some(attempt) = attempt else {
+                return Err(ClusterError::Stopped);
+            };
             match attempt {
                 Ok(Ok(client)) => break client,
-                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                _ if Instant::now() < deadline => {
+                    if stop.pause(Duration::from_millis(200)) {
+                        return Err(ClusterError::Stopped);
+                    }
+                }
                 Ok(Err(e)) => return Err(ClusterError::nats(format!("connect to {url}"), e)),
                 Err(_) => {
                     return Err(ClusterError::Timeout {
@@ -110,6 +134,7 @@ impl Link {
         let kv = run_within(
             &rt,
             timeout,
+            stop,
             || "open the run's key-value bucket".into(),
             open_or_create(js.get_key_value(names.bucket()), || {
                 js.create_key_value(kv::Config {
@@ -123,6 +148,7 @@ impl Link {
         let objects = run_within(
             &rt,
             timeout,
+            stop,
             || "open the run's object store".into(),
             open_or_create(js.get_object_store(names.objects()), || {
                 js.create_object_store(object_store::Config {
@@ -140,6 +166,7 @@ impl Link {
             objects,
             names,
             timeout: link_timeout,
+            stop: stop.clone(),
         }))
     }
 
@@ -149,7 +176,7 @@ impl Link {
         what: impl Fn() -> String,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, ClusterError> {
-        run_within(&self.rt, self.timeout, what, fut)
+        run_within(&self.rt, self.timeout, &self.stop, what, fut)
     }
 
     /// Creates the fragment stream if it does not exist: work-queue retention (a fragment
@@ -243,32 +270,46 @@ impl Link {
         })
     }
 
-    /// The next message of `consumer`, if one arrives within `wait`.
+    /// The next message of `consumer`, if one arrives within `wait`; cut short (with
+    /// [`ClusterError::Stopped`]) when `stop` is raised.
     pub(crate) fn fetch(
         &self,
         consumer: &consumer::PullConsumer,
         wait: Duration,
+        stop: &Stop,
     ) -> Result<Option<Delivery>, ClusterError> {
-        self.block(|| "fetch a fragment".to_string(), async {
-            let mut batch = consumer
-                .fetch()
-                .max_messages(1)
-                .expires(wait)
-                .messages()
-                .await
-                .map_err(|e| e.to_string())?;
-            match batch.next().await {
-                None => Ok(None),
-                Some(Ok(message)) => {
-                    let (message, acker) = message.split();
-                    Ok(Some(Delivery {
-                        payload: message.payload,
-                        acker,
-                    }))
-                }
-                Some(Err(e)) => Err(e.to_string()),
+        let fetched = self.block(|| "fetch a fragment".to_string(), async {
+            tokio::select! {
+                fetched = Link::fetch_one(consumer, wait) => fetched.map(Some),
+                () = stop.raised() => Ok(None),
             }
-        })
+        })?;
+        fetched.ok_or(ClusterError::Stopped)
+    }
+
+    /// One fetch of at most one message, waiting at most `wait`.
+    async fn fetch_one(
+        consumer: &consumer::PullConsumer,
+        wait: Duration,
+    ) -> Result<Option<Delivery>, String> {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(1)
+            .expires(wait)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        match batch.next().await {
+            None => Ok(None),
+            Some(Ok(message)) => {
+                let (message, acker) = message.split();
+                Ok(Some(Delivery {
+                    payload: message.payload,
+                    acker,
+                }))
+            }
+            Some(Err(e)) => Err(e.to_string()),
+        }
     }
 
     /// Acknowledges a delivery: the server drops the message from the stream.
@@ -322,13 +363,23 @@ impl Link {
         Ok(Subscription { inner })
     }
 
-    /// Waits at most `wait` for `subscription`'s next message.
-    pub(crate) fn next(&self, subscription: &mut Subscription, wait: Duration) -> Option<Bytes> {
-        self.rt
-            .block_on(async { tokio::time::timeout(wait, subscription.inner.next()).await })
-            .ok()
-            .flatten()
-            .map(|m| m.payload)
+    /// Waits at most `wait` for `subscription`'s next message, less when `stop` (or the
+    /// link's own stop) is raised.
+    pub(crate) fn next(
+        &self,
+        subscription: &mut Subscription,
+        wait: Duration,
+        stop: &Stop,
+    ) -> Option<Bytes> {
+        self.rt.block_on(async {
+            tokio::select! {
+                message = tokio::time::timeout(wait, subscription.inner.next()) => {
+                    message.ok().flatten().map(|m| m.payload)
+                }
+                () = stop.raised() => None,
+                () = self.stop.raised() => None,
+            }
+        })
     }
 
     /// A key's value and revision.
@@ -415,11 +466,11 @@ impl Link {
 }
 
 /// Retries `op` while the server does not answer (backing off up to a second, warning
-/// every five), until `give_up` says stop: `None` then.
+/// every five), until `stop` is raised: `None` then.
 pub(crate) fn retrying<T>(
     what: &str,
     mut op: impl FnMut() -> Result<T, ClusterError>,
-    give_up: impl Fn() -> bool,
+    stop: &Stop,
 ) -> Option<T> {
     let mut wait = Duration::from_millis(50);
     let mut next_report = Instant::now();
@@ -427,31 +478,42 @@ pub(crate) fn retrying<T>(
         match op() {
             Ok(v) => return Some(v),
             Err(e) => {
-                if give_up() {
+                if stop.is_raised() {
                     return None;
                 }
                 if Instant::now() >= next_report {
                     tracing::warn!(component = "cluster", error = %e, "{what}: retrying");
                     next_report = Instant::now() + Duration::from_secs(5);
                 }
-                std::thread::sleep(wait);
+                if stop.pause(wait) {
+                    return None;
+                }
                 wait = (wait * 2).min(Duration::from_secs(1));
             }
         }
     }
 }
 
-/// Runs `fut` on `rt` to completion within `timeout`; errors say `what` was being done.
+/// Runs `fut` on `rt` to completion within `timeout`, unless `stop` is raised first;
+/// errors say `what` was being done.
 fn run_within<T, E: std::fmt::Display>(
     rt: &tokio::runtime::Runtime,
     timeout: Duration,
+    stop: &Stop,
     what: impl Fn() -> String,
     fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, ClusterError> {
-    match rt.block_on(async { tokio::time::timeout(timeout, fut).await }) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(ClusterError::nats(what(), e)),
-        Err(_) => Err(ClusterError::Timeout {
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            outcome = tokio::time::timeout(timeout, fut) => Some(outcome),
+            () = stop.raised() => None,
+        }
+    });
+    match outcome {
+        None => Err(ClusterError::Stopped),
+        Some(Ok(Ok(value))) => Ok(value),
+        Some(Ok(Err(e))) => Err(ClusterError::nats(what(), e)),
+        Some(Err(_)) => Err(ClusterError::Timeout {
             what: what(),
             after: timeout,
         }),

@@ -8,9 +8,7 @@
 //! takes whichever logical worker has an assignment and no live claim; a process started
 //! when every worker is taken waits, ready to take over one whose process dies.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_runtime::transport::{
@@ -22,6 +20,7 @@ use crate::link::{retrying, Link};
 use crate::names::{assignment_key, claim_key, fragment_id};
 use crate::protocol::{self, Announcement, Assignment, Beat, Claim, Failure};
 use crate::records;
+use crate::stop::Stop;
 use crate::wire::{self, Origin};
 use crate::ClusterError;
 
@@ -72,18 +71,21 @@ pub struct WorkerReport {
     pub assignments: u64,
 }
 
-/// Runs until `stop` is raised: claims, runs and hands back logical workers.
+/// Runs until `stop` is raised: claims, runs and hands back logical workers. The raise
+/// reaches every wait at once: NATS calls in flight end, and each hosted worker is asked
+/// to exit (abandoning its fragment in progress, which its next incarnation collects
+/// again).
 ///
 /// # Errors
 /// [`ClusterError`] when a setting is not this machine's or not valid, or NATS cannot be
 /// reached at start.
 pub fn run_worker_process(
     options: &WorkerOptions,
-    stop: &Arc<AtomicBool>,
+    stop: &Stop,
 ) -> Result<WorkerReport, ClusterError> {
     // Refused before anything starts (the run's own config is checked again on each claim).
     with_machine_settings(RunConfig::default(), &options.sets)?;
-    let link = Link::connect(&options.url, &options.run, options.timeout)?;
+    let link = Link::connect_until(&options.url, &options.run, options.timeout, stop)?;
     let process = format!(
         "{}:{}",
         std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -155,13 +157,13 @@ fn lane(
     options: &WorkerOptions,
     process: &str,
     lane: usize,
-    stop: &AtomicBool,
+    stop: &Stop,
     report: &parking_lot::Mutex<WorkerReport>,
 ) {
     let mut next_report = Instant::now();
     // Woken when the learner assigns a worker, so an idle lane claims it at once.
     let mut assigned = link.subscribe(link.names.assigned()).ok();
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_raised() {
         let outcome = claim(link, options, process, lane).and_then(|claimed| match claimed {
             Some(claimed) => {
                 report.lock().assignments += 1;
@@ -173,19 +175,24 @@ fn lane(
             None => {
                 match assigned.as_mut() {
                     Some(nudges) => {
-                        let _ = link.next(nudges, LOOK_EVERY);
+                        let _ = link.next(nudges, LOOK_EVERY, stop);
                     }
-                    None => std::thread::sleep(LOOK_EVERY),
+                    None => {
+                        stop.pause(LOOK_EVERY);
+                    }
                 }
                 Ok(())
             }
         });
         if let Err(e) = outcome {
+            if stop.is_raised() {
+                break;
+            }
             if Instant::now() >= next_report {
                 tracing::warn!(component = "worker-process", lane, error = %e, "retrying");
                 next_report = Instant::now() + Duration::from_secs(5);
             }
-            std::thread::sleep(LOOK_EVERY);
+            stop.pause(LOOK_EVERY);
         }
     }
 }
@@ -235,11 +242,11 @@ fn claim(
 }
 
 /// Runs a claimed logical worker as its assignment says until the assignment changes,
-/// the worker fails (reported to the learner) or `stop`.
+/// the worker fails (reported to the learner) or `stop` is raised.
 fn run_assignment(
     link: &Link,
     claimed: &Claimed,
-    stop: &AtomicBool,
+    stop: &Stop,
     report: &parking_lot::Mutex<WorkerReport>,
     republish_every: u64,
 ) -> Result<(), ClusterError> {
@@ -261,14 +268,16 @@ fn run_assignment(
         None => None,
     };
     // The learner publishes the version it assigned from right after assigning: wait
-    // for it (bounded by the stop flag and the assignment's lifetime).
+    // for it (within a call's timeout, or until stopped).
     let initial = {
         let deadline = Instant::now() + link.timeout;
         loop {
             match records::policy(link, assignment.version) {
                 Ok(p) => break p,
-                Err(_) if Instant::now() < deadline && !stop.load(Ordering::Relaxed) => {
-                    std::thread::sleep(Duration::from_millis(50));
+                Err(_) if Instant::now() < deadline => {
+                    if stop.pause(Duration::from_millis(50)) {
+                        return Err(ClusterError::Stopped);
+                    }
                 }
                 Err(e) => return Err(e),
             }
@@ -284,6 +293,11 @@ fn run_assignment(
         first_fragment: assignment.first_fragment,
     })?;
     let store = hosted.store();
+    // This assignment's own stop: raised when it ends, or with the process's stop, which
+    // also asks the hosted worker to exit (its end wakes the loop below).
+    let ending = stop.child();
+    let exit = hosted.exit_handle();
+    let _exit_on_stop = ending.on_raise(move || exit.request());
     let origin = Origin {
         config_hash,
         session: assignment.session,
@@ -297,11 +311,11 @@ fn run_assignment(
         // the learner announces it.
         let follower = std::thread::Builder::new()
             .name(format!("strata-follower-{w}"))
-            .spawn_scoped(scope, || follow(link, store, exact))
+            .spawn_scoped(scope, || follow(link, store, exact, &ending))
             .map_err(|e| ClusterError::Config(format!("cannot start a thread: {e}")))?;
         let (mut next_beat, mut next_look) = (Instant::now(), Instant::now());
         let outcome = 'assignment: loop {
-            if stop.load(Ordering::Relaxed) {
+            if ending.is_raised() {
                 break Ok(());
             }
             let now = Instant::now();
@@ -333,7 +347,9 @@ fn run_assignment(
                     Err(_) => {} // the server is away: keep going, fragments wait in the slots
                 }
             }
-            match hosted.next_event(Duration::from_millis(50)) {
+            // Until the next beat or look, unless the worker has something (or ends).
+            let due = next_beat.min(next_look);
+            match hosted.next_event(due.saturating_duration_since(Instant::now())) {
                 Ok(WorkerEvent::FragmentReady { slot, index, .. }) => {
                     let payload = bytes::Bytes::from({
                         let f = hosted.buffer().lock(slot);
@@ -347,7 +363,7 @@ fn run_assignment(
                         copies.extend([id.clone(), format!("{id}.again")]);
                     }
                     for copy in copies {
-                        let Some(duplicate) = publish(link, w, &copy, &payload, stop) else {
+                        let Some(duplicate) = publish(link, w, &copy, &payload, &ending) else {
                             break 'assignment Ok(());
                         };
                         let mut r = report.lock();
@@ -373,8 +389,8 @@ fn run_assignment(
                 Err(RecvTimeoutError::Disconnected) => break Ok(()),
             }
         };
-        // Closing the store ends the follower.
-        store.close();
+        // Ends the follower (and the worker, if it still runs).
+        ending.raise();
         let _ = follower.join();
         outcome
     });
@@ -400,28 +416,31 @@ fn release(link: &Link, claimed: &Claimed, process: &str) {
 /// Publishes one fragment message, retrying while the server is away (the worker waits
 /// for its slot meanwhile: back-pressure); whether the stream had it already, or `None`
 /// when stopped first.
-fn publish(
-    link: &Link,
-    w: usize,
-    id: &str,
-    payload: &bytes::Bytes,
-    stop: &AtomicBool,
-) -> Option<bool> {
+fn publish(link: &Link, w: usize, id: &str, payload: &bytes::Bytes, stop: &Stop) -> Option<bool> {
     retrying(
         &format!("publishing fragment {id}"),
         || link.publish_fragment(w, id, payload.clone()),
-        || stop.load(Ordering::Relaxed),
+        stop,
     )
 }
 
-/// Keeps the worker's store up to the learner's newest version until the store closes:
+/// Keeps the worker's store up to the learner's newest version until `ending` is raised:
 /// on each announcement, and from the `latest` key in case one was missed.
-fn follow(link: &Link, store: &MemoryPolicyStore, exact: bool) -> Result<(), ClusterError> {
+fn follow(
+    link: &Link,
+    store: &MemoryPolicyStore,
+    exact: bool,
+    ending: &Stop,
+) -> Result<(), ClusterError> {
     let mut versions = link.subscribe(link.names.versions())?;
     let mut next_look = Instant::now();
-    while !store.is_closed() {
+    while !ending.is_raised() {
         let mut newest = link
-            .next(&mut versions, Duration::from_millis(200))
+            .next(
+                &mut versions,
+                next_look.saturating_duration_since(Instant::now()),
+                ending,
+            )
             .and_then(|data| protocol::from_bytes::<Announcement>("announcement", &data).ok())
             .map(|a| a.version);
         if Instant::now() >= next_look {

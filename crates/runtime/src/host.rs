@@ -75,10 +75,7 @@ pub(crate) struct Incarnation {
 /// One logical worker, started: its own queues, pulse and thread, and its lifecycle.
 pub struct WorkerHost {
     id: usize,
-    /// Host -> worker: slots handed back (capacity: the worker's slots).
-    free_slots: SyncSender<SlotId>,
-    /// Host -> worker: commands (capacity 1: only `Exit`).
-    commands: SyncSender<WorkerCommand>,
+    to_worker: Arc<ToWorker>,
     handle: JoinHandle<()>,
     heartbeat: Arc<Heartbeat>,
     holding: Arc<Holding>,
@@ -128,8 +125,10 @@ impl WorkerHost {
             .map_err(|e| RuntimeError::thread(format!("worker {}", what.id), e))?;
         Ok(WorkerHost {
             id: what.id,
-            free_slots: slot_tx,
-            commands: cmd_tx,
+            to_worker: Arc::new(ToWorker {
+                free_slots: parking_lot::Mutex::new(Some(slot_tx)),
+                commands: cmd_tx,
+            }),
             handle,
             heartbeat,
             holding,
@@ -151,16 +150,19 @@ impl WorkerHost {
     /// # Errors
     /// The slot, when the queue is full or closed: slot accounting broke.
     pub fn hand_back(&self, slot: SlotId) -> Result<(), SlotId> {
-        self.free_slots.try_send(slot).map_err(|e| match e {
-            std::sync::mpsc::TrySendError::Full(s)
-            | std::sync::mpsc::TrySendError::Disconnected(s) => s,
-        })
+        match &*self.to_worker.free_slots.lock() {
+            Some(queue) => queue.try_send(slot).map_err(|e| match e {
+                std::sync::mpsc::TrySendError::Full(s)
+                | std::sync::mpsc::TrySendError::Disconnected(s) => s,
+            }),
+            None => Err(slot),
+        }
     }
 
     /// Asks the worker to stop (abandoning a fragment in progress); [`WorkerHost::join`]
     /// waits for it.
     pub fn request_exit(&self) {
-        let _ = self.commands.try_send(WorkerCommand::Exit);
+        self.to_worker.request_exit();
     }
 
     /// Waits up to `wait` for the worker's thread to end (after [`WorkerHost::request_exit`],
@@ -169,12 +171,11 @@ impl WorkerHost {
         let WorkerHost {
             handle,
             heartbeat,
-            free_slots,
-            commands,
+            to_worker,
             ..
         } = self;
-        // Closed queues wake a worker waiting for a slot at once.
-        drop((free_slots, commands));
+        // A closed slot queue wakes a worker waiting for a slot at once.
+        to_worker.request_exit();
         let deadline = Instant::now() + wait;
         while !handle.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
@@ -187,6 +188,40 @@ impl WorkerHost {
             tracing::error!(component = "learner", thread = %heartbeat.name, "thread panicked outside its guard");
         }
         HostStop::Joined
+    }
+}
+
+/// The host's queues to its worker. Requesting an exit also closes the slot queue, so a
+/// worker (or a transport's proxy) waiting for a slot hears it at once, not at the end of
+/// its wait; an exiting incarnation is handed no more slots (its replacement is).
+struct ToWorker {
+    /// Slots handed back (capacity: the worker's slots); `None` once exit is requested.
+    free_slots: parking_lot::Mutex<Option<SyncSender<SlotId>>>,
+    /// Commands (capacity 1: only `Exit`).
+    commands: SyncSender<WorkerCommand>,
+}
+
+impl ToWorker {
+    fn request_exit(&self) {
+        let _ = self.commands.try_send(WorkerCommand::Exit);
+        self.free_slots.lock().take();
+    }
+}
+
+/// Stops a [`HostedWorker`] from another thread (a transport's stop): its worker is asked
+/// to exit and its store closed, which wakes it whatever it waits on; its end then shows
+/// in [`HostedWorker::next_event`] as `Disconnected`.
+#[derive(Clone)]
+pub struct HostedExit {
+    to_worker: Arc<ToWorker>,
+    store: Arc<MemoryPolicyStore>,
+}
+
+impl HostedExit {
+    /// Asks the worker to exit now.
+    pub fn request(&self) {
+        self.to_worker.request_exit();
+        self.store.close();
     }
 }
 
@@ -305,6 +340,14 @@ impl HostedWorker {
         self.buffer.mark_free(slot);
         // The worker owns as many slots as the queue holds: this never fails.
         let _ = self.host.hand_back(slot);
+    }
+
+    /// A handle that stops the worker from another thread.
+    pub fn exit_handle(&self) -> HostedExit {
+        HostedExit {
+            to_worker: Arc::clone(&self.host.to_worker),
+            store: Arc::clone(&self.store),
+        }
     }
 
     /// Stops the worker (abandoning a fragment in progress) and joins its thread within

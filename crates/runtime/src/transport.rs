@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub use crate::buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
-pub use crate::host::{HostSpec, HostStop, HostedWorker, WorkerHost};
+pub use crate::host::{HostSpec, HostStop, HostedExit, HostedWorker, WorkerHost};
 pub use crate::policy_store::MemoryPolicyStore;
 pub use crate::telemetry::{Activity, Heartbeat};
 pub use crate::worker::{Holding, WorkerCommand, WorkerError, WorkerEvent, WorkerSetup};
