@@ -3,11 +3,13 @@
 //!
 //! Reported steps arrive as [`Segment`]s: up to `ppo.n_steps` steps of one trajectory
 //! (one version), cut at the episode's end (terminal, or bootstrapped from V(last obs)).
+//! Invalidations and rollbacks arrive apart, through the gateway's [`crate::LearnerInbox`],
+//! read before every update: a segment of a trajectory invalidated before the update
+//! started is never trained on.
 //! Once `num_envs * n_steps` rows are waiting, the learner makes them proximal (decoupled
 //! PPO: agents sample with older versions), applies the admission rules per segment,
 //! records the decisions in the ledger, runs the PPO update and publishes the parameters.
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,36 +25,8 @@ use strata_runtime::{Correction, LearnerCore, RowSpan, SampleGroup};
 use crate::api::Channel;
 use crate::error::RequestError;
 use crate::gateway::Gateway;
-use crate::segment::{LearnerMessage, Segment};
+use crate::segment::Segment;
 use crate::settings::ReleaseMode;
-
-/// Trajectories invalidated lately, whose segments the learner drops (waiting ones at once,
-/// later ones on arrival). Bounded: a trajectory's segments arrive within an episode, so
-/// the oldest entries can be forgotten.
-#[derive(Default)]
-struct RecentlyInvalid {
-    set: HashSet<u64>,
-    order: std::collections::VecDeque<u64>,
-}
-
-impl RecentlyInvalid {
-    const CAPACITY: usize = 1 << 16;
-
-    fn insert(&mut self, trajectory: u64) {
-        if self.set.insert(trajectory) {
-            self.order.push_back(trajectory);
-            if self.order.len() > Self::CAPACITY {
-                let oldest = self.order.pop_front().expect("non-empty");
-                self.set.remove(&oldest);
-            }
-        }
-    }
-
-    /// Whether `trajectory` was invalidated lately.
-    fn contains(&self, trajectory: u64) -> bool {
-        self.set.contains(&trajectory)
-    }
-}
 
 /// Why the learner stopped.
 #[derive(Debug, thiserror::Error)]
@@ -90,10 +64,7 @@ struct UpdateLine {
 ///
 /// # Errors
 /// The thread could not be spawned, or the starting parameters could not be loaded.
-pub fn spawn(
-    gateway: Arc<Gateway>,
-    rx: Receiver<LearnerMessage>,
-) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn(gateway: Arc<Gateway>, rx: Receiver<Box<Segment>>) -> std::io::Result<JoinHandle<()>> {
     let start = gateway.status().latest;
     let params = gateway
         .policies
@@ -120,8 +91,7 @@ struct Learner {
     core: LearnerCore,
     waiting: Vec<Segment>,
     rows_waiting: usize,
-    /// Trajectories invalidated lately, and the rows dropped for them since the last update.
-    invalidated: RecentlyInvalid,
+    /// Rows of invalidated trajectories dropped since the last update.
     rows_skipped: usize,
     base_version: u64,
     updates: u64,
@@ -146,7 +116,6 @@ impl Learner {
             core,
             waiting: Vec::new(),
             rows_waiting: 0,
-            invalidated: RecentlyInvalid::default(),
             rows_skipped: 0,
             base_version,
             updates: 0,
@@ -154,24 +123,30 @@ impl Learner {
         })
     }
 
-    fn run(&mut self, rx: &Receiver<LearnerMessage>) {
+    fn run(&mut self, rx: &Receiver<Box<Segment>>) {
         let run = &self.gateway.settings.run;
         let batch = run.ppo.n_steps * run.env.num_envs;
         loop {
             match rx.recv_timeout(Duration::from_millis(500)) {
-                Ok(LearnerMessage::Segment(seg)) => {
-                    let seg = *seg;
-                    if self.invalidated.contains(seg.trajectory) {
+                Ok(seg) => {
+                    if self.gateway.inbox.is_invalidated(seg.trajectory) {
                         self.rows_skipped += seg.len();
                     } else {
                         self.rows_waiting += seg.len();
-                        self.waiting.push(seg);
+                        self.waiting.push(*seg);
                     }
                 }
-                Ok(LearnerMessage::Rollback(version)) => self.apply_rollback(version),
-                Ok(LearnerMessage::Invalidated(trajectory)) => self.drop_trajectory(trajectory),
-                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if let Some(version) = self.gateway.inbox.take_rollback() {
+                self.apply_rollback(version);
+            }
+            if self.rows_waiting >= batch {
+                // Trajectories invalidated since their segments arrived.
+                let dropped = self.gateway.inbox.drop_invalidated(&mut self.waiting);
+                self.rows_waiting -= dropped;
+                self.rows_skipped += dropped;
             }
             if self.rows_waiting >= batch {
                 if let Err(e) = self.update() {
@@ -180,15 +155,6 @@ impl Learner {
                 }
             }
         }
-    }
-
-    /// Forgets the waiting segments of an invalidated trajectory, and its later ones.
-    fn drop_trajectory(&mut self, trajectory: u64) {
-        self.invalidated.insert(trajectory);
-        let before = self.rows_waiting;
-        self.waiting.retain(|s| s.trajectory != trajectory);
-        self.rows_waiting = self.waiting.iter().map(Segment::len).sum();
-        self.rows_skipped += before - self.rows_waiting;
     }
 
     fn apply_rollback(&mut self, version: u64) {
@@ -295,23 +261,5 @@ impl Learner {
             let _ = f.write_all(&text);
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod recently_invalid_tests {
-    use super::RecentlyInvalid;
-
-    #[test]
-    fn recently_invalid_forgets_the_oldest_beyond_its_capacity() {
-        let mut r = RecentlyInvalid::default();
-        let n = RecentlyInvalid::CAPACITY as u64;
-        for t in 0..=n {
-            r.insert(t);
-            r.insert(t); // repeats change nothing
-        }
-        assert!(!r.contains(0), "the oldest is forgotten");
-        assert!(r.contains(1) && r.contains(n));
-        assert_eq!(r.order.len(), RecentlyInvalid::CAPACITY);
     }
 }

@@ -1,5 +1,4 @@
-//! What the gateway hands its learner: segments of reported steps, and the one queue's
-//! messages (segments, rollbacks, invalidations).
+//! What the gateway hands its learner: segments of reported steps.
 
 use strata_ledger::Bucket;
 
@@ -89,29 +88,3 @@ impl Segment {
 }
 
 strata_algo::impl_step_columns!(Segment);
-
-/// What the gateway tells its learner, in order, on one bounded queue; the learner stops
-/// once the queue is closed and empty.
-pub enum LearnerMessage {
-    /// Reported steps of one trajectory, cut at an episode's end or `ppo.n_steps`.
-    Segment(Box<Segment>),
-    /// An operator rolled back to this version: continue from its parameters.
-    Rollback(u64),
-    /// This trajectory was invalidated: train on none of its segments.
-    Invalidated(u64),
-}
-
-impl std::fmt::Debug for LearnerMessage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LearnerMessage::Segment(s) => write!(
-                f,
-                "a segment of trajectory {} ({} steps)",
-                s.trajectory,
-                s.len()
-            ),
-            LearnerMessage::Rollback(v) => write!(f, "the rollback to version {v}"),
-            LearnerMessage::Invalidated(t) => write!(f, "the invalidation of trajectory {t}"),
-        }
-    }
-}

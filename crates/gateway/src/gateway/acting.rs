@@ -275,7 +275,7 @@ impl Gateway {
             rules_version: self.ledger.current().map_or(0, |(_, r)| r.version),
             at_ns: now_ns(),
         })?;
-        self.tell_learner(LearnerMessage::Invalidated(old))?;
+        self.inbox.invalidate(old);
         self.rows.lock().remove(&old);
         let next = state.next_trajectory;
         state.next_trajectory += 1;

@@ -1,39 +1,20 @@
-//! Learner intake: reported steps gathered per trajectory and cut into segments, and the
-//! one queue that carries them, rollbacks and invalidations to the learner in order.
+//! Learner intake: reported steps gathered per trajectory and cut into segments, handed
+//! to the learner on a bounded queue that sheds them when full (never making a request
+//! wait); invalidations and rollbacks reach it through [`LearnerInbox`].
 
-use std::time::Duration;
-
-use crossbeam_channel::{SendTimeoutError, TrySendError};
+use crossbeam_channel::TrySendError;
 
 use super::*;
 
-/// How long a rollback or an invalidation waits for room in a full learner queue (the
-/// learner empties it between updates, which take well under this).
-const CONTROL_SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl Gateway {
     /// Connects the learner's queue.
-    pub(crate) fn attach_learner(&self, tx: Sender<LearnerMessage>) {
+    pub(crate) fn attach_learner(&self, tx: Sender<Box<Segment>>) {
         *self.learner_tx.lock() = Some(tx);
     }
 
     /// Closes the learner's queue: the learner trains on what it holds and stops.
     pub(crate) fn detach_learner(&self) {
         self.learner_tx.lock().take();
-    }
-
-    /// Tells the learner of a rollback or an invalidation; these are never dropped: a full
-    /// queue is waited on (bounded), and the operation fails if the learner cannot take it.
-    pub(super) fn tell_learner(&self, message: LearnerMessage) -> Result<(), RequestError> {
-        let Some(tx) = self.learner_tx.lock().clone() else {
-            return Ok(()); // no learner: nothing trains on the samples
-        };
-        match tx.send_timeout(message, CONTROL_SEND_TIMEOUT) {
-            Ok(()) | Err(SendTimeoutError::Disconnected(_)) => Ok(()),
-            Err(SendTimeoutError::Timeout(m)) => Err(RequestError::unavailable(format!(
-                "the learner's queue stayed full for {CONTROL_SEND_TIMEOUT:?}; it did not take {m:?}"
-            ))),
-        }
     }
 
     /// Adds a reported step to its trajectory's rows; returns how many it holds.
@@ -80,8 +61,7 @@ impl Gateway {
         let tx = self.learner_tx.lock();
         if let Some(tx) = tx.as_ref() {
             // Segments are the one thing dropped under load (counted): agents keep going.
-            if let Err(TrySendError::Full(_)) = tx.try_send(LearnerMessage::Segment(Box::new(seg)))
-            {
+            if let Err(TrySendError::Full(_)) = tx.try_send(Box::new(seg)) {
                 self.counters
                     .segments_dropped
                     .fetch_add(1, Ordering::Relaxed);

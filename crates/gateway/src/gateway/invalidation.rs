@@ -47,7 +47,7 @@ impl Gateway {
             at_ns: now_ns(),
         })?;
         if let Target::Trajectory { id } = target {
-            self.tell_learner(LearnerMessage::Invalidated(id))?;
+            self.inbox.invalidate(id);
         }
         Ok(serde_json::json!({ "invalidated": target }))
     }

@@ -19,7 +19,8 @@ use crate::auth::{Auth, Caller, TokensFile};
 use crate::error::{GatewayError, RequestError};
 use crate::journal::Journal;
 use crate::policies::DiskPolicyStore;
-use crate::segment::{LearnerMessage, Segment};
+use crate::inbox::LearnerInbox;
+use crate::segment::Segment;
 use crate::settings::{GatewaySettings, ReleaseMode};
 use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, State};
 
@@ -67,9 +68,11 @@ pub struct Gateway {
     pub(crate) policies: DiskPolicyStore,
     pub(crate) auth: Auth,
     pub(crate) tokens: TokensFile,
-    /// The learner's one queue (segments, rollbacks, invalidations); closing it stops
-    /// the learner.
-    learner_tx: Mutex<Option<Sender<LearnerMessage>>>,
+    /// The learner's queue of segments (bounded, shed when full); closing it stops the
+    /// learner.
+    learner_tx: Mutex<Option<Sender<Box<Segment>>>>,
+    /// Invalidations and rollbacks for the learner, which never make a request wait.
+    pub(crate) inbox: LearnerInbox,
     /// The admission-rules version the learner applies and new versions are bound to.
     active_rules: Mutex<u64>,
     /// Counters.

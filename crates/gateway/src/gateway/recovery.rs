@@ -87,6 +87,7 @@ impl Gateway {
             auth,
             tokens,
             learner_tx: Mutex::new(None),
+            inbox: LearnerInbox::default(),
             active_rules: Mutex::new(active_rules),
             counters: Counters::default(),
             snapshot_bytes: AtomicU64::new(0),

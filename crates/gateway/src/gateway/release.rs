@@ -244,7 +244,7 @@ impl Gateway {
             }
             Ok(())
         })?;
-        self.tell_learner(LearnerMessage::Rollback(version))?;
+        self.inbox.roll_back(version);
         Ok(status)
     }
 

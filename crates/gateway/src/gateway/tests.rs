@@ -1,5 +1,5 @@
-//! The gateway's core below HTTP: its operations answer domain errors, and its one
-//! learner queue carries segments, invalidations and rollbacks in order.
+//! The gateway's core below HTTP: its operations answer domain errors; segments go to
+//! the learner on a bounded queue, invalidations and rollbacks through its inbox.
 
 use std::time::Duration;
 
@@ -100,7 +100,7 @@ fn operations_answer_domain_errors_without_http() {
 }
 
 #[test]
-fn the_learner_queue_carries_segments_invalidations_and_rollbacks_in_order() {
+fn segments_go_on_the_queue_and_invalidations_and_rollbacks_to_the_inbox() {
     let dir = tempfile::tempdir().unwrap();
     let g = open(dir.path());
     let (tx, rx) = crossbeam_channel::bounded(16);
@@ -111,28 +111,55 @@ fn the_learner_queue_carries_segments_invalidations_and_rollbacks_in_order() {
         let a = act(&g, &ana, e.episode_id, k).unwrap();
         report(&g, &ana, a.action_id, end);
     }
-    let next = |rx: &crossbeam_channel::Receiver<LearnerMessage>| {
-        rx.recv_timeout(Duration::from_secs(5)).unwrap()
-    };
-    match next(&rx) {
-        LearnerMessage::Segment(s) => {
-            assert_eq!(
-                (s.trajectory, s.len(), s.terminated),
-                (e.trajectory_id, 2, true)
-            );
-        }
-        other => panic!("expected the episode's segment, got {other:?}"),
-    }
+    let s = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (s.trajectory, s.len(), s.terminated),
+        (e.trajectory_id, 2, true)
+    );
     let invalidate: InvalidateRequest =
         request(json!({"trajectory": e.trajectory_id, "text": "cell door opened"}));
     g.invalidate(&operator(), invalidate).unwrap();
-    assert!(matches!(next(&rx), LearnerMessage::Invalidated(t) if t == e.trajectory_id));
+    assert!(g.inbox.is_invalidated(e.trajectory_id));
+    let mut waiting = vec![*s];
+    assert_eq!(g.inbox.drop_invalidated(&mut waiting), 2);
+    assert!(waiting.is_empty());
     g.rollback(&operator(), request(json!({"version": 0})))
         .unwrap();
-    assert!(matches!(next(&rx), LearnerMessage::Rollback(0)));
+    assert_eq!(g.inbox.take_rollback(), Some(0));
     g.detach_learner();
     assert!(
         rx.recv_timeout(Duration::from_secs(1)).is_err(),
         "closed and empty"
     );
+}
+
+#[test]
+fn a_learner_that_takes_nothing_delays_no_request() {
+    // A queue of one segment that nobody drains: the learner stopped taking its queue.
+    let dir = tempfile::tempdir().unwrap();
+    let g = open(dir.path());
+    let (tx, _rx) = crossbeam_channel::bounded(1);
+    g.attach_learner(tx);
+    let ana = agent("agent-0");
+    let mut trajectories = Vec::new();
+    for round in 0..5 {
+        let e = g.start_episode(&ana, request(json!({}))).unwrap();
+        let a = act(&g, &ana, e.episode_id, &format!("k{round}")).unwrap();
+        report(&g, &ana, a.action_id, true);
+        trajectories.push(e.trajectory_id);
+    }
+    assert_eq!(
+        g.counters.segments_dropped.load(Ordering::Relaxed),
+        4,
+        "segments beyond the queue's room are shed, counted"
+    );
+    // Invalidations and rollbacks still answer, and reach the learner.
+    for t in &trajectories {
+        let invalidate: InvalidateRequest = request(json!({"trajectory": t, "text": "x"}));
+        g.invalidate(&operator(), invalidate).unwrap();
+    }
+    g.rollback(&operator(), request(json!({"version": 0})))
+        .unwrap();
+    assert!(trajectories.iter().all(|t| g.inbox.is_invalidated(*t)));
+    assert_eq!(g.inbox.take_rollback(), Some(0));
 }
