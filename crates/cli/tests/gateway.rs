@@ -33,9 +33,16 @@ fn serve_command(dir: &Path) -> Command {
 /// Starts `strata serve` on a free port and waits for its address (the caller reaps it).
 #[allow(clippy::zombie_processes)] // returned to the caller, which waits on it
 fn serve(dir: &Path) -> (Child, String) {
+    serve_with(dir, &[])
+}
+
+/// [`serve`] with more arguments.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits on it
+fn serve_with(dir: &Path, extra: &[&str]) -> (Child, String) {
     let address = dir.join("address");
     let _ = std::fs::remove_file(&address);
     let mut child = serve_command(dir)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
         .spawn()
@@ -346,4 +353,133 @@ fn a_second_serve_on_a_held_directory_is_refused_naming_the_first() {
     let (mut again, _url) = serve(dir.path());
     sigterm(&again);
     assert!(exit_within(&mut again, Duration::from_secs(30)).success());
+}
+
+/// Drives a gateway whose learner is far slower than its agents (a large network trained
+/// for many epochs on every 8 reported steps) while an operator invalidates trajectories
+/// and rolls back: the learner's queue overflows and sheds segments, and still every
+/// request, the operator's included, is answered, each within a bound far below the
+/// client's timeout.
+#[test]
+fn past_its_learners_capacity_every_request_is_answered_within_its_bound() {
+    const BOUND: Duration = Duration::from_secs(5);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, url) = serve_with(
+        dir.path(),
+        &[
+            "--set",
+            "ppo.n_steps=1",
+            "--set",
+            "ppo.batch_size=8",
+            "--set",
+            "ppo.n_epochs=200",
+            "--set",
+            "network.policy_hidden=[256,256]",
+            "--set",
+            "network.value_hidden=[256,256]",
+        ],
+    );
+    let tokens = tokens_of(dir.path());
+    let stop = Arc::new(AtomicBool::new(false));
+    let slowest = Arc::new(Mutex::new((Duration::ZERO, String::new())));
+    let trajectories: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let timed = {
+        let slowest = slowest.clone();
+        move |what: String, call: &dyn Fn() -> Result<(), strata_gateway::ClientError>| {
+            let t0 = Instant::now();
+            if let Err(e) = call() {
+                panic!("{what}: {e}");
+            }
+            let took = t0.elapsed();
+            let mut s = slowest.lock().unwrap();
+            if took > s.0 {
+                *s = (took, what);
+            }
+        }
+    };
+    let mut threads: Vec<_> = tokens
+        .agent_tokens()
+        .into_iter()
+        .take(6)
+        .map(|(name, token)| {
+            let (stop, timed, trajectories) = (stop.clone(), timed.clone(), trajectories.clone());
+            let client = Client::new(&url, &token);
+            std::thread::spawn(move || {
+                let mut step = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let info = std::cell::Cell::new(None);
+                    timed("start".into(), &|| {
+                        info.set(Some(client.post::<_, EpisodeInfo>("/v1/episodes", &json!({}))?));
+                        Ok(())
+                    });
+                    let info = info.take().unwrap();
+                    trajectories.lock().unwrap().push(info.trajectory_id);
+                    for t in 0..20u64 {
+                        let act = json!({"observation": [0.0, 0.1, 0.0, -0.1], "env_seq": t, "idempotency_key": format!("{name}-{step}")});
+                        let action = std::cell::Cell::new(0);
+                        timed(format!("act {step}"), &|| {
+                            let a: ActResponse = client.post(&format!("/v1/episodes/{}/act", info.episode_id), &act)?;
+                            action.set(a.action_id);
+                            Ok(())
+                        });
+                        let report = json!({"observation_after": [0.0, 0.1, 0.0, -0.1], "reward": 1.0, "env_seq": t + 1, "terminated": t == 19});
+                        timed(format!("report {step}"), &|| {
+                            let _: ReportResponse = client.post(&format!("/v1/actions/{}/report", action.get()), &report)?;
+                            Ok(())
+                        });
+                        step += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    {
+        let (stop, timed, trajectories) = (stop.clone(), timed.clone(), trajectories.clone());
+        let operator = Client::new(&url, tokens.operator());
+        threads.push(std::thread::spawn(move || {
+            let mut round = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                let Some(&t) = trajectories.lock().unwrap().last() else {
+                    continue;
+                };
+                timed(format!("invalidate {t}"), &|| {
+                    let _: serde_json::Value = operator.post(
+                        "/v1/operator/invalidate",
+                        &json!({"trajectory": t, "text": "overload test"}),
+                    )?;
+                    Ok(())
+                });
+                round += 1;
+                if round % 10 == 0 {
+                    timed("rollback".into(), &|| {
+                        let _: serde_json::Value =
+                            operator.post("/v1/operator/rollback", &json!({"version": 0}))?;
+                        Ok(())
+                    });
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(25));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("every request was answered");
+    }
+    let metrics = Client::new(&url, tokens.operator())
+        .get_text("/metrics")
+        .unwrap();
+    let dropped: f64 = metrics
+        .lines()
+        .find(|l| !l.starts_with('#') && l.contains("learner_segments_dropped"))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .expect("the metric is exported");
+    assert!(
+        dropped > 0.0,
+        "the learner kept up; the test drove nothing past it"
+    );
+    let (took, what) = slowest.lock().unwrap().clone();
+    assert!(took < BOUND, "{what} took {took:?}");
+    sigterm(&child);
+    assert!(exit_within(&mut child, Duration::from_secs(30)).success());
 }

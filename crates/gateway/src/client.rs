@@ -106,6 +106,28 @@ impl Client {
             .call();
         decode(r)
     }
+
+    /// GETs `path` as text (`/metrics`).
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        match self
+            .agent
+            .get(&format!("{}{path}", self.base))
+            .set("Authorization", &self.auth)
+            .call()
+        {
+            Ok(resp) => resp
+                .into_string()
+                .map_err(|e| ClientError::Transport(e.to_string())),
+            Err(ureq::Error::Status(status, resp)) => Err(ClientError::Status {
+                status,
+                message: resp.into_string().unwrap_or_default(),
+            }),
+            Err(e) => Err(ClientError::Transport(e.to_string())),
+        }
+    }
 }
 
 fn decode<T: DeserializeOwned>(r: Result<ureq::Response, ureq::Error>) -> Result<T, ClientError> {

@@ -5,6 +5,7 @@
 //! constant time however busy the learner is.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -15,6 +16,7 @@ use crate::segment::Segment;
 pub struct LearnerInbox {
     invalidated: Mutex<RecentlyInvalid>,
     rollback: Mutex<Option<u64>>,
+    stopping: AtomicBool,
 }
 
 impl LearnerInbox {
@@ -46,6 +48,17 @@ impl LearnerInbox {
     /// The rollback not applied yet, if any (taken).
     pub fn take_rollback(&self) -> Option<u64> {
         self.rollback.lock().take()
+    }
+
+    /// The gateway is stopping: the learner ends after the update it is in, training none
+    /// of the segments still queued (their samples stay in the ledger, never trained on).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the gateway is stopping.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 }
 

@@ -60,7 +60,8 @@ struct UpdateLine {
     seconds: f64,
 }
 
-/// Starts the learner thread; it stops when its queue is closed and empty.
+/// Starts the learner thread; it stops when the gateway stops (after the update it is
+/// in, leaving what is still queued untrained) or its queue is closed.
 ///
 /// # Errors
 /// The thread could not be spawned, or the starting parameters could not be loaded.
@@ -127,6 +128,18 @@ impl Learner {
         let run = &self.gateway.settings.run;
         let batch = run.ppo.n_steps * run.env.num_envs;
         loop {
+            if self.gateway.inbox.is_stopping() {
+                let queued = rx.len();
+                if queued > 0 {
+                    tracing::info!(
+                        component = "learner",
+                        queued,
+                        waiting_rows = self.rows_waiting,
+                        "stopping: queued segments stay untrained"
+                    );
+                }
+                break;
+            }
             match rx.recv_timeout(Duration::from_millis(500)) {
                 Ok(seg) => {
                     if self.gateway.inbox.is_invalidated(seg.trajectory) {

@@ -12,8 +12,9 @@ impl Gateway {
         *self.learner_tx.lock() = Some(tx);
     }
 
-    /// Closes the learner's queue: the learner trains on what it holds and stops.
+    /// Closes the learner's queue and stops the learner after the update it is in.
     pub(crate) fn detach_learner(&self) {
+        self.inbox.stop();
         self.learner_tx.lock().take();
     }
 
