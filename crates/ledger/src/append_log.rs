@@ -179,8 +179,17 @@ pub(crate) fn stranded_scanning(
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
     let mut in_log = std::collections::HashSet::new();
-    crate::LedgerData::scan_sample_ids(storage, |ids, _, _| {
+    // Only a file whose highest id reaches the oldest wanted row can hold one (a file of
+    // an older ledger, whose name does not say, is read).
+    let oldest = wanted.iter().copied().min().unwrap_or(0);
+    let files = crate::reader::sample_files_newest_first(storage)?;
+    let candidates = files
+        .iter()
+        .filter(|(_, last)| last.is_none_or(|last| last >= oldest))
+        .map(|(p, _)| p.as_str());
+    crate::LedgerData::scan_sample_ids(storage, candidates, |ids, _, _| {
         in_log.extend(ids.iter().filter(|id| wanted.contains(id)));
+        std::ops::ControlFlow::Continue(())
     })?;
     Ok((keep_missing(rows, &in_log), paths))
 }

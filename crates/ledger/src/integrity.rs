@@ -1,14 +1,70 @@
 //! The writer's integrity rules, pure: no storage, no threads, no clock. A repeated
-//! idempotency key is a duplicate of the first sample that carried it; within a trajectory
-//! the policy version must not change and the env clock must move forward. The writer
-//! applies the verdicts (duplicate records, invalidations).
+//! idempotency key is a duplicate of the first sample that carried it (among the last
+//! [`KEY_WINDOW`] keys); within a trajectory the policy version must not change and the env
+//! clock must move forward. The writer applies the verdicts (duplicate records,
+//! invalidations).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::record::ReasonCode;
 
 /// Trajectories not seen for this many batches are forgotten (bounds memory).
 const FORGET_AFTER_BATCHES: u64 = 4096;
+
+/// Idempotency keys remembered for duplicate detection: the newest this many (about
+/// 12 MB). A repeated report comes within seconds of its first; beyond the window a
+/// gateway's remembered actions (100,000 by default) answer it before it reaches the
+/// ledger. Bounded so that a ledger written for weeks costs the same memory as one
+/// written for an hour, and so that reopening reads only the newest files' keys.
+pub const KEY_WINDOW: usize = 1 << 18;
+
+/// The newest [`KEY_WINDOW`] keys, each as a 128-bit hash (a collision among a window's
+/// keys has odds near 2^-92) with the sample that first carried it.
+#[derive(Default)]
+pub(crate) struct KeyWindow {
+    first: HashMap<u128, u64>,
+    order: VecDeque<u128>,
+}
+
+impl KeyWindow {
+    /// The window of `keys` (key, sample), given oldest first.
+    pub(crate) fn of(keys: impl IntoIterator<Item = (String, u64)>) -> Self {
+        let mut window = KeyWindow::default();
+        for (key, sample) in keys {
+            window.insert_new(&key, sample);
+        }
+        window
+    }
+
+    fn hash(key: &str) -> u128 {
+        xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+    }
+
+    /// The sample that first carried `key`, if remembered.
+    pub(crate) fn get(&self, key: &str) -> Option<u64> {
+        self.first.get(&Self::hash(key)).copied()
+    }
+
+    /// Remembers `key` as first carried by `sample` unless it is already, forgetting the
+    /// oldest key beyond the window.
+    fn insert_new(&mut self, key: &str, sample: u64) {
+        let h = Self::hash(key);
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.first.entry(h) {
+            slot.insert(sample);
+            self.order.push_back(h);
+            if self.order.len() > KEY_WINDOW {
+                let oldest = self.order.pop_front().expect("non-empty");
+                self.first.remove(&oldest);
+            }
+        }
+    }
+
+    /// Keys remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+}
 
 /// What one row says about its trajectory.
 #[derive(Clone, Copy, Debug)]
@@ -28,18 +84,18 @@ struct TrajectoryState {
     seen: u64,
 }
 
-/// What the rules remember: every idempotency key's first sample, and each open
+/// What the rules remember: the newest idempotency keys' first samples, and each open
 /// trajectory's last version and clock.
 #[derive(Default)]
 pub(crate) struct Integrity {
-    keys: HashMap<String, u64>,
+    keys: KeyWindow,
     trajectories: HashMap<u64, TrajectoryState>,
     batches: u64,
 }
 
 impl Integrity {
-    /// Starts with the keys already stored.
-    pub(crate) fn new(keys: HashMap<String, u64>) -> Self {
+    /// Starts with the newest keys already stored.
+    pub(crate) fn new(keys: KeyWindow) -> Self {
         Integrity {
             keys,
             ..Integrity::default()
@@ -58,10 +114,10 @@ impl Integrity {
     /// The sample that first carried `key`, if any (then `sample` is its duplicate);
     /// otherwise `key` now belongs to `sample`.
     pub(crate) fn original_of(&mut self, key: &str, sample: u64) -> Option<u64> {
-        if let Some(&original) = self.keys.get(key) {
+        if let Some(original) = self.keys.get(key) {
             return Some(original);
         }
-        self.keys.insert(key.to_string(), sample);
+        self.keys.insert_new(key, sample);
         None
     }
 
@@ -117,10 +173,23 @@ mod tests {
 
     #[test]
     fn a_repeated_key_points_at_the_first_sample() {
-        let mut rules = Integrity::new(HashMap::from([("a/1".to_string(), 3)]));
+        let mut rules = Integrity::new(KeyWindow::of([("a/1".to_string(), 3)]));
         assert_eq!(rules.original_of("a/1", 9), Some(3), "stored before");
         assert_eq!(rules.original_of("a/2", 10), None);
         assert_eq!(rules.original_of("a/2", 11), Some(10));
+    }
+
+    #[test]
+    fn the_window_keeps_the_newest_keys_only() {
+        let mut window = KeyWindow::of((0..KEY_WINDOW as u64).map(|i| (format!("k{i}"), i)));
+        assert_eq!(window.get("k0"), Some(0));
+        window.insert_new("k0", 99); // known: kept as it was
+        assert_eq!(window.get("k0"), Some(0));
+        window.insert_new("new", 7);
+        assert_eq!(window.len(), KEY_WINDOW);
+        assert_eq!(window.get("k0"), None, "the oldest is forgotten");
+        assert_eq!(window.get("k1"), Some(1));
+        assert_eq!(window.get("new"), Some(7));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Where everything lives in a ledger: the one module that names storage paths.
 //!
 //! ```text
-//! samples/bucket=<b>/generation=<v>/part-<session>-<n>.parquet   compacted samples
-//! wal/samples/bucket=<b>/part-<session>-<n>.parquet               sample log (not yet compacted)
+//! samples/bucket=<b>/generation=<v>/part-<session>-<n>-to<id>.parquet   compacted samples
+//! wal/samples/bucket=<b>/part-<session>-<n>-to<id>.parquet               sample log (not yet compacted)
 //! wal/appends/bucket=<b>/<session>-<n>.arrows                     append log (durable appends)
 //! decisions/bucket=<b>/part-….parquet
 //! invalidations/ duplicates/ generations/ part-….parquet
@@ -51,6 +51,22 @@ pub(crate) fn data_file(dir: &str, session: &str, seq: u64) -> String {
     format!("{dir}/part-{session}-{seq:06}.parquet")
 }
 
+/// A sample file's name in `dir`: as [`data_file`], with the highest sample id it holds
+/// (`-to<id>`), which compaction keeps in the names of the files it makes from it. A
+/// ledger's newest samples and its highest id are then found from its file names alone.
+pub(crate) fn sample_file(dir: &str, session: &str, seq: u64, last_id: u64) -> String {
+    format!("{dir}/part-{session}-{seq:06}-to{last_id}.parquet")
+}
+
+/// The highest sample id a sample file holds (at most), from its name; `None` for a file
+/// of a ledger written before names carried it.
+pub(crate) fn last_sample_id(path: &str) -> Option<u64> {
+    let name = file_name(path);
+    let (_, rest) = name.rsplit_once("-to")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// The `bucket=…` and `generation=…` directories of a file's path (a bucket directory
 /// whose name is not a bucket's counts as none).
 pub(crate) fn partition(path: &str) -> (Option<Bucket>, Option<u64>) {
@@ -95,6 +111,27 @@ fn parquet_files(storage: &Storage, dir: &str) -> Result<Vec<String>, LedgerErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_file_names_its_highest_id() {
+        let log = sample_file("wal/samples/bucket=train", "18a-2f", 12, 40_961);
+        assert_eq!(
+            log,
+            "wal/samples/bucket=train/part-18a-2f-000012-to40961.parquet"
+        );
+        assert_eq!(last_sample_id(&log), Some(40_961));
+        // Compaction's numbered sibling of the same log.
+        let sibling = partition_path(
+            "train",
+            3,
+            &file_name(&log).replace(".parquet", "-1.parquet"),
+        );
+        assert_eq!(last_sample_id(&sibling), Some(40_961));
+        assert_eq!(
+            last_sample_id("wal/samples/bucket=train/part-x-000001.parquet"),
+            None
+        );
+    }
 
     #[test]
     fn paths_parse_back() {

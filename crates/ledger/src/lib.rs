@@ -42,6 +42,7 @@ mod storage;
 mod writer;
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -71,7 +72,48 @@ pub use schema::{
 pub use storage::Storage;
 pub use writer::WriterStats;
 
+use integrity::KeyWindow;
+pub use integrity::KEY_WINDOW;
 use writer::{FlushPolicy, Message, Shared, Writer};
+
+/// The highest stored sample id, and the window of the newest stored idempotency keys:
+/// the id from the sample files' names (a file of an older ledger, whose name carries
+/// none, is read for it), the keys from the newest files until the window is full.
+fn newest_ids_and_keys(storage: &Storage) -> Result<(Option<u64>, KeyWindow), LedgerError> {
+    let files = reader::sample_files_newest_first(storage)?;
+    let mut max_id = files.iter().filter_map(|(_, last)| *last).max();
+    let mut newest: Vec<(u64, String)> = Vec::new();
+    let named = files.iter().take_while(|(_, last)| last.is_some());
+    LedgerData::scan_sample_ids(storage, named.map(|(p, _)| p.as_str()), |ids, _, key| {
+        newest.extend(
+            ids.iter()
+                .enumerate()
+                .filter_map(|(i, id)| Some((*id, key(i)?))),
+        );
+        if newest.len() >= KEY_WINDOW {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    let unnamed = files.iter().skip_while(|(_, last)| last.is_some());
+    LedgerData::scan_sample_ids(storage, unnamed.map(|(p, _)| p.as_str()), |ids, _, key| {
+        max_id = max_id.max(ids.iter().copied().max());
+        newest.extend(
+            ids.iter()
+                .enumerate()
+                .filter_map(|(i, id)| Some((*id, key(i)?))),
+        );
+        ControlFlow::Continue(())
+    })?;
+    // Oldest first, so that the window forgets the oldest; a key's first carrier wins.
+    newest.sort_unstable();
+    let keep = newest.len().saturating_sub(KEY_WINDOW);
+    Ok((
+        max_id,
+        KeyWindow::of(newest.into_iter().skip(keep).map(|(id, key)| (key, id))),
+    ))
+}
 
 /// A failure kept with its cause, shareable: one flush's result answers every caller in
 /// its group commit.
@@ -264,18 +306,10 @@ impl Ledger {
                 );
             }
         }
-        // What the ledger holds is scanned a file at a time, never held whole: reopening
-        // a long run's ledger costs its size in reading, not in memory.
-        let mut keys = HashMap::new();
-        let mut max_id = None;
-        LedgerData::scan_sample_ids(&storage, |ids, _, key| {
-            for (i, id) in ids.iter().enumerate() {
-                max_id = max_id.max(Some(*id));
-                if let Some(k) = key(i) {
-                    keys.entry(k).or_insert(*id);
-                }
-            }
-        })?;
+        // Reopening costs what the newest samples cost, not the ledger's history: the
+        // highest id is in the sample files' names, and the key window is read from the
+        // newest files only (files of older ledgers, whose names carry no id, are read).
+        let (max_id, keys) = newest_ids_and_keys(&storage)?;
         // Rows acknowledged into the append log by a process that died before flushing
         // them: moved into the sample log below (without `compact_on_open` they are left
         // where they are, for a later owner's open).
@@ -351,9 +385,10 @@ impl Ledger {
         &self.storage
     }
 
-    /// The stored sample (id, policy version) of each of `keys` that has one: a scan of
-    /// the sample files' key columns, one file at a time, whose memory follows `keys`
-    /// rather than the ledger (a restarted gateway settling its reports in flight).
+    /// The stored sample (id, policy version) of each of `keys` that has one among the
+    /// newest [`KEY_WINDOW`] keyed samples (a restarted gateway settling its reports in
+    /// flight, which are among the newest): a scan of the newest sample files' key columns,
+    /// one file at a time, that ends when every key is found or the window is passed.
     ///
     /// # Errors
     /// [`LedgerError::BadFile`] naming an unreadable sample file.
@@ -365,13 +400,30 @@ impl Ledger {
         if keys.is_empty() {
             return Ok(found);
         }
-        LedgerData::scan_sample_ids(&self.storage, |ids, versions, key| {
-            for (i, id) in ids.iter().enumerate() {
-                if let Some(k) = key(i).filter(|k| keys.contains(k)) {
-                    found.entry(k).or_insert((*id, versions[i]));
+        let files = reader::sample_files_newest_first(&self.storage)?;
+        let mut keyed = 0;
+        LedgerData::scan_sample_ids(
+            &self.storage,
+            files.iter().map(|(p, _)| p.as_str()),
+            |ids, versions, key| {
+                for (i, id) in ids.iter().enumerate() {
+                    let Some(k) = key(i) else { continue };
+                    keyed += 1;
+                    if keys.contains(&k) {
+                        // The oldest carrier of a key is its original.
+                        let entry = found.entry(k).or_insert((*id, versions[i]));
+                        if *id < entry.0 {
+                            *entry = (*id, versions[i]);
+                        }
+                    }
                 }
-            }
-        })?;
+                if found.len() == keys.len() || keyed >= KEY_WINDOW {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            },
+        )?;
         Ok(found)
     }
 

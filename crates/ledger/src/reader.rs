@@ -6,6 +6,7 @@ use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::Storage;
 use crate::LedgerError;
+use std::ops::ControlFlow;
 
 /// Everything a ledger holds.
 #[derive(Clone, Debug, Default)]
@@ -27,6 +28,26 @@ pub struct LedgerData {
 /// The sample table's files: partition files, then log files (`true`). A partition file
 /// named like a log file still present is a leftover of an interrupted compaction: the
 /// log file is the authority, and the stray is left out.
+/// Every stored sample file, newest first: by the highest sample id its name carries
+/// ([`crate::layout::last_sample_id`]), with that id; files of ledgers written before names
+/// carried it come last, with `None`.
+///
+/// # Errors
+/// [`LedgerError::Storage`].
+pub(crate) fn sample_files_newest_first(
+    storage: &Storage,
+) -> Result<Vec<(String, Option<u64>)>, LedgerError> {
+    let mut files: Vec<(String, Option<u64>)> = sample_files(storage)?
+        .into_iter()
+        .map(|(path, _)| {
+            let last = crate::layout::last_sample_id(&path);
+            (path, last)
+        })
+        .collect();
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    Ok(files)
+}
+
 fn sample_files(storage: &Storage) -> Result<Vec<(String, bool)>, LedgerError> {
     let logs = log_files(storage)?;
     let log_names: std::collections::HashSet<&str> = logs.iter().map(|p| file_name(p)).collect();
@@ -94,26 +115,27 @@ impl LedgerData {
         Ok(data.generations)
     }
 
-    /// Calls `visit` with each stored sample file's sample ids, policy versions and
-    /// idempotency keys (a key per id, `None` for a trainer's samples), decoding those
-    /// three columns alone: what reopening a ledger or settling a restarted gateway needs
-    /// of every sample, at a fraction of a full read and one file's memory.
+    /// Calls `visit` with the sample ids, policy versions and idempotency keys (a key per
+    /// id, `None` for a trainer's samples) of each of `files`, in order, until it breaks,
+    /// decoding those three columns alone: what reopening a ledger or settling a restarted
+    /// gateway needs, at a fraction of a full read and one file's memory.
     ///
     /// # Errors
     /// [`LedgerError::BadFile`] naming the first unreadable file.
-    pub(crate) fn scan_sample_ids(
+    pub(crate) fn scan_sample_ids<'a>(
         storage: &Storage,
-        mut visit: impl FnMut(&[u64], &[u64], &dyn Fn(usize) -> Option<String>),
+        files: impl IntoIterator<Item = &'a str>,
+        mut visit: impl FnMut(&[u64], &[u64], &dyn Fn(usize) -> Option<String>) -> ControlFlow<()>,
     ) -> Result<(), LedgerError> {
         use arrow_array::Array;
-        for (path, _) in sample_files(storage)? {
+        for path in files {
             let bad = |reason: String| LedgerError::BadFile {
                 path: format!("{}/{path}", storage.location()),
                 reason,
             };
             let columns = ["sample_id", "idempotency_key", "policy_version"];
             let batches =
-                schema::decode_columns(storage.get(&path)?, Table::Samples, Some(&columns))
+                schema::decode_columns(storage.get(path)?, Table::Samples, Some(&columns))
                     .map_err(bad)?;
             for batch in &batches {
                 // A projection keeps the file's column order: look them up by name.
@@ -135,7 +157,9 @@ impl LedgerData {
                     .downcast_ref::<arrow_array::UInt64Array>()
                     .ok_or_else(|| bad("policy_version is not a u64 column".into()))?;
                 let key = |i: usize| (!keys.is_null(i)).then(|| keys.value(i).to_string());
-                visit(ids.values(), versions.values(), &key);
+                if visit(ids.values(), versions.values(), &key).is_break() {
+                    return Ok(());
+                }
             }
         }
         Ok(())

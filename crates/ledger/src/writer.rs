@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use crate::append_log::AppendLog;
 use crate::bucket::Bucket;
 use crate::integrity::{Integrity, RowFacts};
-use crate::layout::{bucket_dir, data_file};
+use crate::layout::{bucket_dir, data_file, sample_file};
 use crate::record::{
     now_ns, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation, ReasonCode, Target,
 };
@@ -133,7 +133,7 @@ impl Writer {
         storage: Arc<Storage>,
         shared: Arc<Shared>,
         policy: FlushPolicy,
-        keys: HashMap<String, u64>,
+        keys: crate::integrity::KeyWindow,
     ) -> Self {
         let session = format!("{:x}-{:x}", now_ns(), std::process::id());
         let append_log = storage
@@ -475,11 +475,10 @@ impl Writer {
         for (key, batch) in samples.into_iter().filter(|(_, b)| !b.is_empty()) {
             let dir = bucket_dir(Table::Samples, &key.0);
             let arrow = crate::samples::to_arrow(&batch);
-            taken.push((
-                Taken::Samples(key, Box::new(batch)),
-                self.file_name(&dir),
-                arrow,
-            ));
+            self.seq += 1;
+            let last = batch.sample_id.iter().copied().max().unwrap_or(0);
+            let name = sample_file(&dir, &self.session, self.seq, last);
+            taken.push((Taken::Samples(key, Box::new(batch)), name, arrow));
         }
         let mut decisions: Vec<_> = std::mem::take(&mut self.decisions).into_iter().collect();
         decisions.sort_by(|a, b| a.0.cmp(&b.0));

@@ -153,6 +153,64 @@ fn a_repeated_idempotency_key_is_stored_once_and_marked_duplicate() {
     );
 }
 
+/// Reopening reads the newest sample files only: the highest id comes from the files'
+/// names, the key window from the newest files. A corrupt file older than the window is
+/// never read (it would be named in an error if it were), and a key repeated from within
+/// the window is still caught.
+#[test]
+fn reopening_reads_the_newest_sample_files_only() {
+    use strata_ledger::KEY_WINDOW;
+    let dir = tempfile::tempdir().unwrap();
+    let keyed = |first: u64, n: u64| {
+        let mut b = SampleBatch::new(&"stable".parse().unwrap(), "cafe", OBS_DIM);
+        for id in first..first + n {
+            let mut r = record(id, 1_000 + id, 0, 1, true);
+            r.idempotency_key = Some(format!("agent-1/{id}"));
+            r.bucket = "stable".parse().unwrap();
+            b.push(&r).unwrap();
+        }
+        b
+    };
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(keyed(0, 10)).unwrap();
+    ledger.close().unwrap();
+    let oldest: Vec<_> = walk(dir.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    assert_eq!(oldest.len(), 1, "{oldest:?}");
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(keyed(10, KEY_WINDOW as u64)).unwrap();
+    ledger.close().unwrap();
+    std::fs::write(&oldest[0], b"not parquet any more").unwrap();
+
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    assert_eq!(ledger.next_sample_id(), 10 + KEY_WINDOW as u64);
+    let again = |id: u64, key: u64| {
+        let mut b = keyed(key, 1);
+        b.sample_id[0] = id;
+        b
+    };
+    let next = ledger.next_sample_id();
+    ledger.append_samples(again(next, 10)).unwrap(); // in the window: a duplicate
+    ledger.append_samples(again(next + 1, 5)).unwrap(); // older than the window: new
+    assert_eq!(ledger.close().unwrap().duplicates, 1);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
 #[test]
 fn a_version_switch_mid_trajectory_invalidates_the_whole_trajectory() {
     let dir = tempfile::tempdir().unwrap();
