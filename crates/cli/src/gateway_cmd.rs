@@ -106,6 +106,7 @@ pub struct ServeArgs {
 
 /// Serves until Ctrl-C / SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
+    limit_malloc_arenas();
     let mut settings = args.gateway.settings(&args.dir, args.addr)?;
     let meeting = match &args.nats {
         Some(url) => Some(strata_cluster::Meeting {
@@ -229,6 +230,7 @@ pub struct FleetArgs {
 
 /// Runs the fleet (and, by default, its gateway), then prints a per-generation summary.
 pub fn fleet(args: FleetArgs) -> Result<()> {
+    limit_malloc_arenas();
     let env = args
         .gateway
         .config
@@ -406,4 +408,23 @@ fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
         "(episodes by the generation of their last step; `valid`: with no invalidated sample)"
     );
     Ok(serde_json::to_value(&rows)?)
+}
+
+/// Caps glibc's malloc arenas at one per core (its default is eight per core). A gateway's
+/// requests run on many threads (HTTP workers, blocking tasks), and memory freed in one
+/// thread's arena is not reused by another's: under a 16-agent fleet the resident size
+/// kept climbing (460 MB after two minutes) where the live heap was under 200 MB; with
+/// the cap it levels (about 270 MB) at the same throughput.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let cores = std::thread::available_parallelism()
+            .map_or(2, usize::from)
+            .max(2);
+        // SAFETY: mallopt only sets an allocator parameter; called before the gateway's
+        // threads start.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, i32::try_from(cores).unwrap_or(i32::MAX));
+        }
+    }
 }

@@ -89,11 +89,9 @@ impl Journal {
     pub fn compact<E: Serialize>(&self, snapshot: &E, taken_at: u64) -> Result<(), GatewayError> {
         use std::io::{Read, Seek, SeekFrom};
         let tmp = self.path.with_extension("jsonl.tmp");
-        let mut line = serde_json::to_vec(snapshot).expect("journal records serialise");
-        line.push(b'\n');
         let io = |e| GatewayError::io(&self.path, e);
         let mut out = File::create(&tmp).map_err(io)?;
-        out.write_all(&line).map_err(io)?;
+        let written = write_record(&mut out, snapshot).map_err(io)?;
         let mut f = self.file.lock();
         let mut tail = Vec::new();
         let mut old = File::open(&self.path).map_err(io)?;
@@ -109,7 +107,7 @@ impl Journal {
             .append(true)
             .open(&self.path)
             .map_err(io)?;
-        *f = (file, (line.len() + tail.len()) as u64);
+        *f = (file, written + tail.len() as u64);
         Ok(())
     }
 
@@ -136,20 +134,31 @@ impl Journal {
 /// returns the file opened for appending and its size.
 fn write_snapshot<E: Serialize>(path: &Path, snapshot: &E) -> Result<(File, u64), GatewayError> {
     let tmp = path.with_extension("jsonl.tmp");
-    let mut line = serde_json::to_vec(snapshot).expect("journal records serialise");
-    line.push(b'\n');
-    let write = || -> std::io::Result<File> {
+    let write = || -> std::io::Result<(File, u64)> {
         let mut f = File::create(&tmp)?;
-        f.write_all(&line)?;
+        let written = write_record(&mut f, snapshot)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         if let Some(dir) = path.parent() {
             File::open(dir)?.sync_all()?;
         }
-        OpenOptions::new().append(true).open(path)
+        Ok((OpenOptions::new().append(true).open(path)?, written))
     };
-    let file = write().map_err(|e| GatewayError::io(path, e))?;
-    Ok((file, line.len() as u64))
+    write().map_err(|e| GatewayError::io(path, e))
+}
+
+/// Writes `record` as one JSON line to `file`, streamed through a buffer (a snapshot of a
+/// busy gateway is tens of megabytes: never held whole in memory); the bytes written.
+fn write_record<E: Serialize>(file: &mut File, record: &E) -> std::io::Result<u64> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+    serde_json::to_writer(&mut out, record).map_err(std::io::Error::other)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    let file = out
+        .into_inner()
+        .map_err(std::io::IntoInnerError::into_error)?;
+    use std::io::Seek;
+    file.stream_position()
 }
 
 #[cfg(test)]

@@ -429,6 +429,9 @@ pub struct Server {
     learner: Option<JoinHandle<()>>,
 }
 
+/// How often a serving gateway compacts its ledger's sample log.
+const LEDGER_COMPACT_EVERY: Duration = Duration::from_secs(30);
+
 impl Server {
     /// Opens the gateway and starts serving; returns once the socket is bound (its address
     /// is also written to `<dir>/address`).
@@ -475,6 +478,7 @@ impl Server {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(gateway.clone());
         let reaper_gateway = gateway.clone();
+        let compactor_gateway = gateway.clone();
         let http = std::thread::Builder::new()
             .name("strata-gateway".into())
             .spawn(move || {
@@ -489,6 +493,23 @@ impl Server {
                                 g.reap_idle();
                                 if let Err(e) = g.compact_journal() {
                                     tracing::error!(component = "gateway", error = %e, "journal compaction failed");
+                                }
+                            })
+                            .await;
+                        }
+                    });
+                    // The ledger's sample log, compacted as it grows, so that a stop or a
+                    // restart compacts only the last stretch (not days of reports).
+                    let compacting = compactor_gateway;
+                    tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(LEDGER_COMPACT_EVERY);
+                        tick.tick().await; // the first tick is at once
+                        loop {
+                            tick.tick().await;
+                            let g = compacting.clone();
+                            let _ = tokio::task::spawn_blocking(move || {
+                                if let Err(e) = g.ledger.compact_log() {
+                                    tracing::error!(component = "gateway", error = %e, "ledger compaction failed; retried later");
                                 }
                             })
                             .await;

@@ -219,32 +219,38 @@ impl State {
         }
     }
 
-    /// Remembers an action, forgetting the oldest closed ones beyond `keep`.
+    /// Remembers an action, forgetting the oldest beyond `keep` that nothing can act on
+    /// any more. An action still open (pending, or timed out and replayable) on an episode
+    /// that has not ended is kept, at most one per open episode; once its episode ends it
+    /// goes like any other. (Stopping at the oldest open action instead, as this once did,
+    /// kept every later action forever behind one an agent timed out on.)
     pub fn remember(&mut self, rec: ActionRec, keep: usize) {
         let id = rec.answer.action_id;
         self.action_keys
             .insert(agent_key(&self.episodes[&rec.episode].agent, &rec.key), id);
         self.actions.insert(id, rec);
         self.action_order.push_back(id);
+        let mut still_open = Vec::new();
         while self.action_order.len() > keep {
-            let oldest = self.action_order[0];
-            match self.actions.get(&oldest) {
-                Some(a) if matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut) => {
-                    break
-                }
-                Some(a) => {
-                    let key = agent_key(
-                        self.episodes
-                            .get(&a.episode)
-                            .map_or("", |e| e.agent.as_str()),
-                        &a.key,
-                    );
-                    self.action_keys.remove(&key);
-                    self.actions.remove(&oldest);
-                }
-                None => {}
+            let Some(oldest) = self.action_order.pop_front() else {
+                break;
+            };
+            let Some(a) = self.actions.get(&oldest) else {
+                continue;
+            };
+            let episode = self.episodes.get(&a.episode);
+            let open = matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut)
+                && episode.is_some_and(|e| e.status != EpisodeStatus::Ended);
+            if open {
+                still_open.push(oldest);
+                continue;
             }
-            self.action_order.pop_front();
+            let key = agent_key(episode.map_or("", |e| e.agent.as_str()), &a.key);
+            self.action_keys.remove(&key);
+            self.actions.remove(&oldest);
+        }
+        for id in still_open.into_iter().rev() {
+            self.action_order.push_front(id);
         }
     }
 
@@ -378,6 +384,65 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn episode(id: u64, status: EpisodeStatus) -> EpisodeRec {
+        EpisodeRec {
+            id,
+            agent: "agent-0".into(),
+            version: 0,
+            channel: Channel::Stable,
+            bucket: "train".parse().unwrap(),
+            trajectory: id,
+            status,
+            steps: 0,
+            reward_sum: 0.0,
+            last_seq: None,
+            last_obs: None,
+            pending: None,
+            start_key: None,
+            last_activity_ns: 0,
+        }
+    }
+
+    fn action(id: u64, episode: u64, status: ActionStatus) -> ActionRec {
+        ActionRec {
+            answer: serde_json::from_value(serde_json::json!({
+                "action_id": id, "action": [0.0], "policy_version": 0, "config_hash": "c",
+                "trajectory_id": episode, "side_effect": "unsafe",
+                "issued_at_ns": 0
+            }))
+            .unwrap(),
+            episode,
+            key: format!("k{id}"),
+            action_type: "default".into(),
+            obs: vec![0.0; 4],
+            log_prob: 0.0,
+            value: 0.0,
+            env_seq: id,
+            context: None,
+            status,
+        }
+    }
+
+    #[test]
+    fn remembered_actions_stay_bounded_past_an_action_left_open() {
+        let mut state = State::new(0, 0.0, 0.0);
+        state.episodes.insert(1, episode(1, EpisodeStatus::Active));
+        state.episodes.insert(2, episode(2, EpisodeStatus::Ended));
+        // Open on a live episode: kept. Timed out on an ended one: nothing can act on it.
+        state.remember(action(1, 1, ActionStatus::Pending), 10);
+        state.remember(action(2, 2, ActionStatus::TimedOut), 10);
+        for id in 3..1_000 {
+            state.remember(action(id, 1, ActionStatus::Reported { sample: id }), 10);
+        }
+        // The newest ten, and the open action beyond them.
+        assert_eq!(state.actions.len(), 11);
+        assert_eq!(state.action_order.len(), 11);
+        assert!(state.actions.contains_key(&1), "the open action is kept");
+        assert!(!state.actions.contains_key(&2));
+        assert!(state.actions.contains_key(&990) && !state.actions.contains_key(&989));
+        assert_eq!(state.action_keys.len(), 11);
+    }
 
     #[test]
     fn a_snapshot_with_episodes_and_actions_reads_back() {

@@ -19,7 +19,8 @@
 //!
 //! Writes go through a writer thread with a bounded queue ([`Ledger`]). Each flush writes
 //! its samples as one log file per bucket (`wal/samples/…`), compacted into the generation
-//! partitions when the ledger is closed or reopened ([`compact()`]); readers merge both.
+//! partitions when the ledger is closed or reopened ([`compact()`]), and by an owner that
+//! writes for days while it writes ([`Ledger::compact_log`]); readers merge both.
 //! Every file is staged, synced and renamed into place, so a crash leaves only complete
 //! files. What a crash can lose is the unflushed tail: at most `flush_rows` rows or
 //! `flush_interval` of data.
@@ -710,6 +711,18 @@ impl Ledger {
     pub fn abandon(mut self) {
         drop(self.lock.take());
         std::mem::forget(self);
+    }
+
+    /// Compacts the sample log written so far into generation partitions while the
+    /// writer goes on (it only adds log files; compaction takes those it finds), so that
+    /// closing or reopening a ledger written for days compacts only the last stretch. For
+    /// the ledger's owner: a gateway calls it every half minute. Returns the rows moved.
+    ///
+    /// # Errors
+    /// As [`compact()`]; the log files stay and a later compaction retries them.
+    pub fn compact_log(&self) -> Result<u64, LedgerError> {
+        let _one_at_a_time = self.shared.compacting.lock();
+        compact::compact(&self.storage)
     }
 
     /// Flushes and stops the writer.

@@ -86,6 +86,9 @@ pub(crate) struct Shared {
     pub failure: Mutex<Option<LedgerError>>,
     /// Rules version stamped on invalidations the writer detects.
     pub rules_version: AtomicU64,
+    /// Held by a compaction of the sample log: one at a time (the owner's background
+    /// compactions and the one at close).
+    pub compacting: Mutex<()>,
 }
 
 /// When to flush.
@@ -264,6 +267,7 @@ impl Writer {
     /// Final flush, then compaction of the sample log into generation partitions.
     fn close(&mut self) -> Result<(), LedgerError> {
         self.flush()?;
+        let _one_at_a_time = self.shared.compacting.lock();
         crate::compact::compact(&self.storage).map(|_| ())
     }
 

@@ -197,6 +197,31 @@ fn reopening_reads_the_newest_sample_files_only() {
     assert_eq!(ledger.close().unwrap().duplicates, 1);
 }
 
+/// An owner that writes for days compacts while it writes: the log compacted so far moves
+/// into the generation partitions, later appends go on into new log files, and every row
+/// reads back once.
+#[test]
+fn compacting_while_writing_keeps_every_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&config(dir.path())).unwrap();
+    ledger.append_samples(episodes(0, 2, 5, 1)).unwrap();
+    ledger.flush().unwrap();
+    assert_eq!(ledger.compact_log().unwrap(), 10);
+    assert_eq!(ledger.compact_log().unwrap(), 0, "nothing left to move");
+    ledger.append_samples(episodes(10, 2, 5, 2)).unwrap();
+    ledger.close().unwrap();
+    let wal = dir.path().join("wal/samples");
+    assert!(
+        walk(dir.path()).iter().all(|p| !p.starts_with(&wal)),
+        "the close compacted the rest"
+    );
+    let ids: Vec<u64> = rows(&read(dir.path()))
+        .iter()
+        .map(|r| r.sample_id)
+        .collect();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>());
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
