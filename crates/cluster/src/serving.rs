@@ -142,7 +142,10 @@ fn follow_once(
         match gateway.observe_pointer(pointer, revision) {
             Ok(()) => {}
             Err(RequestError::NotFound(_)) => {
-                import(link, gateway, pointer.version)?;
+                let policy = records::policy(link, pointer.version)?;
+                gateway
+                    .import_pointed_version(pointer.version, policy.params)
+                    .map_err(|e| ClusterError::Config(e.to_string()))?;
                 gateway
                     .observe_pointer(pointer, revision)
                     .map_err(|e| ClusterError::Config(e.to_string()))?;

@@ -243,9 +243,11 @@ impl Learner {
             ReleaseMode::Canary => Channel::Canary,
             _ => Channel::Stable,
         };
-        let version =
-            self.gateway
-                .publish_params(self.core.params().to_vec(), channel, "learner")?;
+        let version = self.gateway.publish_params(
+            self.core.params().to_vec(),
+            channel,
+            crate::gateway::LEARNER,
+        )?;
         self.base_version = version;
         self.updates = update;
         self.gateway

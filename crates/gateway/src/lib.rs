@@ -37,7 +37,7 @@ pub use auth::{Auth, Caller, Role, TokensFile};
 pub use client::{Client, ClientError};
 pub use error::{GatewayError, RequestError};
 pub use fleet::{run_fleet, FleetError, FleetReport, FleetSettings};
-pub use gateway::{Counters, Gateway, ServingPointer, SharedRelease};
+pub use gateway::{Counters, Gateway, ServingPointer, SharedRelease, KEEP_RECENT};
 pub use inbox::LearnerInbox;
 pub use metrics::Metrics;
 pub use segment::Segment;

@@ -37,6 +37,7 @@ struct Mirrored {
     aborts: Counter,
     holds: Counter,
     segments_dropped: Counter,
+    versions_removed: Counter,
     ledger_rows_received: Counter,
     ledger_rows_written: Counter,
     ledger_files_written: Counter,
@@ -88,6 +89,7 @@ impl Metrics {
             aborts: Counter::default(),
             holds: Counter::default(),
             segments_dropped: Counter::default(),
+            versions_removed: Counter::default(),
             ledger_rows_received: Counter::default(),
             ledger_rows_written: Counter::default(),
             ledger_files_written: Counter::default(),
@@ -118,6 +120,11 @@ impl Metrics {
                 "learner_segments_dropped",
                 "Segments the learner's full queue could not take",
                 &mirrored.segments_dropped,
+            ),
+            (
+                "policy_versions_removed",
+                "Policy versions the retention rule removed from disk",
+                &mirrored.versions_removed,
             ),
             (
                 "ledger_rows_received",
@@ -203,6 +210,10 @@ impl Metrics {
         mirror(
             &m.segments_dropped,
             counters.segments_dropped.load(Ordering::Relaxed),
+        );
+        mirror(
+            &m.versions_removed,
+            counters.versions_removed.load(Ordering::Relaxed),
         );
         let ledger = g.ledger().stats();
         mirror(&m.ledger_rows_received, ledger.rows_received);

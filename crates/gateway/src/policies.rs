@@ -1,6 +1,7 @@
 //! Policy versions the gateway serves: each stored once as safetensors in `policies/`
 //! (synced, renamed into place), a bounded set kept in memory with a model for inference.
-//! The gateway's [`PolicyStore`]: every version it ever published stays readable.
+//! The gateway's [`PolicyStore`]: a version stays readable until the gateway's retention
+//! rule removes it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -63,6 +64,20 @@ impl DiskPolicyStore {
 
     fn path(&self, version: u64) -> PathBuf {
         self.dir.join(format!("v{version:08}.safetensors"))
+    }
+
+    /// Removes `version` from disk and memory; whether it was stored.
+    ///
+    /// # Errors
+    /// The file cannot be removed.
+    pub fn remove(&self, version: u64) -> Result<bool, GatewayError> {
+        self.cache.write().remove(&version);
+        let path = self.path(version);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(GatewayError::io(&path, e)),
+        }
     }
 
     /// Whether `version` is stored.

@@ -429,7 +429,8 @@ pub struct Server {
     learner: Option<JoinHandle<()>>,
 }
 
-/// How often a serving gateway compacts its ledger's sample log.
+/// How often a serving gateway compacts its ledger's sample log and applies its version
+/// retention rule.
 const LEDGER_COMPACT_EVERY: Duration = Duration::from_secs(30);
 
 impl Server {
@@ -510,6 +511,11 @@ impl Server {
                             let _ = tokio::task::spawn_blocking(move || {
                                 if let Err(e) = g.ledger.compact_log() {
                                     tracing::error!(component = "gateway", error = %e, "ledger compaction failed; retried later");
+                                }
+                                match g.sweep_versions() {
+                                    Ok(0) => {}
+                                    Ok(removed) => tracing::debug!(component = "gateway", removed, "policy versions let go"),
+                                    Err(e) => tracing::error!(component = "gateway", error = %e, "policy version sweep failed; retried later"),
                                 }
                             })
                             .await;

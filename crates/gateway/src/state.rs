@@ -1,7 +1,7 @@
 //! What the gateway remembers between requests (and, through the journal, across
 //! restarts): episodes, actions, idempotency keys and the release state.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -112,9 +112,60 @@ pub struct Release {
     pub pending: VecDeque<PendingRelease>,
     /// The newest version number handed out.
     pub latest: u64,
+    /// Which stored versions the retention rule keeps.
+    #[serde(default)]
+    pub retention: Retention,
+}
+
+/// The versions the retention rule must keep that it has not decided on yet. Versions up
+/// to `decided_upto` are decided: those still stored are kept for good (samples or an
+/// operator refer to them), the rest were removed. So what is remembered here covers only
+/// the versions since the last sweep, however long the gateway runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Retention {
+    /// Versions up to this one are decided.
+    pub decided_upto: u64,
+    /// Undecided versions an episode was pinned to (its samples refer to them).
+    pub sampled: BTreeSet<u64>,
+    /// Undecided versions an operator published, promoted or rolled back to.
+    pub pinned: BTreeSet<u64>,
+}
+
+impl Retention {
+    /// An episode was pinned to `version`.
+    pub fn note_sampled(&mut self, version: u64) {
+        if version > self.decided_upto {
+            self.sampled.insert(version);
+        }
+    }
+
+    /// An operator acted on `version`.
+    pub fn pin(&mut self, version: u64) {
+        if version > self.decided_upto {
+            self.pinned.insert(version);
+        }
+    }
+
+    /// Versions up to `version` are decided: forget what was noted for them.
+    pub fn decide_upto(&mut self, version: u64) {
+        self.decided_upto = self.decided_upto.max(version);
+        self.sampled = self.sampled.split_off(&(self.decided_upto + 1));
+        self.pinned = self.pinned.split_off(&(self.decided_upto + 1));
+    }
 }
 
 impl Release {
+    /// Whether the retention rule keeps `version`: the release state names it (stable,
+    /// candidate, waiting out its cooldown), an episode was pinned to it, or an operator
+    /// acted on it.
+    pub fn keeps(&self, version: u64) -> bool {
+        self.stable == version
+            || self.candidate == Some(version)
+            || self.pending.iter().any(|p| p.version == version)
+            || self.retention.sampled.contains(&version)
+            || self.retention.pinned.contains(&version)
+    }
+
     /// Applies every pending version whose cooldown has passed.
     pub fn refresh(&mut self, now_ns: i64) {
         while let Some(p) = self.pending.front() {
@@ -215,6 +266,7 @@ impl State {
                 cooldown_secs,
                 pending: VecDeque::new(),
                 latest: initial,
+                retention: Retention::default(),
             },
         }
     }
@@ -355,6 +407,7 @@ impl State {
             } => {
                 self.next_episode = self.next_episode.max(episode.id + 1);
                 self.next_trajectory = self.next_trajectory.max(next_trajectory);
+                self.release.retention.note_sampled(episode.version);
                 if let Some(k) = &episode.start_key {
                     self.episode_keys
                         .insert(agent_key(&episode.agent, k), episode.id);

@@ -61,6 +61,7 @@ impl Gateway {
         if let Some(k) = &req.idempotency_key {
             state.episode_keys.insert(agent_key(&caller.name, k), id);
         }
+        state.release.retention.note_sampled(version);
         state.episodes.insert(id, episode);
         self.journal_episode(&state, id)?;
         Ok(self.info(&state.episodes[&id]))

@@ -31,9 +31,14 @@ mod invalidation;
 mod recovery;
 mod release;
 mod reporting;
+mod retention;
 mod shared;
 
+pub use retention::KEEP_RECENT;
 pub use shared::{ServingPointer, SharedRelease};
+
+/// The author of the versions the gateway's learner publishes.
+pub(crate) const LEARNER: &str = "learner";
 
 /// Counters for status and benchmarks.
 #[derive(Default)]
@@ -52,6 +57,8 @@ pub struct Counters {
     pub segments_dropped: AtomicU64,
     /// Learner updates.
     pub updates: AtomicU64,
+    /// Policy versions the retention rule removed.
+    pub versions_removed: AtomicU64,
 }
 
 /// A running gateway's state and operations.

@@ -54,12 +54,16 @@ impl Gateway {
     /// `NotFound` unless `version` was published.
     pub(super) fn require_version(&self, version: u64) -> Result<(), RequestError> {
         if self.policies.exists(version) {
-            Ok(())
-        } else {
-            Err(RequestError::not_found(format!(
-                "unknown policy version {version}"
-            )))
+            return Ok(());
         }
+        let release = &self.state.lock().release;
+        Err(RequestError::not_found(
+            if version <= release.retention.decided_upto {
+                format!("policy version {version} was not kept: {}", retention::RULE)
+            } else {
+                format!("unknown policy version {version}")
+            },
+        ))
     }
 
     pub(super) fn journal_release(&self, state: &State) -> Result<(), RequestError> {
@@ -95,6 +99,9 @@ impl Gateway {
             .bind(version, &self.config_hash, rules, "publish", author)?;
         let mut state = self.state.lock();
         state.release.publish(version, channel, now_ns());
+        if author != LEARNER {
+            state.release.retention.pin(version);
+        }
         self.journal_release(&state)?;
         Ok(version)
     }
@@ -203,6 +210,7 @@ impl Gateway {
         )?;
         self.change_release(|g, state| {
             state.release.promote(version, req.force, now_ns());
+            state.release.retention.pin(version);
             if req.force {
                 g.force_switch(state, version, &caller.name)?;
             }
@@ -239,6 +247,7 @@ impl Gateway {
             state.release.pending.clear();
             state.release.candidate = None;
             state.release.stable = version;
+            state.release.retention.pin(version);
             if req.force {
                 g.force_switch(state, version, &caller.name)?;
             }

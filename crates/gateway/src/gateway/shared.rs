@@ -72,16 +72,43 @@ impl Gateway {
     ///
     /// # Errors
     /// Storage failures.
+    /// A version the retention rule already let go here is not imported again (a restart
+    /// imports every version the run published): [`Gateway::import_pointed_version`]
+    /// brings one back when the shared pointer names it.
     pub fn import_version(&self, version: u64, params: Vec<f32>) -> Result<(), RequestError> {
-        if self.policies.exists(version) {
+        let decided = version <= self.state.lock().release.retention.decided_upto;
+        if decided || self.policies.exists(version) {
             return Ok(());
         }
+        self.store_imported(version, params)
+    }
+
+    /// Imports `version`, which the shared pointer names (another gateway's operator
+    /// promoted or rolled back to it), even if the retention rule let it go here, and
+    /// keeps it from now on.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn import_pointed_version(
+        &self,
+        version: u64,
+        params: Vec<f32>,
+    ) -> Result<(), RequestError> {
+        if !self.policies.exists(version) {
+            self.store_imported(version, params)?;
+        }
+        let mut state = self.state.lock();
+        state.release.retention.pin(version);
+        self.journal_release(&state)
+    }
+
+    fn store_imported(&self, version: u64, params: Vec<f32>) -> Result<(), RequestError> {
         self.policies
             .insert(version, params)
             .map_err(|e| RequestError::unavailable(e.to_string()))?;
         let rules = *self.active_rules.lock();
         self.ledger
-            .bind(version, &self.config_hash, rules, "publish", "learner")?;
+            .bind(version, &self.config_hash, rules, "publish", LEARNER)?;
         let mut state = self.state.lock();
         state.release.latest = state.release.latest.max(version);
         if self.settings.release == ReleaseMode::Canary {

@@ -163,3 +163,67 @@ fn a_learner_that_takes_nothing_delays_no_request() {
     assert!(trajectories.iter().all(|t| g.inbox.is_invalidated(*t)));
     assert_eq!(g.inbox.take_rollback(), Some(0));
 }
+
+#[test]
+fn the_retention_rule_keeps_what_provenance_and_operators_need_and_lets_the_rest_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = GatewaySettings::new("cartpole", dir.path()).unwrap();
+    settings.run.ledger.flush_interval_secs = 0.05;
+    settings.cooldown_secs = 0.0;
+    let g = Gateway::open(settings.clone()).unwrap();
+    let params = g.policies.served(0).unwrap().params.clone();
+    let ana = agent("agent-0");
+    let publish = |g: &Gateway, author: &str| {
+        g.publish_params(params.clone(), Channel::Stable, author)
+            .unwrap()
+    };
+    for v in 1..=10 {
+        assert_eq!(publish(&g, LEARNER), v);
+    }
+    // An episode runs version 10: its samples refer to it.
+    let e = g.start_episode(&ana, request(json!({}))).unwrap();
+    assert_eq!(e.policy_version, 10);
+    for _ in 11..=20 {
+        publish(&g, LEARNER);
+    }
+    // An operator's version, then the learner's newest.
+    assert_eq!(publish(&g, "operator"), 21);
+    for _ in 22..=100 {
+        publish(&g, LEARNER);
+    }
+    let stored = |g: &Gateway, v: u64| g.policies.exists(v);
+    assert_eq!(g.sweep_versions().unwrap(), 100 - KEEP_RECENT - 2);
+    assert!(
+        stored(&g, 10) && stored(&g, 21),
+        "sampled and operator's versions stay"
+    );
+    assert!(stored(&g, 0), "the starting version stays");
+    assert!(
+        (100 - KEEP_RECENT + 1..=100).all(|v| stored(&g, v)),
+        "the newest stay"
+    );
+    assert!(!stored(&g, 1) && !stored(&g, 11) && !stored(&g, 36));
+    assert_eq!(g.counters.versions_removed.load(Ordering::Relaxed), 34);
+    // Decided for good: sweeping again removes nothing, and the files on disk agree.
+    assert_eq!(g.sweep_versions().unwrap(), 0);
+    let files = std::fs::read_dir(dir.path().join("policies"))
+        .unwrap()
+        .count();
+    assert_eq!(files, KEEP_RECENT as usize + 3);
+    // A version let go is refused by name, with the rule.
+    let err = g
+        .rollback(&operator(), request(json!({"version": 11})))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("was not kept") && err.to_string().contains("newest 64"),
+        "{err}"
+    );
+    // The decisions survive a restart: the journal holds them.
+    drop(g);
+    let g = Gateway::open(settings).unwrap();
+    assert_eq!(g.sweep_versions().unwrap(), 0);
+    assert!(stored(&g, 10) && !stored(&g, 11));
+    g.rollback(&operator(), request(json!({"version": 10})))
+        .unwrap();
+    assert_eq!(g.status().stable, 10);
+}
