@@ -48,6 +48,18 @@ pub struct BenchArgs {
     /// one process). Needs nats-server (`STRATA_NATS_SERVER`, or on the PATH).
     #[arg(long)]
     cluster_only: bool,
+    /// Only the soak: a gateway under a simulated fleet and a training run, each its own
+    /// process, together for this many minutes, their memory, open files, threads and
+    /// disk sampled (`soak.csv`, `soak.svg`); then the gateway's stop and restart, timed.
+    #[arg(long, value_name = "MINUTES")]
+    soak: Option<f64>,
+    /// Where the soak's processes keep their directories (new or empty; default
+    /// `runs/soak-<time>`).
+    #[arg(long, value_name = "DIR")]
+    soak_dir: Option<PathBuf>,
+    /// Agents of the soak's fleet.
+    #[arg(long, default_value_t = 16)]
+    soak_agents: usize,
 }
 
 #[derive(Serialize, Default)]
@@ -73,6 +85,7 @@ struct Report {
     gateway: Option<crate::bench_gateway::GatewayReport>,
     gym: Option<crate::bench_gym::GymReport>,
     cluster: Option<crate::bench_cluster::ClusterReport>,
+    soak: Option<crate::bench_soak::SoakReport>,
 }
 
 /// One runtime configuration's figures.
@@ -253,6 +266,26 @@ fn seconds_to_solve(env: &str, seeds: &[u64], budget: u64) -> Result<Vec<Option<
 pub fn run(args: BenchArgs) -> Result<()> {
     let scale = if args.quick { 1 } else { 4 };
     let mut r = Report::default();
+    if let Some(minutes) = args.soak {
+        if !(minutes.is_finite() && minutes > 0.0) {
+            anyhow::bail!("--soak takes a positive number of minutes, got {minutes}");
+        }
+        let dir = args.soak_dir.clone().unwrap_or_else(|| {
+            PathBuf::from(format!(
+                "runs/soak-{}",
+                strata_runtime::utc_stamp(std::time::SystemTime::now())
+            ))
+        });
+        let soak = crate::bench_soak::run(&crate::bench_soak::SoakOptions {
+            minutes,
+            dir: dir.clone(),
+            agents: args.soak_agents,
+        })?;
+        crate::bench_soak::print(&soak);
+        println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());
+        r.soak = Some(soak);
+        return write_report(&r, args.json.as_deref());
+    }
     if args.ledger_only {
         r.ledger = Some(crate::bench_ledger::run(args.quick)?);
         return write_report(&r, args.json.as_deref());

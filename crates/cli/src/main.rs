@@ -6,6 +6,7 @@ mod bench_cluster;
 mod bench_gateway;
 mod bench_gym;
 mod bench_ledger;
+mod bench_soak;
 mod cluster_cmd;
 mod commands;
 mod config_args;

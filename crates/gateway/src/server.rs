@@ -584,6 +584,11 @@ impl Server {
             }
         }
         self.gateway.ledger.flush()?;
+        if result.is_ok() {
+            self.gateway
+                .journal_clean_stop()
+                .map_err(|e| GatewayError::Config(format!("journalling the stop: {e}")))?;
+        }
         result
     }
 }

@@ -245,6 +245,9 @@ pub struct State {
     pub episode_keys: HashMap<String, u64>,
     /// Release state.
     pub release: Release,
+    /// Replay only: the journal ends with a clean stop (no report can be in flight).
+    #[serde(skip)]
+    pub stopped_cleanly: bool,
 }
 
 impl State {
@@ -259,6 +262,7 @@ impl State {
             action_order: VecDeque::new(),
             action_keys: HashMap::new(),
             episode_keys: HashMap::new(),
+            stopped_cleanly: false,
             release: Release {
                 stable: initial,
                 candidate: None,
@@ -374,6 +378,8 @@ pub enum Event {
         /// The new release state.
         release: Release,
     },
+    /// The gateway stopped cleanly: it answered nothing more after this record.
+    Stopped,
 }
 
 impl State {
@@ -396,7 +402,9 @@ impl State {
 
     /// Applies a journal record (replay).
     pub fn apply(&mut self, event: Event, keep_actions: usize) {
+        self.stopped_cleanly = matches!(event, Event::Stopped);
         match event {
+            Event::Stopped => {}
             Event::Snapshot { state } => {
                 *self = *state;
                 self.index_keys();

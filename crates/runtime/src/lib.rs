@@ -92,6 +92,6 @@ pub use presets::{preset, DEFAULT_ENV};
 pub use records::{
     AdmissionCounts, InvalidFragment, Progress, StopReason, Summary, TimeBreakdown, UpdateRecord,
 };
-pub use run_dir::{ClaimedDir, Existing, RunDir};
+pub use run_dir::{utc_stamp, ClaimedDir, Existing, RunDir};
 pub use trainer::Trainer;
 pub use worker::{WorkerCommand, WorkerError, WorkerEvent};

@@ -186,7 +186,7 @@ fn saved_hash(text: &str) -> Option<String> {
 }
 
 /// `YYYYMMDD-HHMMSS` in UTC (for directory names people read).
-pub(crate) fn utc_stamp(time: std::time::SystemTime) -> String {
+pub fn utc_stamp(time: std::time::SystemTime) -> String {
     let secs = time
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

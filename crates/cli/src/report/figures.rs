@@ -173,14 +173,19 @@ fn binned(episodes: &[&EpisodePoint], budget: usize) -> Vec<[f64; 2]> {
         .collect()
 }
 
-/// A figure drawn as SVG (returned, for inlining) and written as `<name>.svg` and
-/// `<name>.png` into `dir`.
-pub(crate) fn render(figure: &dyn Draw, name: &str, dir: &Path) -> Result<String> {
+/// Registers the bundled font as `sans-serif` (once), for any figure drawn with plotters.
+pub(crate) fn register_font() {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
         // The bytes are a valid font (a test draws with it); failing here only loses text.
         let _ = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT);
     });
+}
+
+/// A figure drawn as SVG (returned, for inlining) and written as `<name>.svg` and
+/// `<name>.png` into `dir`.
+pub(crate) fn render(figure: &dyn Draw, name: &str, dir: &Path) -> Result<String> {
+    register_font();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();

@@ -4,7 +4,7 @@
 //! as SVG and PNG beside it. A damaged or partial run is reported as far as it can be read,
 //! with what was missing listed first.
 
-mod figures;
+pub(crate) mod figures;
 mod html;
 mod load;
 

@@ -61,6 +61,7 @@ impl Gateway {
         let journal_path = dir.join("journal.jsonl");
         let mut state = State::new(0, settings.cooldown_secs, settings.canary_fraction);
         Journal::replay(&journal_path, |e: Event| state.apply(e, keep))?;
+        let stopped_cleanly = std::mem::take(&mut state.stopped_cleanly);
         let journal = Journal::rewrite(
             &journal_path,
             &Event::Snapshot {
@@ -95,7 +96,11 @@ impl Gateway {
             settings,
             _lock: lock,
         };
-        gateway.settle_reports_in_flight()?;
+        // After a clean stop nothing was in flight; after a crash a report may be durable
+        // in the ledger and not journalled.
+        if !stopped_cleanly {
+            gateway.settle_reports_in_flight()?;
+        }
         Ok(gateway)
     }
 
@@ -136,6 +141,16 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+
+    /// Records a clean stop (synced): the next start skips settling reports in flight.
+    /// Called once nothing is served any more.
+    ///
+    /// # Errors
+    /// The journal's failure.
+    pub fn journal_clean_stop(&self) -> Result<(), RequestError> {
+        let _state = self.state.lock();
+        self.journal(&Event::Stopped, true)
     }
 
     /// Rewrites the journal as one snapshot once it holds more than
