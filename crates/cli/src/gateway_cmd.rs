@@ -56,7 +56,64 @@ pub struct GatewayArgs {
 
 impl GatewayArgs {
     fn settings(&self, dir: &Path, addr: SocketAddr) -> Result<GatewaySettings> {
-        let run = build_config(&self.config)?;
+        self.settings_on(build_config(&self.config)?, dir, addr)
+    }
+
+    /// Settings to serve a checkpoint trained with `trained` (at `path`): its config with
+    /// `--set` laid over, or the one `--env`/`--config` give if its env and network match.
+    fn settings_for_checkpoint(
+        &self,
+        path: &Path,
+        trained: &strata_runtime::RunConfig,
+        dir: &Path,
+        addr: SocketAddr,
+    ) -> Result<GatewaySettings> {
+        let mut run = if self.config.env.is_some() || self.config.config.is_some() {
+            let run = build_config(&self.config)?;
+            if run.env.name != trained.env.name {
+                anyhow::bail!(
+                    "checkpoint {} was trained on {}, not {} (leave out --env to serve the checkpoint's own)",
+                    path.display(),
+                    trained.env.name,
+                    run.env.name
+                );
+            }
+            if run.network != trained.network {
+                let shape = |n: &strata_nn::NetworkConfig| {
+                    format!(
+                        "policy {:?}, value {:?}, {:?}",
+                        n.policy_hidden, n.value_hidden, n.activation
+                    )
+                    .to_lowercase()
+                };
+                anyhow::bail!(
+                    "checkpoint {} has network {}; the config given has {} (leave out --config/--set network.* to serve the checkpoint's own)",
+                    path.display(),
+                    shape(&trained.network),
+                    shape(&run.network)
+                );
+            }
+            run
+        } else {
+            crate::config_args::apply_overrides(trained.clone(), &self.config)?
+        };
+        if run.env.normalize_obs {
+            anyhow::bail!(
+                "checkpoint {} normalises observations; the gateway serves policies on raw observations (train with --set env.normalize_obs=false to deploy through the gateway)",
+                path.display()
+            );
+        }
+        // Reward normalisation shaped only training; the gateway's learner sees raw rewards.
+        run.env.normalize_reward = false;
+        self.settings_on(run, dir, addr)
+    }
+
+    fn settings_on(
+        &self,
+        run: strata_runtime::RunConfig,
+        dir: &Path,
+        addr: SocketAddr,
+    ) -> Result<GatewaySettings> {
         let mut s = GatewaySettings::new(&run.env.name, dir)?;
         s.run = run;
         s.addr = addr;
@@ -99,6 +156,11 @@ pub struct ServeArgs {
     /// The run's name on the NATS server (with --nats).
     #[arg(long, default_value = "default")]
     run: String,
+    /// Serve this trained policy, stable at once: a run's `best/` (the one to deploy), a
+    /// `checkpoint/`, or a run directory (its newest checkpoint). Its env and network are
+    /// the gateway's (`--env` may be left out; `--set` still applies).
+    #[arg(long, value_name = "DIR", conflicts_with = "nats")]
+    checkpoint: Option<PathBuf>,
     /// Seconds one NATS call may take before it is retried or reported (with --nats).
     #[arg(long, default_value_t = 10.0)]
     nats_timeout_secs: f64,
@@ -107,7 +169,21 @@ pub struct ServeArgs {
 /// Serves until Ctrl-C / SIGTERM.
 pub fn serve(args: ServeArgs) -> Result<()> {
     limit_malloc_arenas();
-    let mut settings = args.gateway.settings(&args.dir, args.addr)?;
+    let checkpoint = match &args.checkpoint {
+        Some(path) => Some((
+            path,
+            strata_runtime::load_policy(path)
+                .with_context(|| format!("cannot serve checkpoint {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let mut settings = match &checkpoint {
+        Some((path, policy)) => {
+            args.gateway
+                .settings_for_checkpoint(path, &policy.config, &args.dir, args.addr)?
+        }
+        None => args.gateway.settings(&args.dir, args.addr)?,
+    };
     let meeting = match &args.nats {
         Some(url) => Some(strata_cluster::Meeting {
             url: url.clone(),
@@ -150,6 +226,22 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let server = Server::start(settings).context("starting the gateway")?;
     release_freed_memory();
+    if let Some((path, policy)) = &checkpoint {
+        let (version, published) = server
+            .gateway()
+            .serve_params_now(policy.model.flat_params().to_vec(), "serve --checkpoint")
+            .context("serving the checkpoint")?;
+        println!(
+            "serving {} (its policy version {}) as version {version}, stable{}",
+            path.display(),
+            policy.policy_version,
+            if published {
+                " at once"
+            } else {
+                " already (the same parameters)"
+            }
+        );
+    }
     // The follower stops when this sender is dropped (its channel closes).
     let (follow_stop, follow_stopped) = std::sync::mpsc::sync_channel::<()>(0);
     let follower = match &meeting {
@@ -160,7 +252,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         None => None,
     };
     println!(
-        "strata gateway serving {} (API: {}/openapi.json; tokens: {})",
+        "strata gateway serving {} (API: {}/openapi.json; tokens: {}, the operator's under \"operators\", agents' under \"agents\")",
         server.url(),
         server.url(),
         args.dir.join("tokens.json").display()

@@ -483,3 +483,78 @@ fn past_its_learners_capacity_every_request_is_answered_within_its_bound() {
     sigterm(&child);
     assert!(exit_within(&mut child, Duration::from_secs(30)).success());
 }
+
+/// `strata serve --checkpoint RUN/best` serves the trained policy at once (no publish, no
+/// promote, no cooldown to wait out), once: a restart with the same flag keeps it.
+#[test]
+fn serve_checkpoint_serves_a_trained_policy_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let trained = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "train",
+            "--env",
+            "cartpole",
+            "--max-steps",
+            "4096",
+            "--run-dir",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(trained.status.success(), "{trained:?}");
+    let best = run.join("best");
+    assert!(best.join("meta.json").exists());
+    let gateway = dir.path().join("gw");
+    let serve_best = |extra: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
+        command
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--cooldown-secs",
+                "600",
+                "--checkpoint",
+            ])
+            .arg(&best)
+            .arg("--dir")
+            .arg(&gateway)
+            .args(extra);
+        command
+    };
+    for (round, said) in [(1, "stable at once"), (2, "stable already")] {
+        let address = gateway.join("address");
+        let _ = std::fs::remove_file(&address);
+        let mut child = serve_best(&[])
+            .stdout(std::fs::File::create(dir.path().join("serve.out")).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = loop {
+            match std::fs::read_to_string(&address) {
+                Ok(t) if t.ends_with('\n') => break t.trim().to_string(),
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                _ => panic!("serve did not start"),
+            }
+        };
+        let tokens = tokens_of(&gateway);
+        let (_, agent) = tokens.agent_tokens().into_iter().next().unwrap();
+        // Despite a ten-minute cooldown, a new episode runs the checkpoint's version now.
+        let info: EpisodeInfo = Client::new(&url, &agent)
+            .post("/v1/episodes", &json!({}))
+            .unwrap();
+        assert_eq!(info.policy_version, 1, "round {round}");
+        sigterm(&child);
+        assert!(exit_within(&mut child, Duration::from_secs(30)).success());
+        let out = std::fs::read_to_string(dir.path().join("serve.out")).unwrap();
+        assert!(out.contains(said), "round {round}: {out}");
+        assert!(out.contains("operator's under \"operators\""), "{out}");
+    }
+    // Another env than the checkpoint's is refused, naming both.
+    let refused = serve_best(&["--env", "pendulum"]).output().unwrap();
+    assert!(!refused.status.success());
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("trained on cartpole, not pendulum"), "{text}");
+}

@@ -106,6 +106,42 @@ impl Gateway {
         Ok(version)
     }
 
+    /// Serves `params` as the stable version at once (`strata serve --checkpoint`):
+    /// published as a new version and promoted at once by `author` (running episodes
+    /// switch, their trajectories invalidated), unless the stable version holds exactly
+    /// these parameters already (a restart with the same checkpoint). Returns the version
+    /// and whether it was published now.
+    ///
+    /// # Errors
+    /// Storage or journal failures.
+    pub fn serve_params_now(
+        &self,
+        params: Vec<f32>,
+        author: &str,
+    ) -> Result<(u64, bool), RequestError> {
+        let stable = self.status().stable;
+        if self
+            .policies
+            .served(stable)
+            .is_ok_and(|s| s.params == params)
+        {
+            return Ok((stable, false));
+        }
+        let version = self.publish_params(params, Channel::Stable, author)?;
+        let operator = Caller {
+            name: author.to_string(),
+            role: crate::auth::Role::Operator,
+        };
+        self.promote(
+            &operator,
+            SwitchRequest {
+                version: Some(version),
+                force: true,
+            },
+        )?;
+        Ok((version, true))
+    }
+
     /// Publishes a checkpoint written by `strata train` as the canary candidate.
     ///
     /// # Errors
