@@ -45,7 +45,7 @@ def main():
         "obs_count", "obs_hash", "obs_min", "obs_max", "obs_mean",  # (3)
         "env_clock",                                # (4)
         "sampler_version", "newer_policy_sampling", # (5)
-        "bucket", "generation",                     # hive partitions
+        "bucket", "versions",                       # hive partitions (versions=first-last)
     ]
     for name in required:
         if name not in samples.column_names:
@@ -60,8 +60,9 @@ def main():
     if len(set(data["sample_id"])) != rows:
         fail("sample ids are not unique")
     for i in range(rows):
-        if int(data["generation"][i]) != data["policy_version"][i]:
-            fail(f"sample {data['sample_id'][i]} stored under the wrong generation")
+        first, last = (int(v) for v in str(data["versions"][i]).split("-"))
+        if not first <= data["policy_version"][i] <= last:
+            fail(f"sample {data['sample_id'][i]} of version {data['policy_version'][i]} stored under versions={first}-{last}")
         if data["completed_at"][i] < data["issued_at"][i]:
             fail(f"sample {data['sample_id'][i]} completed before it was issued")
         if data["newer_policy_sampling"][i] != (data["sampler_version"][i] > data["policy_version"][i]):

@@ -2,8 +2,9 @@
 //! one log file per bucket (`wal/samples/bucket=…/part-….parquet`): a fast run publishes
 //! hundreds of versions a second, and a file and directory per version per flush would
 //! cost the learner's cores more than the training they record. Compaction (when the
-//! ledger is closed or opened, or `strata ledger compact`) sorts log files into the
-//! hive-partitioned `samples/bucket=…/generation=…/` layout.
+//! ledger is closed or opened, by an owner while it writes, or `strata ledger compact`)
+//! sorts log files into the hive-partitioned `samples/bucket=…/versions=…/` layout, one
+//! partition per [`crate::layout::VERSIONS_PER_PARTITION`] policy versions.
 //!
 //! Crash safety without markers: a compacted file keeps its log file's name. While the log
 //! file exists it is the authority and same-named partition files are ignored (they may be
@@ -12,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::layout::{file_name, log_files, partition, partition_path, table_files};
+use crate::layout::{file_name, log_files, partition, partition_of, partition_path, table_files};
 use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
 use crate::storage::Storage;
@@ -101,7 +102,7 @@ fn partition_log(
         crate::samples::from_arrow(&batch, &mut batches).map_err(bad)?;
     }
     let mut rows = 0u64;
-    let mut by_generation: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
+    let mut by_partition: BTreeMap<(u64, String, usize), SampleBatch> = BTreeMap::new();
     for b in &batches {
         // Rows arrive in runs of one version (a fragment at a time): copy run by run.
         let mut start = 0;
@@ -110,8 +111,12 @@ fn partition_log(
             let end = (start..b.len())
                 .find(|&i| b.policy_version[i] != version)
                 .unwrap_or(b.len());
-            by_generation
-                .entry((version, b.config_hash.clone(), b.obs_dim))
+            by_partition
+                .entry((
+                    *partition_of(version).start(),
+                    b.config_hash.clone(),
+                    b.obs_dim,
+                ))
                 .or_insert_with(|| SampleBatch::new(&bucket, &b.config_hash, b.obs_dim))
                 .extend_from(b, start..end);
             rows += (end - start) as u64;
@@ -119,19 +124,19 @@ fn partition_log(
         }
     }
     drop(batches);
-    let mut per_generation: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut files = Vec::with_capacity(by_generation.len());
-    for ((generation, _, _), b) in by_generation {
-        // One file per generation per log file; a second config in the same generation
+    let mut per_partition: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut files = Vec::with_capacity(by_partition.len());
+    for ((first, _, _), b) in by_partition {
+        // One file per partition per log file; a second config in the same partition
         // (rare) gets a numbered sibling.
-        let k = per_generation.entry(generation).or_default();
+        let k = per_partition.entry(first).or_default();
         let name = if *k == 0 {
             file_name(log).to_string()
         } else {
             file_name(log).replace(".parquet", &format!("-{k}.parquet"))
         };
         *k += 1;
-        let path = partition_path(&bucket, generation, &name);
+        let path = partition_path(&bucket, &partition_of(first), &name);
         let encoded = schema::encode(&crate::samples::to_arrow(&b))
             .map_err(|e| LedgerError::storage(format!("encoding {path}"), e))?;
         files.push((path, encoded));

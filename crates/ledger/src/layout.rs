@@ -1,13 +1,15 @@
 //! Where everything lives in a ledger: the one module that names storage paths.
 //!
 //! ```text
-//! samples/bucket=<b>/generation=<v>/part-<session>-<n>-to<id>.parquet   compacted samples
+//! samples/bucket=<b>/versions=<v0>-<v1>/part-<session>-<n>-to<id>.parquet   compacted samples
 //! wal/samples/bucket=<b>/part-<session>-<n>-to<id>.parquet               sample log (not yet compacted)
 //! wal/appends/bucket=<b>/<session>-<n>.arrows                     append log (durable appends)
 //! decisions/bucket=<b>/part-….parquet
 //! invalidations/ duplicates/ generations/ part-….parquet
 //! rules/v<version>.json
 //! ```
+
+use std::ops::RangeInclusive;
 
 use crate::bucket::Bucket;
 use crate::schema::Table;
@@ -38,11 +40,25 @@ pub(crate) fn bucket_dir(table: Table, bucket: &str) -> String {
     format!("{root}/bucket={bucket}")
 }
 
-/// A compacted sample file's path.
-pub(crate) fn partition_path(bucket: &str, generation: u64, name: &str) -> String {
+/// Policy versions per sample partition (`versions=0-999`, `versions=1000-1999`, ...).
+/// A gateway's learner or a fast run publishes several versions a second: a directory per
+/// version made compaction write hundreds of small files a second (a 16-agent gateway:
+/// 67,000 in 150 s, most of each file its footer), so inodes ran out long before bytes.
+pub const VERSIONS_PER_PARTITION: u64 = 1000;
+
+/// The versions of the partition that holds `version`.
+pub(crate) fn partition_of(version: u64) -> RangeInclusive<u64> {
+    let first = version - version % VERSIONS_PER_PARTITION;
+    first..=first + (VERSIONS_PER_PARTITION - 1)
+}
+
+/// A compacted sample file's path, in the partition of `versions`.
+pub(crate) fn partition_path(bucket: &str, versions: &RangeInclusive<u64>, name: &str) -> String {
     format!(
-        "{}/bucket={bucket}/generation={generation}/{name}",
-        Table::Samples.name()
+        "{}/bucket={bucket}/versions={}-{}/{name}",
+        Table::Samples.name(),
+        versions.start(),
+        versions.end()
     )
 }
 
@@ -67,19 +83,25 @@ pub(crate) fn last_sample_id(path: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// The `bucket=…` and `generation=…` directories of a file's path (a bucket directory
-/// whose name is not a bucket's counts as none).
-pub(crate) fn partition(path: &str) -> (Option<Bucket>, Option<u64>) {
+/// The `bucket=…` and `versions=…` directories of a file's path: its bucket and the
+/// policy versions it may hold (a ledger written before partitions held ranges has
+/// `generation=<v>` directories, one version each). A bucket directory whose name is not
+/// a bucket's, or a range that does not parse, counts as none.
+pub(crate) fn partition(path: &str) -> (Option<Bucket>, Option<RangeInclusive<u64>>) {
     let mut bucket = None;
-    let mut generation = None;
+    let mut versions = None;
     for part in path.split('/') {
         if let Some(b) = part.strip_prefix("bucket=") {
             bucket = Bucket::new(b).ok();
+        } else if let Some(range) = part.strip_prefix("versions=") {
+            versions = range
+                .split_once('-')
+                .and_then(|(a, b)| Some(a.parse().ok()?..=b.parse().ok()?));
         } else if let Some(g) = part.strip_prefix("generation=") {
-            generation = g.parse().ok();
+            versions = g.parse().ok().map(|g| g..=g);
         }
     }
-    (bucket, generation)
+    (bucket, versions)
 }
 
 /// The file name (`part-….parquet`) of a path.
@@ -123,7 +145,7 @@ mod tests {
         // Compaction's numbered sibling of the same log.
         let sibling = partition_path(
             "train",
-            3,
+            &partition_of(3),
             &file_name(&log).replace(".parquet", "-1.parquet"),
         );
         assert_eq!(last_sample_id(&sibling), Some(40_961));
@@ -135,12 +157,18 @@ mod tests {
 
     #[test]
     fn paths_parse_back() {
-        let path = partition_path("train", 7, "part-x-000001.parquet");
+        let path = partition_path("train", &partition_of(1_007), "part-x-000001.parquet");
         assert_eq!(
             path,
-            "samples/bucket=train/generation=7/part-x-000001.parquet"
+            "samples/bucket=train/versions=1000-1999/part-x-000001.parquet"
         );
-        assert_eq!(partition(&path), (Some(Bucket::train()), Some(7)));
+        assert_eq!(partition(&path), (Some(Bucket::train()), Some(1000..=1999)));
+        assert_eq!(partition_of(999), 0..=999);
+        // A ledger written before: one version per directory.
+        assert_eq!(
+            partition("samples/bucket=train/generation=7/part-x-000001.parquet"),
+            (Some(Bucket::train()), Some(7..=7))
+        );
         assert_eq!(file_name(&path), "part-x-000001.parquet");
         assert_eq!(
             bucket_dir(Table::Samples, "canary"),

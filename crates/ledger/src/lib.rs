@@ -10,8 +10,8 @@
 //! Storage is Apache Parquet through `object_store` (a local directory by default):
 //!
 //! ```text
-//! samples/bucket=train/generation=7/part-<session>-000012.parquet   (compacted)
-//! wal/samples/bucket=train/part-<session>-000013.parquet            (not yet compacted)
+//! samples/bucket=train/versions=0-999/part-<session>-000012-to<id>.parquet   (compacted)
+//! wal/samples/bucket=train/part-<session>-000013-to<id>.parquet              (not yet compacted)
 //! decisions/bucket=train/part-….parquet
 //! invalidations/part-….parquet    duplicates/part-….parquet    generations/part-….parquet
 //! rules/v000001.json
@@ -75,6 +75,7 @@ pub use writer::WriterStats;
 
 use integrity::KeyWindow;
 pub use integrity::KEY_WINDOW;
+pub use layout::VERSIONS_PER_PARTITION;
 use writer::{FlushPolicy, Message, Shared, Writer};
 
 /// The highest stored sample id, and the window of the newest stored idempotency keys:
@@ -249,6 +250,8 @@ pub struct Ledger {
     next_sample_id: AtomicU64,
     registry: Mutex<Registry>,
     send_timeout: Duration,
+    /// The writer's flush interval (a duplicate record waits for the next flush).
+    flush_interval: Duration,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -359,6 +362,7 @@ impl Ledger {
             next_sample_id: AtomicU64::new(max_id.max(stranded_max).map_or(0, |m| m + 1)),
             registry: Mutex::new(registry),
             send_timeout: config.send_timeout,
+            flush_interval: config.flush_interval,
         };
         let (batches, files) = stranded;
         if !files.is_empty() {
@@ -539,8 +543,9 @@ impl Ledger {
 
     /// Records a repeated idempotency key that the caller recognised itself (a retried
     /// report the gateway already stored; the sample is not stored again), returning once
-    /// the record is durable: it joins the writer's next group commit (a flush), so an
-    /// agent told "duplicate" can rely on the record surviving a crash.
+    /// the record is durable: it is written by the writer's next flush (due within the
+    /// flush interval; it does not force one), so an agent told "duplicate" can rely on
+    /// the record surviving a crash.
     ///
     /// # Errors
     /// [`LedgerError::Rejected`] for an empty key, or a writer or storage failure (then
@@ -550,7 +555,7 @@ impl Ledger {
         let (reply, answer) = bounded(1);
         self.send(Message::Duplicate(row, reply))?;
         answer
-            .recv_timeout(self.send_timeout * 6)
+            .recv_timeout(self.send_timeout * 6 + self.flush_interval)
             .map_err(|_| LedgerError::Writer("no answer to a duplicate record".into()))?
     }
 

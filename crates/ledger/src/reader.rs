@@ -206,12 +206,12 @@ impl LedgerData {
             path: format!("{}/{path}", storage.location()),
             reason,
         };
-        let (bucket, generation) = partition(path);
+        let (bucket, versions) = partition(path);
         if table.by_bucket() && bucket.is_none() {
             return Err(bad("not under a bucket=… directory".into()));
         }
-        if table.by_generation() && !is_log && generation.is_none() {
-            return Err(bad("not under a generation=… directory".into()));
+        if table.by_generation() && !is_log && versions.is_none() {
+            return Err(bad("not under a versions=… directory".into()));
         }
         let batches = schema::decode(storage.get(path)?, table).map_err(bad)?;
         data.files += 1;
@@ -224,12 +224,14 @@ impl LedgerData {
                     crate::samples::from_arrow(batch, &mut decoded).map_err(bad)?;
                     for b in &mut decoded {
                         b.bucket.clone_from(&bucket);
-                        let misplaced = generation.and_then(|g| {
-                            b.policy_version.iter().find(|v| **v != g).map(|v| (*v, g))
-                        });
-                        if let Some((v, generation)) = misplaced {
+                        let misplaced = versions
+                            .as_ref()
+                            .and_then(|range| b.policy_version.iter().find(|v| !range.contains(v)));
+                        if let (Some(v), Some(range)) = (misplaced, &versions) {
                             return Err(bad(format!(
-                                "holds policy version {v} under generation={generation}"
+                                "holds policy version {v} under versions={}-{}",
+                                range.start(),
+                                range.end()
                             )));
                         }
                     }

@@ -32,7 +32,7 @@ pub const FORMAT: &str = "1";
 /// The ledger's tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Table {
-    /// Sample provenance, partitioned `bucket=…/generation=…`.
+    /// Sample provenance, partitioned `bucket=…/versions=…`.
     Samples,
     /// Admission decisions, partitioned by bucket.
     Decisions,
@@ -61,7 +61,8 @@ impl Table {
         matches!(self, Table::Samples | Table::Decisions)
     }
 
-    /// Whether files live under `generation=…/` within their bucket.
+    /// Whether files live under `versions=…/` (a range of policy versions) within their
+    /// bucket.
     pub fn by_generation(self) -> bool {
         self == Table::Samples
     }

@@ -30,7 +30,8 @@ pub(crate) enum Message {
     DurableSamples(Box<SampleBatch>, Sender<Result<(), LedgerError>>),
     Decisions(Vec<DecisionRecord>),
     Invalidate(Invalidation),
-    /// A duplicate to make durable before replying: it joins the next group commit.
+    /// A duplicate to make durable before replying: answered by the next flush, due within
+    /// the flush interval (it does not force one).
     Duplicate(DuplicateRecord, Sender<Result<(), LedgerError>>),
     Generation(GenerationRecord),
     /// Write everything buffered; answer when it is durable (or why not).
@@ -127,6 +128,8 @@ pub(crate) struct Writer {
     /// Duplicate keys and trajectory consistency (pure rules; the writer records verdicts).
     integrity: Integrity,
     invalidated: HashSet<u64>,
+    /// Records answered once the next flush has made them durable.
+    awaiting_flush: Vec<Sender<Result<(), LedgerError>>>,
     /// Durable appends of a local ledger; `None` for an object store (a flush then).
     append_log: Option<AppendLog>,
 }
@@ -158,6 +161,7 @@ impl Writer {
             oldest: None,
             integrity: Integrity::new(keys),
             invalidated: HashSet::new(),
+            awaiting_flush: Vec::new(),
         }
     }
 
@@ -246,14 +250,15 @@ impl Writer {
                 }
             }
             Message::Invalidate(inv) => self.record_invalidation(inv),
-            // Buffered like the duplicates the writer detects itself, then answered as a
-            // flush is: once the files holding it are synced (duplicates are retries, rare
-            // enough to pay a flush).
+            // Buffered like the duplicates the writer detects itself, and answered once the
+            // files holding it are synced, by the next flush (due within the flush interval).
+            // A flush of its own per duplicate made a gateway under a fleet that loses 1% of
+            // its answers write a set of files for every retry: 18 a second.
             Message::Duplicate(d, reply) => {
                 self.note_buffered(1);
                 self.shared.stats.lock().duplicates += 1;
                 self.duplicates.push(d);
-                return Some(Message::Flush(reply));
+                self.awaiting_flush.push(reply);
             }
             Message::Generation(g) => {
                 self.note_buffered(1);
@@ -470,9 +475,17 @@ impl Writer {
         }
     }
 
-    /// Writes every buffer as one group of files; what fails stays buffered for the next
-    /// attempt.
+    /// Writes every buffer as one group of files (what fails stays buffered for the next
+    /// attempt), then answers the records that waited for it.
     fn flush(&mut self) -> Result<(), LedgerError> {
+        let result = self.write_buffers();
+        for reply in self.awaiting_flush.drain(..) {
+            let _ = reply.send(result.clone());
+        }
+        result
+    }
+
+    fn write_buffers(&mut self) -> Result<(), LedgerError> {
         let mut taken: Vec<(Taken, String, arrow_array::RecordBatch)> = Vec::new();
         let mut samples: Vec<_> = std::mem::take(&mut self.samples).into_iter().collect();
         samples.sort_by(|a, b| a.0.cmp(&b.0));

@@ -103,15 +103,12 @@ fn samples_come_back_with_all_six_fields() {
         assert!(r.obs_min.iter().zip(&r.obs_max).all(|(a, b)| a <= b));
         assert!(r.env_clock >= 100);
     }
-    // Partitioned by bucket and generation.
-    assert!(dir
-        .path()
-        .join("samples/bucket=train/generation=2")
-        .is_dir());
-    assert!(dir
-        .path()
-        .join("samples/bucket=train/generation=3")
-        .is_dir());
+    // Partitioned by bucket and by ranges of versions: both generations share one.
+    let partitions: Vec<_> = std::fs::read_dir(dir.path().join("samples/bucket=train"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(partitions, ["versions=0-999"]);
 }
 
 #[test]
@@ -525,7 +522,7 @@ fn a_corrupt_or_foreign_parquet_file_is_named() {
     let ledger = Ledger::open(&config(dir.path())).unwrap();
     ledger.append_samples(episodes(0, 1, 3, 1)).unwrap();
     ledger.close().unwrap();
-    let part = dir.path().join("samples/bucket=train/generation=1");
+    let part = dir.path().join("samples/bucket=train/versions=0-999");
     let file = std::fs::read_dir(&part)
         .unwrap()
         .next()
@@ -576,6 +573,19 @@ fn a_corrupt_or_foreign_parquet_file_is_named() {
         err.contains("a generations file where samples belong"),
         "{err}"
     );
+
+    // A good sample file in the partition of other versions is named too.
+    std::fs::remove_file(part.join("zz-foreign.parquet")).unwrap();
+    let elsewhere = dir.path().join("samples/bucket=train/versions=1000-1999");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(&file, elsewhere.join("moved.parquet")).unwrap();
+    let err = LedgerData::read(&Storage::open(dir.path().to_str().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("holds policy version 1 under versions=1000-1999"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -594,7 +604,7 @@ fn an_interrupted_compaction_is_ignored_then_redone() {
         .unwrap()
         .path();
     // A compaction that died after placing a partial file under the log's name.
-    let partition = dir.path().join("samples/bucket=train/generation=3");
+    let partition = dir.path().join("samples/bucket=train/versions=0-999");
     std::fs::create_dir_all(&partition).unwrap();
     std::fs::write(partition.join(log.file_name().unwrap()), b"PAR1 half").unwrap();
     // ... and a staged file the interrupted write left.
