@@ -92,6 +92,9 @@ pub(crate) struct Shared {
     pub compacting: Mutex<()>,
 }
 
+/// Trajectories invalidated lately that the writer remembers.
+const INVALIDATED_REMEMBERED: usize = 1 << 16;
+
 /// When to flush.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FlushPolicy {
@@ -128,6 +131,7 @@ pub(crate) struct Writer {
     /// Duplicate keys and trajectory consistency (pure rules; the writer records verdicts).
     integrity: Integrity,
     invalidated: HashSet<u64>,
+    invalidated_order: std::collections::VecDeque<u64>,
     /// Records answered once the next flush has made them durable.
     awaiting_flush: Vec<Sender<Result<(), LedgerError>>>,
     /// Durable appends of a local ledger; `None` for an object store (a flush then).
@@ -161,6 +165,7 @@ impl Writer {
             oldest: None,
             integrity: Integrity::new(keys),
             invalidated: HashSet::new(),
+            invalidated_order: std::collections::VecDeque::new(),
             awaiting_flush: Vec::new(),
         }
     }
@@ -283,7 +288,16 @@ impl Writer {
 
     fn record_invalidation(&mut self, inv: Invalidation) {
         if let Target::Trajectory { id } = inv.target {
-            self.invalidated.insert(id);
+            // Remembered to record a detected invalidation once; the oldest are forgotten
+            // (a trajectory's rows arrive within its episode), so a ledger written for
+            // weeks does not hold every trajectory ever invalidated.
+            if self.invalidated.insert(id) {
+                self.invalidated_order.push_back(id);
+                if self.invalidated_order.len() > INVALIDATED_REMEMBERED {
+                    let oldest = self.invalidated_order.pop_front().expect("non-empty");
+                    self.invalidated.remove(&oldest);
+                }
+            }
         }
         self.note_buffered(1);
         self.invalidations.push(inv);
