@@ -28,6 +28,7 @@
 mod analysis;
 mod append_log;
 mod arrow_codec;
+mod bindings;
 mod bucket;
 mod compact;
 mod curves;
@@ -211,7 +212,7 @@ impl LedgerConfig {
 struct Registry {
     rules: HashMap<u64, VersionedRules>,
     /// Policy version -> rules version, as last bound.
-    bindings: HashMap<u64, u64>,
+    bindings: bindings::Bindings,
     /// The version sampling now and its rules, after the last publish/promote/rollback.
     current: Option<(u64, u64)>,
 }
@@ -649,13 +650,13 @@ impl Ledger {
         let registry = self.registry.lock();
         let r = registry
             .bindings
-            .get(&policy_version)
+            .get(policy_version)
             .ok_or(LedgerError::UnknownPolicyVersion(policy_version))?;
         registry
             .rules
-            .get(r)
+            .get(&r)
             .cloned()
-            .ok_or(LedgerError::UnknownRulesVersion(*r))
+            .ok_or(LedgerError::UnknownRulesVersion(r))
     }
 
     /// Rolls back to `policy_version`: it and its rules become current again, recorded as
