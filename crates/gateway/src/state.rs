@@ -234,7 +234,9 @@ pub struct State {
     /// Open (and recently ended) episodes.
     pub episodes: HashMap<u64, EpisodeRec>,
     /// Recent actions, by id.
-    pub actions: HashMap<u64, ActionRec>,
+    /// Boxed: a record is a few hundred bytes, and a table of 100,000 inline records
+    /// (with its empty slots) was one 67 MB allocation, reallocated as it grew.
+    pub actions: HashMap<u64, Box<ActionRec>>,
     /// Action ids in issue order, to forget the oldest closed ones.
     pub action_order: VecDeque<u64>,
     /// Agent-scoped key -> action id: derived from `actions`, so not journalled.
@@ -284,7 +286,7 @@ impl State {
         let id = rec.answer.action_id;
         self.action_keys
             .insert(agent_key(&self.episodes[&rec.episode].agent, &rec.key), id);
-        self.actions.insert(id, rec);
+        self.actions.insert(id, Box::new(rec));
         self.action_order.push_back(id);
         let mut still_open = Vec::new();
         while self.action_order.len() > keep {
@@ -435,7 +437,7 @@ impl State {
         let id = action.answer.action_id;
         self.next_action = self.next_action.max(id + 1);
         if let Some(a) = self.actions.get_mut(&id) {
-            *a = action;
+            **a = action;
         } else if self.episodes.contains_key(&action.episode) {
             self.remember(action, keep);
         }

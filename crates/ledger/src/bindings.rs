@@ -74,8 +74,16 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let version = if x.is_multiple_of(10) { x % (step + 1) } else { step };
-            let rules = if x.is_multiple_of(97) { x % 5 } else { step / 1000 };
+            let version = if x.is_multiple_of(10) {
+                x % (step + 1)
+            } else {
+                step
+            };
+            let rules = if x.is_multiple_of(97) {
+                x % 5
+            } else {
+                step / 1000
+            };
             runs.insert(version, rules);
             reference.insert(version, rules);
         }

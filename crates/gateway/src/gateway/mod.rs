@@ -125,15 +125,14 @@ impl Gateway {
     }
 
     /// Journals an action's record with its episode's (both may have changed).
-    fn journal_action(&self, state: &State, action: ActionRec) -> Result<(), RequestError> {
+    fn journal_action(
+        &self,
+        state: &State,
+        action: impl Into<Box<ActionRec>>,
+    ) -> Result<(), RequestError> {
+        let action = action.into();
         let episode = state.episodes[&action.episode].clone();
-        self.journal(
-            &Event::ActionEpisode {
-                action: Box::new(action),
-                episode,
-            },
-            false,
-        )
+        self.journal(&Event::ActionEpisode { action, episode }, false)
     }
 
     fn journal_episode(&self, state: &State, id: u64) -> Result<(), RequestError> {

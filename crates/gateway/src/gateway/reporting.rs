@@ -236,12 +236,7 @@ impl Gateway {
         }
         a.status = ActionStatus::TimedOut;
         let rec = a.clone();
-        self.journal(
-            &Event::Action {
-                action: Box::new(rec),
-            },
-            false,
-        )?;
+        self.journal(&Event::Action { action: rec }, false)?;
         Ok(ReportResponse {
             status: ReportStatus::TimedOut,
             sample_id: None,
