@@ -429,9 +429,9 @@ pub struct Server {
     learner: Option<JoinHandle<()>>,
 }
 
-/// How often a serving gateway compacts its ledger's sample log and applies its version
-/// retention rule.
-const LEDGER_COMPACT_EVERY: Duration = Duration::from_secs(30);
+/// How often a serving gateway applies its version retention rule (its ledger compacts its
+/// sample log on a thread of its own, every 30 s).
+const RETENTION_EVERY: Duration = Duration::from_secs(30);
 
 impl Server {
     /// Opens the gateway and starts serving; returns once the socket is bound (its address
@@ -479,7 +479,7 @@ impl Server {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(gateway.clone());
         let reaper_gateway = gateway.clone();
-        let compactor_gateway = gateway.clone();
+        let sweeper_gateway = gateway.clone();
         let http = std::thread::Builder::new()
             .name("strata-gateway".into())
             .spawn(move || {
@@ -499,19 +499,15 @@ impl Server {
                             .await;
                         }
                     });
-                    // The ledger's sample log, compacted as it grows, so that a stop or a
-                    // restart compacts only the last stretch (not days of reports).
-                    let compacting = compactor_gateway;
+                    // The version retention rule, applied as versions come.
+                    let sweeping = sweeper_gateway;
                     tokio::spawn(async move {
-                        let mut tick = tokio::time::interval(LEDGER_COMPACT_EVERY);
+                        let mut tick = tokio::time::interval(RETENTION_EVERY);
                         tick.tick().await; // the first tick is at once
                         loop {
                             tick.tick().await;
-                            let g = compacting.clone();
+                            let g = sweeping.clone();
                             let _ = tokio::task::spawn_blocking(move || {
-                                if let Err(e) = g.ledger.compact_log() {
-                                    tracing::error!(component = "gateway", error = %e, "ledger compaction failed; retried later");
-                                }
                                 match g.sweep_versions() {
                                     Ok(0) => {}
                                     Ok(removed) => tracing::debug!(component = "gateway", removed, "policy versions let go"),

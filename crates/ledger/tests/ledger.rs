@@ -219,6 +219,39 @@ fn compacting_while_writing_keeps_every_row_once() {
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
 }
 
+/// With `compact_every`, the ledger's own thread compacts the sample log while the writer
+/// goes on: a close then has only the last stretch to compact.
+#[test]
+fn the_ledger_compacts_its_sample_log_on_its_own_while_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&LedgerConfig {
+        compact_every: Some(Duration::from_millis(50)),
+        ..config(dir.path())
+    })
+    .unwrap();
+    ledger.append_samples(episodes(0, 2, 5, 1)).unwrap();
+    ledger.flush().unwrap();
+    let wal = dir.path().join("wal/samples");
+    let logs = || {
+        walk(dir.path())
+            .iter()
+            .filter(|p| p.starts_with(&wal))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while logs() > 0 {
+        assert!(std::time::Instant::now() < deadline, "never compacted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    ledger.append_samples(episodes(10, 1, 5, 2)).unwrap();
+    ledger.close().unwrap();
+    let ids: Vec<u64> = rows(&read(dir.path()))
+        .iter()
+        .map(|r| r.sample_id)
+        .collect();
+    assert_eq!(ids, (0..15).collect::<Vec<_>>());
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

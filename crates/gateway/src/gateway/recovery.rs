@@ -48,6 +48,8 @@ impl Gateway {
         ledger_config.flush_rows = run.ledger.flush_rows;
         ledger_config.flush_interval =
             std::time::Duration::from_secs_f64(run.ledger.flush_interval_secs);
+        // A stop or restart compacts only the last half minute of reports.
+        ledger_config.compact_every = Some(std::time::Duration::from_secs(30));
         let ledger = Ledger::open(&ledger_config)?;
         let active_rules = match ledger.current() {
             Some((_, rules)) => rules.version,
