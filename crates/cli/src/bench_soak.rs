@@ -80,8 +80,15 @@ impl Drop for Proc {
     }
 }
 
+/// This binary, as it was when the soak started: a rebuild during a long soak replaces
+/// the file, and `/proc/self/exe` then names a deleted one.
+fn this_binary() -> &'static Path {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| std::env::current_exe().unwrap_or_else(|_| PathBuf::from("strata")))
+}
+
 fn strata(args: &[&str], log: &Path) -> Result<Child> {
-    Command::new(std::env::current_exe()?)
+    Command::new(this_binary())
         .args(args)
         .stdout(std::fs::File::create(log.with_extension("out"))?)
         .stderr(std::fs::File::create(log)?)
@@ -202,6 +209,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport> {
         );
     }
     std::fs::create_dir_all(dir)?;
+    this_binary();
     let seconds = (options.minutes * 60.0).max(10.0);
     let every = Duration::from_secs_f64((seconds / 120.0).clamp(1.0, 30.0));
     let (gateway_dir, train_dir) = (dir.join("gateway"), dir.join("train"));
