@@ -48,6 +48,25 @@ pub(crate) fn sample_files_newest_first(
     Ok(files)
 }
 
+/// Runs `read` until no sample log file it may have listed was compacted away while it ran
+/// (the ledger's owner compacts while it writes): a log file that vanished mid-read has
+/// its rows in partition files the read may have listed too early. New log files are
+/// harmless: a read of a live ledger sees it as of some moment.
+fn settled<T>(
+    storage: &Storage,
+    read: impl Fn() -> Result<T, LedgerError>,
+) -> Result<T, LedgerError> {
+    for _ in 0..4 {
+        let before = log_files(storage)?;
+        let result = read();
+        let after: std::collections::HashSet<String> = log_files(storage)?.into_iter().collect();
+        if before.iter().all(|log| after.contains(log)) {
+            return result;
+        }
+    }
+    read()
+}
+
 fn sample_files(storage: &Storage) -> Result<Vec<(String, bool)>, LedgerError> {
     let logs = log_files(storage)?;
     let log_names: std::collections::HashSet<&str> = logs.iter().map(|p| file_name(p)).collect();
@@ -67,11 +86,13 @@ impl LedgerData {
     /// # Errors
     /// [`LedgerError::BadFile`] naming the first unreadable, foreign or misplaced file.
     pub fn read(storage: &Storage) -> Result<LedgerData, LedgerError> {
-        let mut data = Self::read_stored(storage)?;
-        let (stranded, files) = crate::append_log::stranded(storage, &data)?;
-        data.files += files.len();
-        data.samples.extend(stranded);
-        Ok(data)
+        settled(storage, || {
+            let mut data = Self::read_stored(storage)?;
+            let (stranded, files) = crate::append_log::stranded(storage, &data)?;
+            data.files += files.len();
+            data.samples.extend(stranded);
+            Ok(data)
+        })
     }
 
     /// As [`LedgerData::read`], but an unreadable, foreign or misplaced file is skipped and
@@ -83,16 +104,18 @@ impl LedgerData {
     pub fn read_salvaging(
         storage: &Storage,
     ) -> Result<(LedgerData, Vec<LedgerError>), LedgerError> {
-        let mut skipped = Vec::new();
-        let mut data = Self::read_tables(storage, Some(&mut skipped))?;
-        match crate::append_log::stranded(storage, &data) {
-            Ok((stranded, files)) => {
-                data.files += files.len();
-                data.samples.extend(stranded);
+        settled(storage, || {
+            let mut skipped = Vec::new();
+            let mut data = Self::read_tables(storage, Some(&mut skipped))?;
+            match crate::append_log::stranded(storage, &data) {
+                Ok((stranded, files)) => {
+                    data.files += files.len();
+                    data.samples.extend(stranded);
+                }
+                Err(e) => skipped.push(e),
             }
-            Err(e) => skipped.push(e),
-        }
-        Ok((data, skipped))
+            Ok((data, skipped))
+        })
     }
 
     /// As [`LedgerData::read`], without rows only in the append log.
