@@ -224,17 +224,26 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let _ = signal_tx.try_send(());
     })
     .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    if let Some((_, policy)) = &checkpoint {
+        settings.serve_first = Some((
+            policy.model.flat_params().to_vec(),
+            "serve --checkpoint".to_string(),
+        ));
+    }
     let server = Server::start(settings).context("starting the gateway")?;
     release_freed_memory();
     if let Some((path, policy)) = &checkpoint {
-        let (version, published) = server
+        let status = server.gateway().status();
+        let published = server
             .gateway()
-            .serve_params_now(policy.model.flat_params().to_vec(), "serve --checkpoint")
-            .context("serving the checkpoint")?;
+            .counters
+            .served_first_published
+            .load(std::sync::atomic::Ordering::Relaxed);
         println!(
-            "serving {} (its policy version {}) as version {version}, stable{}",
+            "serving {} (its policy version {}) as version {}, stable{}",
             path.display(),
             policy.policy_version,
+            status.stable,
             if published {
                 " at once"
             } else {

@@ -443,7 +443,24 @@ impl Server {
         let threads = settings.http_threads;
         let addr = settings.addr;
         let dir = settings.dir.clone();
+        let serve_first = settings.serve_first.clone();
         let gateway = Arc::new(Gateway::open(settings)?);
+        // Before any request and before the learner picks its starting version.
+        if let Some((params, author)) = serve_first {
+            let (version, published) = gateway
+                .serve_params_now(params, &author)
+                .map_err(|e| GatewayError::Config(format!("serving the given policy: {e}")))?;
+            gateway
+                .counters
+                .served_first_published
+                .store(published, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(
+                component = "gateway",
+                version,
+                published,
+                "serving the given policy as stable"
+            );
+        }
         let learner = if gateway.learns() {
             let (tx, rx) = crossbeam_channel::bounded(gateway.settings.learner_queue);
             gateway.attach_learner(tx);

@@ -85,6 +85,10 @@ pub struct GatewaySettings {
     /// The journal is rewritten as one snapshot when it grows past this many bytes (and
     /// past four times the last snapshot).
     pub journal_compact_bytes: u64,
+    /// Parameters to serve as the stable version at once, before the first request is
+    /// answered and before the learner starts from the newest version
+    /// (`strata serve --checkpoint`), with the author recorded for them.
+    pub serve_first: Option<(Vec<f32>, String)>,
 }
 
 impl GatewaySettings {
@@ -127,6 +131,7 @@ impl GatewaySettings {
             learner_queue: 4096,
             http_threads: 2,
             journal_compact_bytes: 64 << 20,
+            serve_first: None,
         })
     }
 

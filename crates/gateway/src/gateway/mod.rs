@@ -59,6 +59,9 @@ pub struct Counters {
     pub updates: AtomicU64,
     /// Policy versions the retention rule removed.
     pub versions_removed: AtomicU64,
+    /// Whether the parameters of `serve_first` were published at start (not already
+    /// stable).
+    pub served_first_published: std::sync::atomic::AtomicBool,
 }
 
 /// A running gateway's state and operations.
