@@ -743,8 +743,7 @@ impl Ledger {
     /// # Errors
     /// As [`compact()`]; the log files stay and a later compaction retries them.
     pub fn compact_log(&self) -> Result<u64, LedgerError> {
-        let _one_at_a_time = self.shared.compacting.lock();
-        compact::compact(&self.storage)
+        self.shared.compact(&self.storage)
     }
 
     /// Flushes and stops the writer.
@@ -770,8 +769,7 @@ impl Ledger {
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(every)
                 {
-                    let _one_at_a_time = shared.compacting.lock();
-                    if let Err(e) = compact::compact(&storage) {
+                    if let Err(e) = shared.compact(&storage) {
                         tracing::warn!(component = "ledger", error = %e, "compaction failed; retried later");
                     }
                 }

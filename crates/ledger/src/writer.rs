@@ -88,8 +88,16 @@ pub(crate) struct Shared {
     /// Rules version stamped on invalidations the writer detects.
     pub rules_version: AtomicU64,
     /// Held by a compaction of the sample log: one at a time (the owner's background
-    /// compactions and the one at close).
+    /// compactions and the one at close); see [`Shared::compact`].
     pub compacting: Mutex<()>,
+}
+
+impl Shared {
+    /// Compacts `storage`'s sample log, one compaction at a time; the rows moved.
+    pub(crate) fn compact(&self, storage: &Storage) -> Result<u64, LedgerError> {
+        let _one_at_a_time = self.compacting.lock();
+        crate::compact::compact(storage)
+    }
 }
 
 /// Trajectories invalidated lately that the writer remembers.
@@ -277,8 +285,7 @@ impl Writer {
     /// Final flush, then compaction of the sample log into generation partitions.
     fn close(&mut self) -> Result<(), LedgerError> {
         self.flush()?;
-        let _one_at_a_time = self.shared.compacting.lock();
-        crate::compact::compact(&self.storage).map(|_| ())
+        self.shared.compact(&self.storage).map(|_| ())
     }
 
     fn note_buffered(&mut self, rows: usize) {
