@@ -29,11 +29,27 @@ pub fn recover(storage: &Storage) -> Result<u64, LedgerError> {
     compact(storage)
 }
 
-/// Sorts every log file's rows into generation partitions; returns the rows moved.
+/// Sorts every log file's rows into generation partitions, then merges small files
+/// ([`crate::merge`]); returns the rows moved.
 ///
 /// # Errors
 /// A log file that cannot be read (named), or storage failures; the log files stay.
 pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
+    let rows = compact_log(storage)?;
+    let merged = crate::merge::merge_small_files(storage)?;
+    if merged.files_removed > 0 {
+        tracing::debug!(
+            component = "ledger",
+            written = merged.files_written,
+            removed = merged.files_removed,
+            "merged small files"
+        );
+    }
+    Ok(rows)
+}
+
+/// Moves the sample log's rows into partitions; the rows moved.
+fn compact_log(storage: &Storage) -> Result<u64, LedgerError> {
     let logs = log_files(storage)?;
     if logs.is_empty() {
         return Ok(0);

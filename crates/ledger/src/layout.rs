@@ -74,6 +74,121 @@ pub(crate) fn sample_file(dir: &str, session: &str, seq: u64, last_id: u64) -> S
     format!("{dir}/part-{session}-{seq:06}-to{last_id}.parquet")
 }
 
+/// A merged file's name in `dir`: the rows of a session's files `first..=last` (by
+/// sequence number) of that directory, with the highest sample id for sample files. It
+/// sorts where its first input did, and supersedes every file of the session in that
+/// range ([`drop_superseded`]).
+pub(crate) fn merged_file(
+    dir: &str,
+    session: &str,
+    seqs: &RangeInclusive<u64>,
+    last_id: Option<u64>,
+) -> String {
+    let to = last_id.map(|id| format!("-to{id}")).unwrap_or_default();
+    format!(
+        "{dir}/part-{session}-{:06}-thru-{:06}{to}.parquet",
+        seqs.start(),
+        seqs.end()
+    )
+}
+
+/// What a data file's name says: the writer session that wrote it and the sequence numbers
+/// its rows came from (one for a written file, a range for a merged one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FileSeqs<'a> {
+    pub session: &'a str,
+    pub seqs: RangeInclusive<u64>,
+}
+
+impl FileSeqs<'_> {
+    /// Whether the name is a merged file's.
+    pub fn merged(&self) -> bool {
+        self.seqs.start() != self.seqs.end()
+    }
+}
+
+/// Parses `part-<session>-<seq>[-thru-<seq>][-to<id>[-<k>]].parquet` (`-<k>`: compaction's
+/// numbered sibling of a log file's partition file); `None` for another name.
+pub(crate) fn file_seqs(path: &str) -> Option<FileSeqs<'_>> {
+    let number = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let stem = file_name(path)
+        .strip_prefix("part-")?
+        .strip_suffix(".parquet")?;
+    let stem = match stem.rsplit_once("-to") {
+        Some((rest, tail)) => {
+            let id = tail.split_once('-').map_or(
+                tail,
+                |(id, k)| {
+                    if number(k).is_some() {
+                        id
+                    } else {
+                        ""
+                    }
+                },
+            );
+            if number(id).is_some() {
+                rest
+            } else {
+                stem
+            }
+        }
+        None => stem,
+    };
+    let (session, seqs) = match stem.split_once("-thru-") {
+        Some((head, last)) => {
+            let (session, first) = head.rsplit_once('-')?;
+            (session, number(first)?..=number(last)?)
+        }
+        None => {
+            let (session, seq) = stem.rsplit_once('-')?;
+            let seq = number(seq)?;
+            (session, seq..=seq)
+        }
+    };
+    (!session.is_empty() && seqs.start() <= seqs.end()).then_some(FileSeqs { session, seqs })
+}
+
+/// `paths` (sorted) without the files a merged file of the same directory and session
+/// supersedes: after a merge its inputs are removed, but a crash or a reader listing in
+/// between may still see them, and their rows must count once.
+pub(crate) fn drop_superseded(paths: Vec<String>) -> Vec<String> {
+    use std::collections::HashMap;
+    let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+    // The merged ranges of each directory and session.
+    let mut merged: HashMap<(String, &str), Vec<RangeInclusive<u64>>> = HashMap::new();
+    for path in &paths {
+        if let Some(f) = file_seqs(path).filter(FileSeqs::merged) {
+            merged
+                .entry((dir(path), f.session))
+                .or_default()
+                .push(f.seqs);
+        }
+    }
+    if merged.is_empty() {
+        return paths;
+    }
+    let superseded = |path: &String| {
+        let Some(f) = file_seqs(path) else {
+            return false;
+        };
+        merged.get(&(dir(path), f.session)).is_some_and(|ranges| {
+            ranges
+                .iter()
+                .any(|r| *r != f.seqs && r.contains(f.seqs.start()) && r.contains(f.seqs.end()))
+        })
+    };
+    let keep: Vec<bool> = paths.iter().map(|p| !superseded(p)).collect();
+    paths
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(p, k)| k.then_some(p))
+        .collect()
+}
+
 /// The highest sample id a sample file holds (at most), from its name; `None` for a file
 /// of a ledger written before names carried it.
 pub(crate) fn last_sample_id(path: &str) -> Option<u64> {
@@ -122,12 +237,15 @@ pub(crate) fn log_files(storage: &Storage) -> Result<Vec<String>, LedgerError> {
     parquet_files(storage, SAMPLES_LOG)
 }
 
+/// The data files under `dir`, without those a merged file supersedes.
 fn parquet_files(storage: &Storage, dir: &str) -> Result<Vec<String>, LedgerError> {
-    Ok(storage
-        .list(dir)?
-        .into_iter()
-        .filter(|p| p.ends_with(".parquet"))
-        .collect())
+    Ok(drop_superseded(
+        storage
+            .list(dir)?
+            .into_iter()
+            .filter(|p| p.ends_with(".parquet"))
+            .collect(),
+    ))
 }
 
 #[cfg(test)]
@@ -152,6 +270,66 @@ mod tests {
         assert_eq!(
             last_sample_id("wal/samples/bucket=train/part-x-000001.parquet"),
             None
+        );
+    }
+
+    #[test]
+    fn file_names_say_their_session_and_sequence_numbers() {
+        fn seqs(p: &str) -> Option<(&str, RangeInclusive<u64>)> {
+            file_seqs(p).map(|f| (f.session, f.seqs))
+        }
+        assert_eq!(
+            seqs("decisions/bucket=train/part-18a-2f-000012.parquet"),
+            Some(("18a-2f", 12..=12))
+        );
+        assert_eq!(
+            seqs("x/part-18a-2f-000012-to409.parquet"),
+            Some(("18a-2f", 12..=12))
+        );
+        assert_eq!(
+            seqs("x/part-18a-2f-000012-to409-1.parquet"),
+            Some(("18a-2f", 12..=12))
+        );
+        let merged = merged_file("x", "18a-2f", &(3..=12), Some(409));
+        assert_eq!(merged, "x/part-18a-2f-000003-thru-000012-to409.parquet");
+        assert_eq!(seqs(&merged), Some(("18a-2f", 3..=12)));
+        assert_eq!(last_sample_id(&merged), Some(409));
+        assert_eq!(
+            seqs(&merged_file("x", "ab", &(3..=12), None)),
+            Some(("ab", 3..=12))
+        );
+        for foreign in [
+            "x/data.parquet",
+            "x/part-000012.parquet",
+            "x/part-ab-12x.parquet",
+        ] {
+            assert_eq!(seqs(foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn a_merged_file_supersedes_its_inputs_in_its_directory_and_session_only() {
+        let paths: Vec<String> = [
+            "d/part-a-000001.parquet",
+            "d/part-a-000002-thru-000004.parquet",
+            "d/part-a-000002.parquet",
+            "d/part-a-000003.parquet",
+            "d/part-a-000005.parquet",
+            "d/part-b-000003.parquet",
+            "e/part-a-000003.parquet",
+        ]
+        .map(String::from)
+        .to_vec();
+        let kept = drop_superseded(paths);
+        assert_eq!(
+            kept,
+            [
+                "d/part-a-000001.parquet",
+                "d/part-a-000002-thru-000004.parquet",
+                "d/part-a-000005.parquet",
+                "d/part-b-000003.parquet",
+                "e/part-a-000003.parquet",
+            ]
         );
     }
 

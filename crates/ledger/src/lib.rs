@@ -20,7 +20,10 @@
 //! Writes go through a writer thread with a bounded queue ([`Ledger`]). Each flush writes
 //! its samples as one log file per bucket (`wal/samples/…`), compacted into the generation
 //! partitions when the ledger is closed or reopened ([`compact()`]), and by an owner that
-//! writes for days while it writes ([`Ledger::compact_log`]); readers merge both.
+//! writes for days while it writes ([`Ledger::compact_log`]); readers merge both. After
+//! each compaction the owner merges runs of small files (a flush a second is a file a
+//! second per table) into `part-<session>-<first>-thru-<last>….parquet`, which supersedes
+//! the files of its range.
 //! Every file is staged, synced and renamed into place, so a crash leaves only complete
 //! files. What a crash can lose is the unflushed tail: at most `flush_rows` rows or
 //! `flush_interval` of data.
@@ -35,6 +38,7 @@ mod curves;
 mod integrity;
 mod layout;
 mod manifest;
+mod merge;
 mod reader;
 mod record;
 mod rules;
@@ -188,6 +192,20 @@ pub struct LedgerConfig {
 }
 
 impl LedgerError {
+    /// Whether this is a storage failure because an object is not there (a file removed
+    /// while it was being read).
+    pub(crate) fn is_not_found(&self) -> bool {
+        let LedgerError::Storage { source, .. } = self else {
+            return false;
+        };
+        source
+            .downcast_ref::<object_store::Error>()
+            .is_some_and(|e| matches!(e, object_store::Error::NotFound { .. }))
+            || source
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// A storage failure while doing `what`.
     pub fn storage(
         what: impl Into<String>,

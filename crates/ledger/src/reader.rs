@@ -49,9 +49,10 @@ pub(crate) fn sample_files_newest_first(
 }
 
 /// Runs `read` until no sample log file it may have listed was compacted away while it ran
-/// (the ledger's owner compacts while it writes): a log file that vanished mid-read has
-/// its rows in partition files the read may have listed too early. New log files are
-/// harmless: a read of a live ledger sees it as of some moment.
+/// and no file it listed was merged away before it was read (the ledger's owner compacts
+/// and merges while it writes): a log file that vanished mid-read has its rows in
+/// partition files the read may have listed too early. New files are harmless: a read of a
+/// live ledger sees it as of some moment.
 fn settled<T>(
     storage: &Storage,
     read: impl Fn() -> Result<T, LedgerError>,
@@ -59,6 +60,9 @@ fn settled<T>(
     for _ in 0..4 {
         let before = log_files(storage)?;
         let result = read();
+        if matches!(&result, Err(e) if e.is_not_found()) {
+            continue;
+        }
         let after: std::collections::HashSet<String> = log_files(storage)?.into_iter().collect();
         if before.iter().all(|log| after.contains(log)) {
             return result;
@@ -131,11 +135,13 @@ impl LedgerData {
     pub fn read_generations(
         storage: &Storage,
     ) -> Result<Vec<crate::GenerationRecord>, LedgerError> {
-        let mut data = LedgerData::default();
-        for path in table_files(storage, Table::Generations)? {
-            data.read_file(storage, Table::Generations, &path, false)?;
-        }
-        Ok(data.generations)
+        settled(storage, || {
+            let mut data = LedgerData::default();
+            for path in table_files(storage, Table::Generations)? {
+                data.read_file(storage, Table::Generations, &path, false)?;
+            }
+            Ok(data.generations)
+        })
     }
 
     /// Calls `visit` with the sample ids, policy versions and idempotency keys (a key per

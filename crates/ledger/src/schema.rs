@@ -292,6 +292,15 @@ pub fn generations_to_arrow(rows: &[GenerationRecord]) -> RecordBatch {
 /// # Errors
 /// Parquet encoding errors (not expected for valid batches).
 pub fn encode(batch: &RecordBatch) -> Result<Bytes, parquet::errors::ParquetError> {
+    let mut out = Vec::with_capacity(batch.num_rows() * 64);
+    let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(writer_properties()))?;
+    writer.write(batch)?;
+    writer.close()?;
+    Ok(Bytes::from(out))
+}
+
+/// How every ledger file is written.
+pub(crate) fn writer_properties() -> WriterProperties {
     let mut props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
@@ -308,11 +317,7 @@ pub fn encode(batch: &RecordBatch) -> Result<Bytes, parquet::errors::ParquetErro
     ] {
         props = props.set_column_dictionary_enabled(ColumnPath::from(name), true);
     }
-    let mut out = Vec::with_capacity(batch.num_rows() * 64);
-    let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(props.build()))?;
-    writer.write(batch)?;
-    writer.close()?;
-    Ok(Bytes::from(out))
+    props.build()
 }
 
 /// Decodes a ledger file of `table`, checking it is one.

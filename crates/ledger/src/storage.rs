@@ -284,12 +284,30 @@ impl Storage {
     /// # Errors
     /// [`LedgerError::Storage`].
     pub fn list(&self, relative_prefix: &str) -> Result<Vec<String>, LedgerError> {
+        Ok(self
+            .list_sized(relative_prefix)?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
+    }
+
+    /// As [`Storage::list`], with each object's size in bytes.
+    ///
+    /// # Errors
+    /// [`LedgerError::Storage`].
+    pub(crate) fn list_sized(
+        &self,
+        relative_prefix: &str,
+    ) -> Result<Vec<(String, u64)>, LedgerError> {
         let prefix = self.path(relative_prefix);
         let metas: Vec<_> = self
             .runtime
             .block_on(self.store.list(Some(&prefix)).try_collect())
             .map_err(|e| LedgerError::storage(format!("listing {relative_prefix}"), e))?;
-        let mut names: Vec<String> = metas.iter().map(|m| self.relative(&m.location)).collect();
+        let mut names: Vec<(String, u64)> = metas
+            .iter()
+            .map(|m| (self.relative(&m.location), m.size))
+            .collect();
         names.sort();
         Ok(names)
     }
