@@ -155,16 +155,54 @@ def action_layout(np, spaces, space):
 # --- making envs --------------------------------------------------------------------
 
 
+class SetupError(Exception):
+    """What this Python lacks to make the env, said for a person: sent as is, without a
+    traceback (which would only repeat it)."""
+
+
+def import_packages():
+    """numpy and gymnasium, or a SetupError naming this interpreter, what it lacks (all of
+    it at once) and the ways to fix it."""
+    found, missing = {}, []
+    for name in ("numpy", "gymnasium"):
+        try:
+            found[name] = importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        version = ".".join(str(v) for v in sys.version_info[:3])
+        raise SetupError(
+            f"Python {sys.executable} ({version}) cannot run Gymnasium envs: it has no "
+            f"{' and no '.join(missing)}.\n"
+            "Either point Strata at a Python that has them (STRATA_PYTHON=/path/to/python, "
+            "or `runtime.python` in the run's config), or install them into this one: "
+            f"{sys.executable} -m pip install -r python/requirements-gym.txt (the "
+            "repository's pinned versions; `pip install gymnasium numpy` for classic "
+            "control alone)."
+        )
+    return found["numpy"], found["gymnasium"]
+
+
 def resolve(gym, target):
     """`module:callable` is called; anything else goes to gym.make (which itself accepts
-    `module:EnvId`, importing the module to register its envs)."""
+    `module:EnvId`, importing the module to register its envs). A module that cannot be
+    found is a SetupError that says where Python looked; one that fails while importing
+    raises its own error, with its traceback."""
     module_name, sep, attr = target.rpartition(":")
     if sep and module_name:
         try:
             module = importlib.import_module(module_name)
-        except ImportError:
-            module = None
-        factory = getattr(module, attr, None) if module is not None else None
+        except ModuleNotFoundError as e:
+            if e.name is None or not (module_name + ".").startswith(e.name + "."):
+                raise
+            searched = "\n".join(f"  {p or '.'}" for p in sys.path)
+            raise SetupError(
+                f"cannot import module `{module_name}` (for `{target}`): no module named "
+                f"`{e.name}` on this Python's path ({sys.executable}):\n{searched}\n"
+                "Put the directory that holds it on `runtime.python_path` (a path or a "
+                "list, relative to where strata runs), or install it into this Python."
+            ) from None
+        factory = getattr(module, attr, None)
         if callable(factory):
             return factory
     return lambda **kwargs: gym.make(target, **kwargs)
@@ -407,9 +445,7 @@ def main():
     for p in reversed(args.path):
         sys.path.insert(0, p)
     try:
-        import numpy as np
-        import gymnasium as gym
-
+        np, gym = import_packages()
         register_strata_envs(gym, np)
         make = resolve(gym, args.target)
         kwargs = json.loads(args.kwargs)
@@ -420,11 +456,12 @@ def main():
             return 0
         serve(args, np, gym, make, kwargs)
         return 0
-    except Exception:
-        text = traceback.format_exc()
+    except Exception as e:
+        setup = isinstance(e, SetupError)
+        text = str(e) if setup else traceback.format_exc()
         try:
             if args.describe:
-                send_message(args.reply_fd, {"error": text})
+                send_message(args.reply_fd, {"setup" if setup else "error": text})
             else:
                 send_error(args.reply_fd, text)
         except OSError:

@@ -349,6 +349,64 @@ fn bad_targets_get_clear_errors() {
     assert!(error.to_string().contains("spaces changed"), "{error}");
 }
 
+/// A Python with neither numpy nor gymnasium: a fresh virtual environment without pip.
+fn bare_python(dir: &Path) -> PathBuf {
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(dir)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "python3 -m venv failed");
+    dir.join("bin/python")
+}
+
+#[test]
+fn a_python_without_the_packages_is_named_with_what_it_lacks_and_the_fixes() {
+    // Only where a Python with gymnasium exists: the advice must be true on this machine.
+    let Some(_) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bare = bare_python(&dir.path().join("venv"));
+    let error = describe(&GymTarget::new("CartPole-v1", &bare), TIMEOUT).unwrap_err();
+    let GymError::Setup(text) = &error else {
+        panic!("not a setup error: {error}")
+    };
+    assert!(text.contains(&bare.display().to_string()), "{text}");
+    assert!(
+        text.contains("no numpy and no gymnasium"),
+        "names both at once: {text}"
+    );
+    for fix in ["STRATA_PYTHON", "runtime.python", "requirements-gym.txt"] {
+        assert!(text.contains(fix), "no `{fix}`: {text}");
+    }
+    assert!(!text.contains("Traceback"), "{text}");
+}
+
+#[test]
+fn a_factory_module_that_is_not_found_points_at_python_path() {
+    let Some(py) = python() else { return };
+    let missing = GymTarget::new("no_such_pkg.envs:make_env", &py);
+    let error = describe(&missing, TIMEOUT).unwrap_err();
+    let GymError::Setup(text) = &error else {
+        panic!("not a setup error: {error}")
+    };
+    assert!(text.contains("`no_such_pkg.envs`"), "{text}");
+    assert!(text.contains("runtime.python_path"), "{text}");
+    // A module that is found but fails while importing keeps its own traceback.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("broken_env_module.py"),
+        "import no_such_dependency\n",
+    )
+    .unwrap();
+    let mut broken = GymTarget::new("broken_env_module:make_env", &py);
+    broken.python_path.push(dir.path().to_path_buf());
+    let error = describe(&broken, TIMEOUT).unwrap_err();
+    assert!(
+        matches!(&error, GymError::Raised { traceback } if traceback.contains("no_such_dependency")),
+        "{error}"
+    );
+}
+
 #[test]
 fn keyword_arguments_reach_the_env() {
     let Some(py) = python() else { return };

@@ -89,6 +89,7 @@ fn builtin_envs() -> PyResult<Vec<(String, String)>> {
 #[pyfunction]
 #[pyo3(signature = (env, config_json))]
 fn config_toml(env: Option<&str>, config_json: &str) -> PyResult<String> {
+    strata_env::gym::forget_layouts();
     Ok(train::build_config(env, config_json)?.to_toml())
 }
 

@@ -209,6 +209,7 @@ impl Policy {
 #[pyfunction]
 #[pyo3(signature = (path, version=None))]
 pub(crate) fn load(py: Python<'_>, path: PathBuf, version: Option<u64>) -> PyResult<Policy> {
+    strata_env::gym::forget_layouts();
     let policy = py
         .detach(|| {
             let dir = match version {

@@ -65,6 +65,8 @@ pub(crate) fn train(
     progress: Option<Py<PyAny>>,
     overwrite: bool,
 ) -> PyResult<(String, PathBuf)> {
+    // A notebook user may have edited a factory env since the last call.
+    strata_env::gym::forget_layouts();
     let trainer = match &resume {
         None => {
             let config = build_config(env, config_json)?;

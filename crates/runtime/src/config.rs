@@ -206,11 +206,30 @@ pub struct RuntimeConfig {
     /// The Python interpreter `gym:` envs' processes run (unset: `$STRATA_PYTHON`, else
     /// `python3`).
     pub python: Option<std::path::PathBuf>,
-    /// Directories put first on those processes' `sys.path` (where a factory's module is).
+    /// Directories put first on those processes' `sys.path` (where a factory's module is):
+    /// one path or a list of them.
+    #[serde(deserialize_with = "one_or_many_paths")]
     pub python_path: Vec<std::path::PathBuf>,
     /// Envs each Python process steps (0: each worker's envs spread over one process per
     /// core the workers share). Envs are seeded by index, so results do not depend on it.
     pub envs_per_process: usize,
+}
+
+/// A list of paths, or one path as a plain string (`python_path = "examples"`).
+fn one_or_many_paths<'de, D>(deserializer: D) -> Result<Vec<std::path::PathBuf>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a path or a list of paths")]
+    enum OneOrMany {
+        One(std::path::PathBuf),
+        Many(Vec<std::path::PathBuf>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(path) => vec![path],
+        OneOrMany::Many(paths) => paths,
+    })
 }
 
 impl Default for RuntimeConfig {

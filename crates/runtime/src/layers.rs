@@ -261,6 +261,7 @@ fn mark_none(table: &mut toml::Table, json: &serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn set_changes_one_key_and_names_unknown_ones() {
@@ -284,6 +285,24 @@ mod tests {
         // "none" only turns optional keys off; a required one is named, not defaulted.
         let err = c.set("ppo.n_steps", "none").unwrap_err().to_string();
         assert!(err.contains("`ppo.n_steps` cannot be"), "{err}");
+    }
+
+    #[test]
+    fn python_path_is_one_path_or_a_list() {
+        let mut c = RunConfig::default();
+        c.set("runtime.python_path", "examples").unwrap();
+        assert_eq!(c.runtime.python_path, vec![PathBuf::from("examples")]);
+        c.set("runtime.python_path", r#"["a", "b/c"]"#).unwrap();
+        let both = vec![PathBuf::from("a"), PathBuf::from("b/c")];
+        assert_eq!(c.runtime.python_path, both);
+        // A plain path in a file as well, written back as the list it means.
+        let mut file: toml::Table = toml::from_str(&c.to_toml()).unwrap();
+        file["runtime"]["python_path"] = toml::Value::String("examples".into());
+        let toml = toml::to_string(&file).unwrap();
+        let read = RunConfig::from_saved_toml(&toml).unwrap();
+        assert_eq!(read.runtime.python_path, vec![PathBuf::from("examples")]);
+        let err = c.set("runtime.python_path", "3").unwrap_err().to_string();
+        assert!(err.contains("python_path"), "{err}");
     }
 
     #[test]

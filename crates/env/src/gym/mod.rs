@@ -73,6 +73,10 @@ pub enum GymError {
         /// Python's traceback.
         traceback: String,
     },
+    /// The interpreter cannot make the env: a package or the factory's module is missing.
+    /// The worker program says which interpreter, what it lacks and the fixes.
+    #[error("{0}")]
+    Setup(String),
     /// The process died (a crash in the simulator, a kill).
     #[error("its process (pid {pid}) {status}")]
     Exited {
@@ -179,6 +183,18 @@ impl GymLayout {
     }
 }
 
+/// Layouts [`describe`] found, by interpreter and target.
+static LAYOUTS: OnceLock<Mutex<HashMap<String, GymLayout>>> = OnceLock::new();
+
+/// Forgets every layout [`describe`] found, so the next asks Python again. A process that
+/// lives across many runs (a Python session, where a user edits a factory env between
+/// calls) calls this at the start of each, so a run never sees an env as it was before.
+pub fn forget_layouts() {
+    if let Some(cache) = LAYOUTS.get() {
+        cache.lock().clear();
+    }
+}
+
 /// Asks Python what `target` looks like, starting one process that makes one env (once
 /// per target and process: later calls answer from a cache).
 ///
@@ -187,9 +203,8 @@ impl GymLayout {
 /// be made (gymnasium missing, an unknown id, a space that cannot be flattened), and
 /// [`GymError::Hung`] after `timeout`.
 pub fn describe(target: &GymTarget, timeout: Duration) -> Result<GymLayout, GymError> {
-    static CACHE: OnceLock<Mutex<HashMap<String, GymLayout>>> = OnceLock::new();
     let key = format!("{}\0{:?}", target.python.display(), target.args());
-    let cache = CACHE.get_or_init(Mutex::default);
+    let cache = LAYOUTS.get_or_init(Mutex::default);
     if let Some(layout) = cache.lock().get(&key) {
         return Ok(layout.clone());
     }
@@ -199,13 +214,24 @@ pub fn describe(target: &GymTarget, timeout: Duration) -> Result<GymLayout, GymE
     struct Described {
         layout: Option<GymLayout>,
         error: Option<String>,
+        setup: Option<String>,
     }
     let described: Described = serde_json::from_slice(&message)
         .map_err(|e| GymError::Protocol(format!("unreadable description: {e}")))?;
-    let layout = match (described.layout, described.error) {
-        (Some(layout), None) => layout,
-        (_, Some(traceback)) => return Err(GymError::Raised { traceback }),
-        (None, None) => return Err(GymError::Protocol("an empty description".into())),
+    let layout = match described {
+        Described {
+            setup: Some(message),
+            ..
+        } => return Err(GymError::Setup(message)),
+        Described {
+            error: Some(traceback),
+            ..
+        } => return Err(GymError::Raised { traceback }),
+        Described {
+            layout: Some(layout),
+            ..
+        } => layout,
+        _ => return Err(GymError::Protocol("an empty description".into())),
     };
     cache.lock().insert(key, layout.clone());
     Ok(layout)
