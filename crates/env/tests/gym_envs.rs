@@ -6,31 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use strata_env::gym::{
-    default_python, describe, GymError, GymLayout, GymOptions, GymTarget, GymVecEnv,
-};
+use strata_env::gym::{describe, GymError, GymLayout, GymOptions, GymTarget, GymVecEnv};
 use strata_env::{EnvError, FaultKind, FaultPlan, Space, StepBatch, VecEnv};
+
+#[path = "../../cli/tests/support/optional.rs"]
+mod optional;
 
 /// The interpreter, if it has gymnasium.
 fn python() -> Option<PathBuf> {
-    let python = default_python();
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import gymnasium"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
-        "STRATA_REQUIRE_GYM is set but `{}` cannot import gymnasium",
-        python.display()
-    );
-    eprintln!(
-        "skipped: `{}` cannot import gymnasium (set STRATA_PYTHON)",
-        python.display()
-    );
-    None
+    optional::gym_python().map(PathBuf::from)
 }
 
 fn target(python: &Path, id: &str) -> GymTarget {

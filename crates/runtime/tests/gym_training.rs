@@ -14,26 +14,13 @@ use strata_runtime::{preset, run, RunConfig, RunDir, Trainer};
 /// Tests here count this process's Python children, so they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+#[path = "../../cli/tests/support/optional.rs"]
+mod optional;
+
 /// Whether the interpreter gym envs run can import `modules` (skipped when not, unless
 /// `STRATA_REQUIRE_GYM` is set).
 fn python_has(modules: &str) -> bool {
-    let python = strata_env::gym::default_python();
-    let ok = std::process::Command::new(&python)
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok || std::env::var_os("STRATA_REQUIRE_GYM").is_none(),
-        "STRATA_REQUIRE_GYM is set but `{}` cannot import {modules}",
-        python.display()
-    );
-    if !ok {
-        eprintln!(
-            "skipped: `{}` cannot import {modules} (set STRATA_PYTHON)",
-            python.display()
-        );
-    }
-    ok
+    optional::gym_python_with(modules).is_some()
 }
 
 fn gymnasium() -> bool {

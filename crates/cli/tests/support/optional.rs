@@ -1,10 +1,36 @@
 //! Checks that use tools from outside the project (Python readers, tmux): skipped where the
-//! tool is missing, unless the variable CI sets says it must be there.
+//! tool is missing, unless the variable CI sets says it must be there. Included by path by
+//! the test binaries of several crates. A plain `cargo test` says once per tool what it
+//! skipped and how to run everything (`scripts/test-all.sh`).
 
 // Each test binary that includes this file uses its own subset.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::process::{Command, Stdio};
+
+/// Says on the terminal, once per `cargo test` (whose children the test binaries are) and
+/// tool, that checks needing `what` were skipped. Written to stderr itself, past the test
+/// harness's capture, which would hide it.
+fn say_skipped(what: &str) {
+    let marker = std::env::temp_dir().join("strata-test-skips");
+    let cargo = std::os::unix::process::parent_id().to_string();
+    let said = std::fs::read_to_string(&marker).unwrap_or_default();
+    let mut lines: Vec<&str> = said.lines().collect();
+    if lines.first() != Some(&cargo.as_str()) {
+        lines = vec![&cargo];
+    }
+    if lines.contains(&what) {
+        return;
+    }
+    lines.push(what);
+    let _ = std::fs::write(&marker, lines.join("\n"));
+    let _ = writeln!(
+        std::io::stderr(),
+        "note: {what} is not installed here, so the checks that need it were skipped; \
+         scripts/test-all.sh sets up everything and runs every test"
+    );
+}
 
 /// Whether `program args` runs successfully. When it does not, the caller skips its check
 /// (and says so), unless `require_var` is set, which fails the test instead.
@@ -21,6 +47,7 @@ pub fn available(program: &str, args: &[&str], require_var: &str, what: &str) ->
             "{require_var} is set but {what} is not installed"
         );
         eprintln!("{what} not installed: check skipped");
+        say_skipped(what);
     }
     ok
 }
@@ -38,12 +65,17 @@ pub fn python_module(module: &str, require_var: &str) -> bool {
 /// The interpreter `gym:` envs run (`STRATA_PYTHON`, else `python3`), if it can import
 /// gymnasium (see [`available`]; `STRATA_REQUIRE_GYM` makes a missing one fail).
 pub fn gym_python() -> Option<String> {
+    gym_python_with("gymnasium")
+}
+
+/// As [`gym_python`], for an interpreter that imports `modules` (`gymnasium, mujoco`).
+pub fn gym_python_with(modules: &str) -> Option<String> {
     let python = std::env::var("STRATA_PYTHON").unwrap_or_else(|_| "python3".into());
     available(
         &python,
-        &["-c", "import gymnasium"],
+        &["-c", &format!("import {modules}")],
         "STRATA_REQUIRE_GYM",
-        "gymnasium",
+        modules,
     )
     .then_some(python)
 }
