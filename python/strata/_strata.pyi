@@ -39,7 +39,9 @@ def train(
     progress: Optional[Callable[[str], None]] = None,
     overwrite: bool = False,
 ) -> Tuple[str, str]: ...
-def load(path: Union[str, PathLike[str]], version: Optional[int] = None) -> Policy: ...
+def load(
+    path: Union[str, PathLike[str]], version: Optional[int] = None, best: bool = False
+) -> Policy: ...
 def evaluate(
     policy: Union[Policy, str, PathLike[str]],
     episodes: int = 10,

@@ -137,10 +137,14 @@ def train(
     return result
 
 
-def load(path: PathLike, version: Optional[int] = None) -> "_strata.Policy":
-    """The policy of a checkpoint or run directory (its final checkpoint), or of the
-    run's checkpoint that holds policy `version`."""
-    return _strata.load(os.fspath(path), version)
+def load(
+    path: PathLike, version: Optional[int] = None, best: bool = False
+) -> "_strata.Policy":
+    """A policy of a checkpoint or run directory. By default a run directory's final
+    checkpoint (the last version trained); `best=True` its `best/` (the version with the
+    best evaluation, the one to deploy); `version=N` the run's checkpoint holding version N.
+    The loaded policy's `policy_version` says which it is."""
+    return _strata.load(os.fspath(path), version, best)
 
 
 def evaluate(

@@ -1,4 +1,5 @@
 """strata.train / load / predict / evaluate against the real trainer."""
+import json
 import os
 import signal
 import subprocess
@@ -24,7 +25,12 @@ def test_cartpole_trains_to_475_and_its_policy_predicts(tmp_path):
     assert summary["run_dir"] == str(tmp_path / "run")
     policy = strata.load(summary["run_dir"])
     assert policy.obs_dim == 4 and policy.action_space == ("discrete", 2)
-    assert policy.policy_version == summary["policy_version"]
+    assert policy.policy_version == summary["policy_version"], "the final checkpoint by default"
+    best = strata.load(summary["run_dir"], best=True)
+    best_eval = json.loads((tmp_path / "run" / "best" / "eval.json").read_text())
+    assert best.policy_version == best_eval["policy_version"]
+    with pytest.raises(ValueError, match="not both"):
+        strata.load(summary["run_dir"], version=1, best=True)
     result = strata.evaluate(policy, episodes=10, seed=7)
     assert result["mean_return"] >= 475, result
     # One observation gives a 0-d action, a batch one per row, float64 or float32 alike.

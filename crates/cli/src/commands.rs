@@ -8,7 +8,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use strata_runtime::{evaluate, find_version, load_policy, run, Existing, RunDir, Trainer};
+use strata_runtime::{
+    best_version, evaluate, load_policy, pick_checkpoint, run, Existing, PolicyPick, RunDir,
+    Trainer,
+};
 
 use crate::config_args::{apply_overrides, build_config, ConfigArgs};
 
@@ -109,12 +112,16 @@ pub(crate) struct TrainArgs {
 
 #[derive(Args, Debug)]
 struct EvalArgs {
-    /// Checkpoint directory (or a run directory).
+    /// Checkpoint directory, or a run directory: its final checkpoint (the last version
+    /// trained) unless --best or --version says otherwise.
     #[arg(long)]
     checkpoint: PathBuf,
     /// Evaluate this policy version: the run directory's checkpoint that holds it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "best")]
     version: Option<u64>,
+    /// Evaluate the run's best/: the version with the best evaluation, the one to deploy.
+    #[arg(long)]
+    best: bool,
     /// Episodes to run.
     #[arg(long, default_value_t = 10)]
     episodes: usize,
@@ -367,13 +374,18 @@ pub(crate) fn run_training(args: TrainArgs, command: &str, make: &MakeTrainer<'_
     let ret = summary
         .final_mean_return
         .map_or("-".to_string(), |m| format!("{m:.1}"));
+    // Training throughput apart from the time evaluations took.
+    let evaluating = match summary.time.eval {
+        e if e > 0.0 => format!(" training, {e:.2}s evaluating"),
+        _ => String::new(),
+    };
     println!(
-        "{} seed {}: {} steps in {:.2}s ({:.0} steps/s), mean return {ret}, solved: {}{}",
+        "{} seed {}: {} steps in {:.2}s ({:.0} steps/s{evaluating}), mean return {ret}, solved: {}{}",
         summary.env,
         summary.seed,
         summary.total_steps,
         summary.wall_seconds,
-        summary.env_steps_per_sec,
+        summary.train_steps_per_sec,
         summary.solved,
         summary.steps_to_solve.map_or(String::new(), |s| format!(
             " at step {s} ({:.2}s)",
@@ -489,11 +501,25 @@ impl MonitorThread {
 }
 
 fn eval(args: EvalArgs) -> Result<()> {
-    let path = match args.version {
-        Some(v) => find_version(&args.checkpoint, v)?,
-        None => args.checkpoint.clone(),
+    let pick = match (args.version, args.best) {
+        (Some(v), _) => PolicyPick::Version(v),
+        (None, true) => PolicyPick::Best,
+        (None, false) => PolicyPick::Final,
     };
+    let (path, which) = pick_checkpoint(&args.checkpoint, pick)?;
     let mut policy = load_policy(&path)?;
+    // Which version this is, and where the one to deploy is when it is another.
+    let best = best_version(&args.checkpoint).filter(|&v| v != policy.policy_version);
+    eprintln!(
+        "evaluating the {which}: policy v{} ({}){}",
+        policy.policy_version,
+        path.display(),
+        match best {
+            Some(v) if pick == PolicyPick::Final =>
+                format!("; the best evaluated is v{v} (--best)"),
+            _ => String::new(),
+        }
+    );
     let result = evaluate(&mut policy, args.episodes, args.seed, !args.stochastic)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);

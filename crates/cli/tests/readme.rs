@@ -76,7 +76,11 @@ const PLAN: &[(&str, Check)] = &[
     ),
     (
         "strata eval --checkpoint runs/cp3 --episodes 20",
-        run(&[], "20 episodes"),
+        run(&[], "evaluating the final checkpoint"),
+    ),
+    (
+        "strata eval --checkpoint runs/cp3 --best",
+        run(&[], "evaluating the best evaluated"),
     ),
     (
         "strata eval --checkpoint runs/cp3 --version 40",

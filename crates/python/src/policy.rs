@@ -207,15 +207,27 @@ impl Policy {
 /// The policy of a checkpoint or run directory (its final checkpoint), or of the run's
 /// checkpoint holding policy `version`.
 #[pyfunction]
-#[pyo3(signature = (path, version=None))]
-pub(crate) fn load(py: Python<'_>, path: PathBuf, version: Option<u64>) -> PyResult<Policy> {
+#[pyo3(signature = (path, version=None, best=false))]
+pub(crate) fn load(
+    py: Python<'_>,
+    path: PathBuf,
+    version: Option<u64>,
+    best: bool,
+) -> PyResult<Policy> {
     strata_env::gym::forget_layouts();
+    let pick = match (version, best) {
+        (Some(_), true) => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "give version or best, not both",
+            ))
+        }
+        (Some(v), false) => strata_runtime::PolicyPick::Version(v),
+        (None, true) => strata_runtime::PolicyPick::Best,
+        (None, false) => strata_runtime::PolicyPick::Final,
+    };
     let policy = py
         .detach(|| {
-            let dir = match version {
-                Some(v) => strata_runtime::find_version(&path, v)?,
-                None => path.clone(),
-            };
+            let (dir, _) = strata_runtime::pick_checkpoint(&path, pick)?;
             strata_runtime::load_policy(&dir)
         })
         .map_err(runtime_error)?;

@@ -441,6 +441,53 @@ pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeErro
     ))
 }
 
+/// Which of a run's policies a command loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyPick {
+    /// The checkpoint given, or a run directory's final `checkpoint/` (the default: the
+    /// last version trained).
+    Final,
+    /// A run directory's `best/`: the version with the best evaluation, the one to deploy.
+    Best,
+    /// The run's checkpoint that holds this policy version.
+    Version(u64),
+}
+
+/// The checkpoint directory `pick` names in `path` (a run or checkpoint directory), and
+/// how to say it (`final checkpoint`, `best evaluated`, `checkpoint of version 40`).
+///
+/// # Errors
+/// [`RuntimeError::Checkpoint`]: no `best/` (saying why there may be none), or no
+/// checkpoint of the version (listing those there are).
+pub fn pick_checkpoint(path: &Path, pick: PolicyPick) -> Result<(PathBuf, String), RuntimeError> {
+    match pick {
+        PolicyPick::Final => Ok((resolve(path), "final checkpoint".into())),
+        PolicyPick::Version(v) => {
+            Ok((find_version(path, v)?, format!("checkpoint of version {v}")))
+        }
+        PolicyPick::Best => {
+            let best = path.join(BEST_DIR);
+            if best.join(META).exists() {
+                Ok((best, "best evaluated".into()))
+            } else {
+                Err(RuntimeError::checkpoint(
+                    path,
+                    "no best/ here: a run directory has one once an evaluation has run \
+                     (report.eval_every, report.eval_episodes > 0)",
+                ))
+            }
+        }
+    }
+}
+
+/// The policy version of a run's `best/`, if it has one.
+pub fn best_version(run_dir: &Path) -> Option<u64> {
+    checkpoints_of(run_dir)
+        .into_iter()
+        .find(|(dir, _)| dir.ends_with(BEST_DIR))
+        .map(|(_, version)| version)
+}
+
 /// Loads a checkpoint's policy for evaluation.
 ///
 /// # Errors

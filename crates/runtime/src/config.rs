@@ -297,6 +297,11 @@ pub struct ReportSettings {
     pub eval_every: u64,
     /// Episodes per evaluation (0: no periodic evaluation).
     pub eval_episodes: usize,
+    /// The most of a run's time evaluations may take: one falls due only while evaluating
+    /// so far has taken at most this share of the time spent training (the first and the
+    /// last always run). 1: no limit. Wall-clock based, so deterministic runs
+    /// (`train.deterministic`) keep to the step schedule alone.
+    pub eval_max_share: f64,
     /// Seed of the evaluation episodes: the same episodes for every version, so versions
     /// are compared on equal terms (unset: derived from `train.seed`).
     pub eval_seed: Option<u64>,
@@ -309,6 +314,7 @@ impl Default for ReportSettings {
         ReportSettings {
             eval_every: 0,
             eval_episodes: 10,
+            eval_max_share: 0.1,
             eval_seed: None,
             tensorboard: true,
         }
@@ -427,6 +433,14 @@ impl RunConfig {
         }
         if self.env.num_envs == 0 {
             return bad("env.num_envs", &self.env.num_envs, "must be at least 1");
+        }
+        let share = self.report.eval_max_share;
+        if !(share > 0.0 && share <= 1.0) {
+            return bad(
+                "report.eval_max_share",
+                &share,
+                "must be above 0 and at most 1 (1: no limit)",
+            );
         }
         self.ppo
             .validate(self.env.num_envs)

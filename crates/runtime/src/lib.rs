@@ -73,8 +73,9 @@ mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
-    continue_run, find_version, group_digits, load_policy, read_checkpoint, resume_point,
-    save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy, TrainerState,
+    best_version, continue_run, find_version, group_digits, load_policy, pick_checkpoint,
+    read_checkpoint, resume_point, save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy,
+    PolicyPick, TrainerState,
 };
 pub use config::{
     EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,

@@ -141,6 +141,9 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// `total_steps / wall_seconds`.
     pub env_steps_per_sec: f64,
+    /// Training throughput: `total_steps` over the seconds not spent evaluating.
+    #[serde(default)]
+    pub train_steps_per_sec: f64,
     /// Mean return of the last `solve_window` episodes.
     pub final_mean_return: Option<f64>,
     /// Whether that mean reached the env's threshold at some update.

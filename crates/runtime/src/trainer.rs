@@ -525,6 +525,7 @@ impl Trainer {
             total_steps: p.global_step,
             wall_seconds: p.wall_seconds,
             env_steps_per_sec: p.global_step as f64 / p.wall_seconds.max(1e-9),
+            train_steps_per_sec: p.global_step as f64 / (p.wall_seconds - p.time.eval).max(1e-9),
             final_mean_return: self.mean_return(),
             solved: p.solved_at.is_some(),
             steps_to_solve: p.solved_at.map(|s| s.0),

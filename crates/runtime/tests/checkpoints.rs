@@ -113,3 +113,41 @@ fn the_best_evaluated_version_is_checkpointed_in_best() {
         run_dir.join("best")
     );
 }
+
+/// Evaluations keep to `report.eval_max_share` of the run's time (the first and the last
+/// always run), except in deterministic runs, whose evaluations follow the steps alone.
+#[test]
+fn evaluations_keep_to_their_share_of_the_run_outside_deterministic_runs() {
+    let evaluated = |share: f64, deterministic: bool| -> Vec<u64> {
+        let tmp = tempfile::tempdir().unwrap();
+        let run_dir = tmp.path().join("run");
+        let mut c = preset("cartpole").unwrap();
+        c.train.total_steps = 20 * 256;
+        c.train.deterministic = deterministic;
+        // An evaluation after every update, each far longer than the update.
+        c.report.eval_every = 256;
+        c.report.eval_episodes = 10;
+        c.report.eval_max_share = share;
+        let mut t = Trainer::new(c).unwrap();
+        let mut rd = RunDir::create(&run_dir, &t).unwrap();
+        let summary = run::train(&mut t, &mut rd, &mut |_| {}).unwrap();
+        assert!(summary.train_steps_per_sec > summary.env_steps_per_sec);
+        fs::read_to_string(run_dir.join("eval.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<strata_runtime::EvalResult>(l).unwrap())
+            .map(|e| e.policy_version)
+            .collect()
+    };
+    let every: Vec<u64> = (0..=20).collect();
+    assert_eq!(evaluated(1.0, false), every, "no limit: one per update");
+    assert_eq!(
+        evaluated(0.05, true),
+        every,
+        "deterministic: the steps alone"
+    );
+    let budgeted = evaluated(0.05, false);
+    assert!(budgeted.len() < every.len(), "{budgeted:?}");
+    assert_eq!(budgeted.first(), Some(&0), "the first always runs");
+    assert_eq!(budgeted.last(), Some(&20), "the last always runs");
+}
