@@ -180,15 +180,42 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Env(EnvCommand::List) => {
+            let mut rows = vec![[
+                "name".to_string(),
+                "Gymnasium twin".into(),
+                "observation".into(),
+                "action".into(),
+                "time limit".into(),
+                "solved at".into(),
+            ]];
             for name in strata_env::env_names() {
                 let spec = strata_env::spec_for(name)?;
+                rows.push([
+                    name.to_string(),
+                    spec.gymnasium_id.clone(),
+                    spec.observation_space.to_string(),
+                    spec.action_space.to_string(),
+                    spec.max_episode_steps.to_string(),
+                    spec.reward_threshold.to_string(),
+                ]);
+            }
+            let width = |c: usize| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0);
+            let widths: Vec<usize> = (0..6).map(width).collect();
+            for r in &rows {
                 println!(
-                    "{name:24} {:26} obs {} action {:?} limit {} solved at {}",
-                    spec.gymnasium_id,
-                    spec.obs_dim(),
-                    spec.action_space,
-                    spec.max_episode_steps,
-                    spec.reward_threshold
+                    "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:>w5$}",
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4],
+                    r[5],
+                    w0 = widths[0],
+                    w1 = widths[1],
+                    w2 = widths[2],
+                    w3 = widths[3],
+                    w4 = widths[4],
+                    w5 = widths[5],
                 );
             }
             println!(

@@ -392,6 +392,14 @@ pub fn fleet(args: FleetArgs) -> Result<()> {
             status.updates, status.stable
         );
         generations = print_generations(&dir.join("ledger"))?;
+    } else if let Some(ledger) = served_ledger(args.tokens.as_deref()) {
+        // A gateway on this machine: its tokens file sits in its directory, beside the
+        // ledger, which a reader may read while the gateway writes.
+        generations = print_generations(&ledger)?;
+    } else {
+        println!(
+            "per generation: strata ledger summary <the gateway's directory>/ledger, on its machine"
+        );
     }
     if let Some(path) = &args.summary_json {
         let json = serde_json::json!({ "fleet": report, "generations": generations });
@@ -399,6 +407,12 @@ pub fn fleet(args: FleetArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The ledger of the gateway whose `tokens.json` is `tokens`, when it is on this machine.
+fn served_ledger(tokens: Option<&Path>) -> Option<PathBuf> {
+    let ledger = tokens?.parent()?.join("ledger");
+    ledger.is_dir().then_some(ledger)
 }
 
 fn print_fleet(r: &FleetReport) {

@@ -279,6 +279,8 @@ fn fleet_runs_against_a_served_gateway() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("fleet: 2"), "{stdout}");
+    // The per-generation table, from the served gateway's ledger beside its tokens file.
+    assert!(stdout.contains("generation"), "{stdout}");
     // The gateway's directory reports too: its curves per generation come from the ledger
     // (rows only in the append log after the kill included); the training files it never
     // writes are not reported missing.
@@ -292,6 +294,15 @@ fn fleet_runs_against_a_served_gateway() {
     assert!(!stderr.contains("warning"), "{stderr}");
     let html = std::fs::read_to_string(dir.path().join("report/report.html")).unwrap();
     assert!(html.contains("a gateway&#39;s directory"));
+    // Nothing of the evaluations a gateway does not have.
+    assert!(
+        !html.contains("x: evaluation"),
+        "no evaluation crosses named"
+    );
+    assert!(
+        !html.contains("Evaluations (pinned"),
+        "no evaluations section"
+    );
     assert!(
         html.contains("\"generation\":0"),
         "a series for generation 0"

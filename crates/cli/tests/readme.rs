@@ -109,7 +109,7 @@ const PLAN: &[(&str, Check)] = &[
         "tensorboard --logdir runs",
         elsewhere("report.rs", "tensorboard_reads_the_scalars_back"),
     ),
-    ("strata env list", run(&[], "cartpole")),
+    ("strata env list", run(&[], "Discrete(2)")),
     (
         "strata env rollout --env cartpole --state [0,0,0.05,0] --actions examples/actions.txt",
         run(&[], "\"step\":20"),

@@ -42,6 +42,26 @@ impl Space {
     }
 }
 
+/// As Gymnasium writes spaces: `Discrete(2)`, `Box(-2.0, 2.0, (1,))` when every dimension
+/// has the same bounds, `Box((3,))` with bounds per dimension otherwise.
+impl std::fmt::Display for Space {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self {
+            Space::Discrete { n } => format!("Discrete({n})"),
+            Space::Box { low, high } => {
+                let same = |v: &[f32]| v.windows(2).all(|w| w[0] == w[1]);
+                match (low.first(), high.first()) {
+                    (Some(lo), Some(hi)) if same(low) && same(high) => {
+                        format!("Box({lo:?}, {hi:?}, ({},))", low.len())
+                    }
+                    _ => format!("Box(({},))", low.len()),
+                }
+            }
+        };
+        f.pad(&text)
+    }
+}
+
 /// Static description of an environment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EnvSpec {
@@ -73,6 +93,26 @@ impl EnvSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spaces_are_written_as_gymnasium_writes_them() {
+        assert_eq!(Space::Discrete { n: 2 }.to_string(), "Discrete(2)");
+        assert_eq!(
+            Space::uniform_box(1, -2.0, 2.0).to_string(),
+            "Box(-2.0, 2.0, (1,))"
+        );
+        let open = Space::uniform_box(3, f32::NEG_INFINITY, f32::INFINITY);
+        assert_eq!(open.to_string(), "Box(-inf, inf, (3,))");
+        let mixed = Space::Box {
+            low: vec![-1.0, 0.0],
+            high: vec![1.0, 1.0],
+        };
+        assert_eq!(mixed.to_string(), "Box((2,))");
+        assert_eq!(
+            format!("{:<12}|", Space::Discrete { n: 3 }),
+            "Discrete(3) |"
+        );
+    }
 
     #[test]
     fn clipping_bounds_box_values_and_leaves_discrete_indices() {

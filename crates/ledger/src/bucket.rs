@@ -58,7 +58,8 @@ impl Default for Bucket {
 
 impl fmt::Display for Bucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        // `pad`, not `write_str`: a table's `{:<10}` must widen a bucket like a string.
+        f.pad(&self.0)
     }
 }
 
@@ -110,6 +111,12 @@ impl PartialEq<&str> for Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_pads_like_a_string_in_a_table() {
+        assert_eq!(format!("{:<8}|", Bucket::train()), "train   |");
+        assert_eq!(format!("{:>8}|", Bucket::train()), "   train|");
+    }
 
     #[test]
     fn names_are_checked_once_where_made() {

@@ -153,7 +153,15 @@ pub fn write_manifest(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    // Made with the mode any new file gets (0666 less the umask), not a temporary file's
+    // owner-only 0600: the manifest is for whoever reads the run.
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir).map_err(io)?;
     let mut rows = 0u64;
     match format {
         ManifestFormat::Parquet => {

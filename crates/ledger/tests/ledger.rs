@@ -596,6 +596,12 @@ fn manifests_in_every_format_list_every_sample() {
     let csv = std::fs::read_to_string(out.path().join("m.csv")).unwrap();
     assert_eq!(csv.lines().count(), 7);
     assert!(csv.lines().next().unwrap().contains("sample_id"));
+    // The mode of any new file (the umask's), not a temporary file's owner-only one.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let plain = out.path().join("plain");
+    std::fs::File::create(&plain).unwrap();
+    assert_eq!(mode(&out.path().join("m.csv")), mode(&plain));
 }
 
 #[test]

@@ -341,11 +341,16 @@ impl ReturnsFigure {
             x_max = x_max.max(s.step as f64);
         }
         let (y_lo, y_hi) = padded(y_lo, y_hi);
+        // The legend names only what is drawn: a gateway has no evaluations.
+        let crosses = match self.eval_points.is_empty() {
+            true => "",
+            false => ", x: evaluation",
+        };
         let caption = if self.switches.len() <= DENSE_SWITCHES {
-            "Episode return per generation (lines: version switches, x: evaluation)".to_string()
+            format!("Episode return per generation (lines: version switches{crosses})")
         } else {
             format!(
-                "Episode return per generation (top ticks: {} version switches, x: evaluation)",
+                "Episode return per generation (top ticks: {} version switches{crosses})",
                 self.switches.len()
             )
         };

@@ -81,7 +81,10 @@ impl Page<'_> {
             }
             h.push_str("</div>\n");
         }
-        self.evaluations(&mut h);
+        // A gateway serves and learns; it has no evaluations to show.
+        if !self.run.gateway {
+            self.evaluations(&mut h);
+        }
         self.generations(&mut h);
         let data = serde_json::json!({
             "figures": self.figures,
