@@ -144,6 +144,9 @@ class Client:
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.timeout, self.retry_for = timeout, retry_for
         self._local = threading.local()
+        # Every thread's connection, so that close() reaches them all.
+        self._conns: "set[http.client.HTTPConnection]" = set()
+        self._conns_lock = threading.Lock()
         self.retries = 0
 
     # -- transport -------------------------------------------------------------------
@@ -153,6 +156,8 @@ class Client:
         if conn is None:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
             self._local.conn = conn
+        with self._conns_lock:
+            self._conns.add(conn)
         return conn
 
     def _once(self, method: str, path: str, body: Optional[dict]) -> Any:
@@ -338,11 +343,18 @@ class Client:
         return _from(Episode, self.call("POST", f"/v1/operator/episodes/{episode_id}/confirm"))
 
     def close(self) -> None:
-        """Closes this thread's connection."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        """Closes every connection this client holds, each thread's (an `AsyncClient`'s
+        are its worker threads'); a later call opens a new one."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
             conn.close()
-            self._local.conn = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _awaitable(
@@ -382,4 +394,13 @@ class AsyncClient:
     set_rules = _awaitable(Client.set_rules)
     invalidate = _awaitable(Client.invalidate)
     confirm = _awaitable(Client.confirm)
-    close = _awaitable(Client.close)
+
+    async def close(self) -> None:
+        """Closes every connection the client's worker threads hold."""
+        self.sync.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -133,3 +133,15 @@ def test_the_async_client_drives_agents_from_one_event_loop(served):
     results = asyncio.run(main())
     assert [len(r) for r in results] == [10, 10, 10]
     assert all(s == "stored" for r in results for s in r)
+
+
+def test_closing_an_async_client_closes_its_worker_threads_connections(served):
+    async def main():
+        async with strata.AsyncClient(served.url, served.agents[0][1]) as client:
+            await asyncio.gather(*(client.status() for _ in range(8)))
+            conns = set(client.sync._conns)
+            assert conns and all(c.sock is not None for c in conns)
+        return conns
+
+    conns = asyncio.run(main())
+    assert all(c.sock is None for c in conns), "every thread's connection closed"

@@ -158,3 +158,27 @@ def test_a_gym_factory_env_trains_from_python(tmp_path, gymnasium):
     action, _ = policy.predict(np.zeros(7))
     assert action.shape == (2,) and np.all(np.abs(action) <= 1.0), "clipped to the Box"
     assert 'observation = "Dict(flags=MultiBinary(2,), mode=Discrete(3), pos=Box(2,))"' in policy.config
+
+
+def test_predict_waiting_on_an_evaluation_leaves_other_threads_running(tmp_path):
+    import threading
+
+    summary = strata.train("pendulum", run_dir=tmp_path / "run", max_steps=1024, progress=False)
+    policy = strata.load(summary["run_dir"])
+    # Holds the policy for a second or more, without the GIL.
+    evaluating = threading.Thread(target=strata.evaluate, args=(policy,),
+                                  kwargs={"episodes": 30000})
+    evaluating.start()
+    time.sleep(0.1)
+    predicting = threading.Thread(target=policy.predict, args=(np.zeros(3),))
+    predicting.start()
+    time.sleep(0.05)
+    ticks, deadline = 0, time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        ticks += 1
+        time.sleep(0.001)
+    still_waiting = predicting.is_alive() and evaluating.is_alive()
+    evaluating.join()
+    predicting.join()
+    assert still_waiting, "the evaluation ended before the check: make it longer"
+    assert ticks > 30, f"this thread ran {ticks} times while predict waited"

@@ -365,6 +365,29 @@ fn a_python_without_the_packages_is_named_with_what_it_lacks_and_the_fixes() {
     assert!(!text.contains("Traceback"), "{text}");
 }
 
+/// A child that announces a huge message is refused before anything is allocated for it.
+#[test]
+fn a_message_longer_than_any_the_protocol_has_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // Stands in for Python: takes the program, then announces 2 GiB on the reply socket.
+    let fake = dir.path().join("python");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncat >/dev/null\nwhile [ $# -gt 0 ]; do [ \"$1\" = --reply-fd ] && fd=$2; shift; done\n\
+         eval \"printf '\\377\\377\\377\\177' >&$fd\"\nsleep 5\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let started = std::time::Instant::now();
+    let error = describe(&GymTarget::new("Anything-v0", &fake), TIMEOUT).unwrap_err();
+    assert!(
+        matches!(&error, GymError::Protocol(m) if m.contains("2147483647 bytes")),
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4), "not waited out");
+}
+
 #[test]
 fn a_factory_module_that_is_not_found_points_at_python_path() {
     let Some(py) = python() else { return };

@@ -128,7 +128,14 @@ impl Policy {
         obs: &Bound<'py, PyAny>,
         deterministic: bool,
     ) -> PyResult<(Bound<'py, PyAny>, Option<Py<PyAny>>)> {
-        let mut guard = self.acting.lock();
+        let mut guard = loop {
+            if let Some(guard) = self.acting.try_lock() {
+                break guard;
+            }
+            // An evaluation may hold the policy for seconds: wait for it without the GIL,
+            // so every other Python thread runs meanwhile.
+            py.detach(|| drop(self.acting.lock()));
+        };
         let acting = &mut *guard;
         let (rows, single) = self.take_obs(obs, acting)?;
         let ad = self.action_dim();

@@ -28,6 +28,9 @@ use rustix::process::{Pid, Signal};
 use super::region::Region;
 use super::GymError;
 
+/// The longest message a child may send: a layout or a traceback is far smaller.
+pub(crate) const MAX_MESSAGE: usize = 16 << 20;
+
 /// The worker program, fed to `python -` on its stdin.
 const WORKER_PROGRAM: &str = include_str!("../../python/strata_gym_worker.py");
 /// How long a process that was asked to quit gets before it is killed.
@@ -152,13 +155,15 @@ impl EnvProcess {
             .process_group(0);
         let parent = rustix::process::getpid();
         // SAFETY: the closure runs in the forked child before exec and makes only
-        // async-signal-safe system calls (prctl, getppid, fcntl), allocating nothing.
+        // async-signal-safe system calls (prctl, getppid, fcntl), allocating nothing: its
+        // errors are bare errno values (an `io::Error` from an errno holds no heap data).
         unsafe {
             command.pre_exec(move || {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 // The trainer may have died before the signal was armed.
                 if rustix::process::getppid() != Some(parent) {
-                    return Err(std::io::Error::other("the trainer exited"));
+                    // "No such process": the trainer exited (a message would allocate).
+                    return Err(rustix::io::Errno::SRCH.into());
                 }
                 for &fd in &inherited {
                     let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
@@ -326,7 +331,14 @@ impl EnvProcess {
         let deadline = Instant::now() + timeout;
         let mut len = [0u8; 4];
         self.read_exact(&mut len, deadline)?;
-        let mut data = vec![0u8; u32::from_le_bytes(len) as usize];
+        let len = u32::from_le_bytes(len) as usize;
+        // A child that misbehaves must not make the trainer allocate gigabytes.
+        if len > MAX_MESSAGE {
+            return Err(GymError::Protocol(format!(
+                "announced a message of {len} bytes (at most {MAX_MESSAGE})"
+            )));
+        }
+        let mut data = vec![0u8; len];
         self.read_exact(&mut data, deadline)?;
         Ok(data)
     }
