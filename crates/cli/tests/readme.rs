@@ -88,6 +88,13 @@ const PLAN: &[(&str, Check)] = &[
     ),
     ("strata report runs/cp3", run(&[], "report.html")),
     (
+        "strata report runs/cartpole-seed*",
+        elsewhere(
+            "report.rs",
+            "a_report_of_several_runs_groups_seeds_and_labels_configs_by_their_difference",
+        ),
+    ),
+    (
         "strata train --env cartpole --monitor",
         elsewhere(
             "live.rs",

@@ -357,3 +357,74 @@ fn eval_pins_one_version_of_a_run() {
         "{err}"
     );
 }
+
+/// `strata report A B C`: seeds of one config form a group (mean and band), groups are
+/// labelled by the key that tells them apart, and the page embeds what it drew.
+#[test]
+fn a_report_of_several_runs_groups_seeds_and_labels_configs_by_their_difference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs: Vec<PathBuf> = [("0.001", "1"), ("0.001", "2"), ("0.003", "1")]
+        .iter()
+        .map(|(lr, seed)| {
+            let run = tmp.path().join(format!("lr{lr}-s{seed}"));
+            let set = format!("ppo.learning_rate={lr}");
+            train(
+                &run,
+                &["--seed", seed, "--max-steps", "4096", "--set", &set],
+            );
+            run
+        })
+        .collect();
+    let out = tmp.path().join("compared");
+    let mut args = vec!["report"];
+    args.extend(runs.iter().map(|r| r.to_str().unwrap()));
+    args.extend(["--out", out.to_str().unwrap()]);
+    let o = strata(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for file in ["compare.svg", "compare.png"] {
+        assert!(out.join(file).exists(), "no {file}");
+    }
+    let svg = std::fs::read_to_string(out.join("compare.svg")).unwrap();
+    assert!(
+        svg.contains("ppo.learning_rate=0.001 (2 runs)"),
+        "the legend"
+    );
+    assert!(
+        svg.contains("ppo.learning_rate=0.003 (1 run)"),
+        "the legend"
+    );
+    let start_tag = "<script type=\"application/json\" id=\"strata-report-data\">";
+    let start = html.find(start_tag).expect("the page embeds its data") + start_tag.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let groups: Vec<Value> = serde_json::from_str(&html[start..end].replace("<\\/", "</")).unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["label"], "ppo.learning_rate=0.001");
+    assert_eq!(groups[0]["seeds"], serde_json::json!([1, 2]));
+    assert_eq!(groups[1]["seeds"], serde_json::json!([1]));
+    let floats = |v: &Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let g = &groups[0];
+    let (mean, low, high) = (floats(&g["mean"]), floats(&g["low"]), floats(&g["high"]));
+    assert!(!mean.is_empty() && mean.len() == floats(&g["steps"]).len());
+    for ((m, l), h) in mean.iter().zip(&low).zip(&high) {
+        assert!(l <= m && m <= h, "the mean lies in its band: {l} {m} {h}");
+    }
+    assert!(
+        low.iter().zip(&high).any(|(l, h)| l < h),
+        "two seeds differ somewhere"
+    );
+    // Something not a run is named.
+    let o = strata(&[
+        "report",
+        runs[0].to_str().unwrap(),
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("config.toml"), "{}", stderr(&o));
+}

@@ -208,7 +208,8 @@ pub(crate) fn render(figure: &dyn Draw, name: &str, dir: &Path) -> Result<String
     Ok(svg)
 }
 
-type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+pub(crate) type DrawResult<DB> =
+    Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 /// Drawing onto either backend (a trait object cannot be generic, so one method each).
 pub(crate) trait Draw {
@@ -244,7 +245,7 @@ both_backends!(LagFigure);
 both_backends!(TimeFigure);
 
 /// A colour per generation, cycling through a palette that stays readable on white.
-fn generation_colour(generation: u64) -> RGBColor {
+pub(crate) fn generation_colour(generation: u64) -> RGBColor {
     const PALETTE: [RGBColor; 8] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
@@ -259,7 +260,7 @@ fn generation_colour(generation: u64) -> RGBColor {
 }
 
 /// `[lo, hi]` padded by 5%, never empty.
-fn padded(lo: f64, hi: f64) -> (f64, f64) {
+pub(crate) fn padded(lo: f64, hi: f64) -> (f64, f64) {
     if !(lo.is_finite() && hi.is_finite()) {
         return (0.0, 1.0);
     }
@@ -282,20 +283,20 @@ fn tick(v: &f64) -> String {
 
 /// The axes every figure shares: a white page, a caption, f64 ranges, tick labels and
 /// axis descriptions (an empty description draws none; `y_label_width` 0 hides y labels).
-struct Axes<'a> {
-    caption: &'a str,
-    x: std::ops::Range<f64>,
-    y: std::ops::Range<f64>,
-    x_desc: &'a str,
-    y_desc: &'a str,
-    x_labels: usize,
-    y_label_width: u32,
+pub(crate) struct Axes<'a> {
+    pub(crate) caption: &'a str,
+    pub(crate) x: std::ops::Range<f64>,
+    pub(crate) y: std::ops::Range<f64>,
+    pub(crate) x_desc: &'a str,
+    pub(crate) y_desc: &'a str,
+    pub(crate) x_labels: usize,
+    pub(crate) y_label_width: u32,
 }
 
-type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(crate) type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 impl Axes<'_> {
-    fn draw<'a, DB: DrawingBackend>(
+    pub(crate) fn draw<'a, DB: DrawingBackend>(
         &self,
         area: &'a DrawingArea<DB, Shift>,
     ) -> Result<Chart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {

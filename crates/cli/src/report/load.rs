@@ -95,7 +95,7 @@ fn worth_reporting(e: &std::io::Error, expected: bool) -> bool {
 }
 
 /// The config and the hash recorded with it (`# config hash …`, written by `RunDir`).
-fn read_config(
+pub(crate) fn read_config(
     path: &Path,
     expected: bool,
     problems: &mut Vec<String>,
@@ -127,7 +127,7 @@ fn read_config(
 }
 
 /// Parses every line that parses; a bad or cut-off line is named and skipped.
-fn read_lines<T: DeserializeOwned>(
+pub(crate) fn read_lines<T: DeserializeOwned>(
     path: &Path,
     expected: bool,
     problems: &mut Vec<String>,

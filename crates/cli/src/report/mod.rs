@@ -4,6 +4,7 @@
 //! as SVG and PNG beside it. A damaged or partial run is reported as far as it can be read,
 //! with what was missing listed first.
 
+mod compare;
 pub(crate) mod figures;
 mod html;
 mod load;
@@ -19,9 +20,12 @@ use load::RunData;
 /// Arguments of `strata report`.
 #[derive(Args, Debug)]
 pub(crate) struct ReportArgs {
-    /// The run directory (`strata train --run-dir`).
-    run_dir: PathBuf,
-    /// Where to write `report.html` and the figures (default: RUN_DIR/report).
+    /// The run directory (`strata train --run-dir`); several compare their runs on one
+    /// page, seeds of one config grouped.
+    #[arg(required = true, num_args = 1..)]
+    run_dirs: Vec<PathBuf>,
+    /// Where to write `report.html` and the figures (default: RUN_DIR/report; for several
+    /// runs, compare-<time> beside the first).
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -31,8 +35,12 @@ pub(crate) struct ReportArgs {
 /// # Errors
 /// When the directory is not a run at all, or the output cannot be written.
 pub(crate) fn run(args: ReportArgs) -> Result<()> {
-    let run = RunData::load(&args.run_dir)?;
-    let out = args.out.unwrap_or_else(|| args.run_dir.join("report"));
+    if args.run_dirs.len() > 1 {
+        return compare::run(&args.run_dirs, args.out);
+    }
+    let run_dir = &args.run_dirs[0];
+    let run = RunData::load(run_dir)?;
+    let out = args.out.unwrap_or_else(|| run_dir.join("report"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let figures = Figures::from_run(&run);
     let planned: [(&str, &str, Option<&dyn Draw>, &str); 4] = [
