@@ -1,45 +1,12 @@
 //! `strata learner` and `strata worker`: one run's learner and rollout workers as separate
 //! processes over NATS JetStream (`strata-cluster`).
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 use clap::Args;
-use strata_cluster::{prepare_learner, run_worker_process, Meeting, WorkerOptions};
+use strata_cluster::{prepare_learner, run_worker_process, WorkerOptions};
 
-use crate::commands::{run_training, TrainArgs};
-
-/// Where the processes of a run meet.
-#[derive(Args, Debug, Clone)]
-pub(crate) struct NatsArgs {
-    /// The NATS server, with JetStream on (`nats-server -js`), e.g. nats://127.0.0.1:4222.
-    #[arg(long, value_name = "URL")]
-    nats: String,
-    /// The run's name on the server: a learner and its workers meet under it.
-    #[arg(long, default_value = "default")]
-    run: String,
-    /// Seconds one NATS call may take before it is retried or reported.
-    #[arg(long, default_value_t = 10.0)]
-    nats_timeout_secs: f64,
-}
-
-impl NatsArgs {
-    fn meeting(&self) -> Result<Meeting> {
-        Ok(Meeting {
-            url: self.nats.clone(),
-            run: self.run.clone(),
-            timeout: nats_timeout(self.nats_timeout_secs)?,
-        })
-    }
-}
-
-/// `--nats-timeout-secs` as a duration, refused unless a positive number of seconds.
-pub(crate) fn nats_timeout(secs: f64) -> Result<Duration> {
-    if !(secs.is_finite() && secs > 0.0) {
-        anyhow::bail!("--nats-timeout-secs must be a positive number of seconds, got {secs}");
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+use crate::nats_args::NatsArgs;
+use crate::train_cmd::{run_training, TrainArgs};
 
 #[derive(Args, Debug)]
 pub(crate) struct LearnerArgs {
@@ -69,7 +36,7 @@ pub(crate) struct WorkerArgs {
 
 /// `strata learner`: `strata train` with rollout workers in `strata worker` processes.
 pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
-    let meeting = args.nats.meeting()?;
+    let meeting = args.nats.required("strata learner")?;
     let command = format!(
         "strata learner --nats {} --run {}",
         meeting.url, meeting.run
@@ -91,7 +58,7 @@ pub(crate) fn worker(args: WorkerArgs) -> Result<()> {
     let on_signal = stop.clone();
     ctrlc::set_handler(move || on_signal.raise())
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
-    let meeting = args.nats.meeting()?;
+    let meeting = args.nats.required("strata worker")?;
     let options = WorkerOptions {
         url: meeting.url.clone(),
         run: meeting.run.clone(),

@@ -13,6 +13,7 @@ use strata_gateway::{
 use strata_ledger::{LedgerData, Storage};
 
 use crate::config_args::{build_config, ConfigArgs};
+use crate::nats_args::NatsArgs;
 
 /// Gateway settings shared by `serve` and an in-process `fleet` server.
 #[derive(Args, Debug, Clone)]
@@ -149,21 +150,15 @@ pub struct ServeArgs {
     /// Listen address (port 0 picks a free one; the address is written to <dir>/address).
     #[arg(long, default_value = "127.0.0.1:7878")]
     addr: SocketAddr,
-    /// Serve the versions of a learner running elsewhere (`strata learner`) over this NATS
-    /// server, the serving version shared with the run's other gateways.
-    #[arg(long, value_name = "URL")]
-    nats: Option<String>,
-    /// The run's name on the NATS server (with --nats).
-    #[arg(long, default_value = "default")]
-    run: String,
+    /// With --nats: serve the versions of a learner running elsewhere (`strata learner`),
+    /// the serving version shared with the run's other gateways.
+    #[command(flatten)]
+    nats: NatsArgs,
     /// Serve this trained policy, stable at once: a run's `best/` (the one to deploy), a
     /// `checkpoint/`, or a run directory (its newest checkpoint). Its env and network are
     /// the gateway's (`--env` may be left out; `--set` still applies).
     #[arg(long, value_name = "DIR", conflicts_with = "nats")]
     checkpoint: Option<PathBuf>,
-    /// Seconds one NATS call may take before it is retried or reported (with --nats).
-    #[arg(long, default_value_t = 10.0)]
-    nats_timeout_secs: f64,
 }
 
 /// Serves until Ctrl-C / SIGTERM.
@@ -184,14 +179,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
         None => args.gateway.settings(&args.dir, args.addr)?,
     };
-    let meeting = match &args.nats {
-        Some(url) => Some(strata_cluster::Meeting {
-            url: url.clone(),
-            run: args.run.clone(),
-            timeout: crate::cluster_cmd::nats_timeout(args.nats_timeout_secs)?,
-        }),
-        None => None,
-    };
+    let meeting = args.nats.meeting()?;
     if let Some(m) = &meeting {
         // The learner's model and versions; this gateway trains on nothing itself.
         let run = strata_cluster::run_config(m).context("joining the run")?;

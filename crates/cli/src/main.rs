@@ -10,12 +10,16 @@ mod bench_soak;
 mod cluster_cmd;
 mod commands;
 mod config_args;
+mod env_cmd;
+mod eval_cmd;
 mod gateway_cmd;
 mod ledger_cmd;
 mod live_server;
 mod logging;
 mod monitor;
+mod nats_args;
 mod report;
+mod train_cmd;
 
 use std::process::ExitCode;
 

@@ -182,7 +182,7 @@ pub(crate) fn stranded_scanning(
     // Only a file whose highest id reaches the oldest wanted row can hold one (a file of
     // an older ledger, whose name does not say, is read).
     let oldest = wanted.iter().copied().min().unwrap_or(0);
-    let files = crate::reader::sample_files_newest_first(storage)?;
+    let files = crate::layout::sample_files_newest_first(storage)?;
     let candidates = files
         .iter()
         .filter(|(_, last)| last.is_none_or(|last| last >= oldest))

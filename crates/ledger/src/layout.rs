@@ -232,6 +232,41 @@ pub fn table_files(storage: &Storage, table: Table) -> Result<Vec<String>, Ledge
     parquet_files(storage, table.name())
 }
 
+/// Every stored sample file, newest first: by the highest sample id its name carries
+/// ([`crate::layout::last_sample_id`]), with that id; files of ledgers written before names
+/// carried it come last, with `None`.
+///
+/// # Errors
+/// [`LedgerError::Storage`].
+pub(crate) fn sample_files_newest_first(
+    storage: &Storage,
+) -> Result<Vec<(String, Option<u64>)>, LedgerError> {
+    let mut files: Vec<(String, Option<u64>)> = sample_files(storage)?
+        .into_iter()
+        .map(|(path, _)| {
+            let last = last_sample_id(&path);
+            (path, last)
+        })
+        .collect();
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    Ok(files)
+}
+
+/// The sample table's files: partition files, then log files (`true`). A partition file
+/// named like a log file still present is a leftover of an interrupted compaction: the
+/// log file is the authority, and the stray is left out.
+pub(crate) fn sample_files(storage: &Storage) -> Result<Vec<(String, bool)>, LedgerError> {
+    let logs = log_files(storage)?;
+    let log_names: std::collections::HashSet<&str> = logs.iter().map(|p| file_name(p)).collect();
+    let mut paths: Vec<(String, bool)> = table_files(storage, Table::Samples)?
+        .into_iter()
+        .filter(|p| !log_names.contains(file_name(p)))
+        .map(|p| (p, false))
+        .collect();
+    paths.extend(logs.iter().map(|p| (p.clone(), true)));
+    Ok(paths)
+}
+
 /// Sample log files present now.
 pub(crate) fn log_files(storage: &Storage) -> Result<Vec<String>, LedgerError> {
     parquet_files(storage, SAMPLES_LOG)

@@ -87,7 +87,7 @@ use writer::{FlushPolicy, Message, Shared, Writer};
 /// the id from the sample files' names (a file of an older ledger, whose name carries
 /// none, is read for it), the keys from the newest files until the window is full.
 fn newest_ids_and_keys(storage: &Storage) -> Result<(Option<u64>, KeyWindow), LedgerError> {
-    let files = reader::sample_files_newest_first(storage)?;
+    let files = layout::sample_files_newest_first(storage)?;
     let mut max_id = files.iter().filter_map(|(_, last)| *last).max();
     let mut newest: Vec<(u64, String)> = Vec::new();
     let named = files.iter().take_while(|(_, last)| last.is_some());
@@ -439,7 +439,7 @@ impl Ledger {
         if keys.is_empty() {
             return Ok(found);
         }
-        let files = reader::sample_files_newest_first(&self.storage)?;
+        let files = layout::sample_files_newest_first(&self.storage)?;
         let mut keyed = 0;
         LedgerData::scan_sample_ids(
             &self.storage,

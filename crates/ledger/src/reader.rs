@@ -1,6 +1,6 @@
 //! Reads a ledger back: every table, with the file named in any error.
 
-use crate::layout::{file_name, log_files, partition, table_files};
+use crate::layout::{log_files, partition, sample_files, table_files};
 use crate::record::{DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation};
 use crate::samples::SampleBatch;
 use crate::schema::{self, Table};
@@ -25,29 +25,6 @@ pub struct LedgerData {
     pub files: usize,
 }
 
-/// The sample table's files: partition files, then log files (`true`). A partition file
-/// named like a log file still present is a leftover of an interrupted compaction: the
-/// log file is the authority, and the stray is left out.
-/// Every stored sample file, newest first: by the highest sample id its name carries
-/// ([`crate::layout::last_sample_id`]), with that id; files of ledgers written before names
-/// carried it come last, with `None`.
-///
-/// # Errors
-/// [`LedgerError::Storage`].
-pub(crate) fn sample_files_newest_first(
-    storage: &Storage,
-) -> Result<Vec<(String, Option<u64>)>, LedgerError> {
-    let mut files: Vec<(String, Option<u64>)> = sample_files(storage)?
-        .into_iter()
-        .map(|(path, _)| {
-            let last = crate::layout::last_sample_id(&path);
-            (path, last)
-        })
-        .collect();
-    files.sort_by_key(|f| std::cmp::Reverse(f.1));
-    Ok(files)
-}
-
 /// Runs `read` until no sample log file it may have listed was compacted away while it ran
 /// and no file it listed was merged away before it was read (the ledger's owner compacts
 /// and merges while it writes): a log file that vanished mid-read has its rows in
@@ -69,18 +46,6 @@ fn settled<T>(
         }
     }
     read()
-}
-
-fn sample_files(storage: &Storage) -> Result<Vec<(String, bool)>, LedgerError> {
-    let logs = log_files(storage)?;
-    let log_names: std::collections::HashSet<&str> = logs.iter().map(|p| file_name(p)).collect();
-    let mut paths: Vec<(String, bool)> = table_files(storage, Table::Samples)?
-        .into_iter()
-        .filter(|p| !log_names.contains(file_name(p)))
-        .map(|p| (p, false))
-        .collect();
-    paths.extend(logs.iter().map(|p| (p.clone(), true)));
-    Ok(paths)
 }
 
 impl LedgerData {

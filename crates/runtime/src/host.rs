@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::inference::InferenceClient;
+use crate::launcher::WorkerLauncher;
 use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
 use crate::telemetry::Heartbeat;
-use crate::transport::WorkerLauncher;
 use crate::worker::{Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
 
@@ -292,7 +292,7 @@ impl HostedWorker {
         };
         let host = WorkerHost::start(
             &on,
-            &crate::transport::LocalThreads,
+            &crate::launcher::LocalThreads,
             Incarnation {
                 id: spec.id,
                 incarnation: spec.incarnation,

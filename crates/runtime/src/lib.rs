@@ -53,6 +53,7 @@ mod factory;
 mod gym_presets;
 mod host;
 mod inference;
+mod launcher;
 mod layers;
 pub mod learner_core;
 mod learner_pool;
