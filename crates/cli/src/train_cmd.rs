@@ -248,9 +248,7 @@ fn read_resume_state(
     path: &Path,
     args: &TrainArgs,
 ) -> Result<(strata_runtime::TrainerState, Vec<String>)> {
-    let state = strata_runtime::read_checkpoint(&strata_runtime::resume_point(path))?.into_state();
-    let wanted = apply_overrides(state.config.clone(), &args.config)?;
-    Ok(strata_runtime::continue_run(state, wanted)?)
+    strata_runtime::resume_run(path, |config| apply_overrides(config, &args.config))
 }
 
 /// What ended the run, in a sentence, with how to go on where it can.

@@ -73,26 +73,24 @@ pub(crate) fn train(
             py.detach(|| Trainer::new(config)).map_err(runtime_error)?
         }
         Some(path) => {
-            let state = py
-                .detach(|| strata_runtime::read_checkpoint(&strata_runtime::resume_point(path)))
-                .map_err(runtime_error)?
-                .into_state();
             let overrides = config_file(config_json)?;
-            let mut wanted = state.config.clone();
-            for (section, keys) in &overrides.table {
-                let Some(keys) = keys.as_table() else {
-                    return Err(crate::ConfigError::new_err(format!(
-                        "`{section}` must be a table of keys"
-                    )));
-                };
-                for (key, value) in keys {
-                    wanted
-                        .set(&format!("{section}.{key}"), &value.to_string())
-                        .map_err(runtime_error)?;
-                }
-            }
-            let (state, notes) =
-                strata_runtime::continue_run(state, wanted).map_err(runtime_error)?;
+            let (state, notes) = py
+                .detach(|| {
+                    strata_runtime::resume_run(path, |mut wanted| {
+                        for (section, keys) in &overrides.table {
+                            let Some(keys) = keys.as_table() else {
+                                return Err(strata_runtime::RuntimeError::Config(format!(
+                                    "`{section}` must be a table of keys"
+                                )));
+                            };
+                            for (key, value) in keys {
+                                wanted.set(&format!("{section}.{key}"), &value.to_string())?;
+                            }
+                        }
+                        Ok(wanted)
+                    })
+                })
+                .map_err(runtime_error)?;
             for note in notes {
                 eprintln!("resume: {note}");
             }

@@ -309,6 +309,22 @@ pub fn resume_point(path: &Path) -> PathBuf {
     latest_checkpoint(path).unwrap_or_else(|| path.to_path_buf())
 }
 
+/// Resumes from `path` (a checkpoint, or a run directory's newest): reads its state, lays
+/// the caller's `overrides` over the checkpoint's config, and continues under
+/// [`continue_run`]'s rule. Every way of resuming (`strata train --resume`,
+/// `strata.train(resume=)`) goes through here.
+///
+/// # Errors
+/// The checkpoint's, the overrides', and [`continue_run`]'s.
+pub fn resume_run<E: From<RuntimeError>>(
+    path: &Path,
+    overrides: impl FnOnce(RunConfig) -> Result<RunConfig, E>,
+) -> Result<(TrainerState, Vec<String>), E> {
+    let state = read_checkpoint(&resume_point(path))?.into_state();
+    let wanted = overrides(state.config.clone())?;
+    Ok(continue_run(state, wanted)?)
+}
+
 /// Continues a checkpointed run with the run-control settings of `wanted` (the
 /// checkpoint's config with a command's overrides): the one rule every way of resuming
 /// (`strata train --resume`, `strata.train(resume=)`) follows. Returns the state to start

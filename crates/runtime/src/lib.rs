@@ -75,8 +75,8 @@ mod worker;
 pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
     best_version, continue_run, find_version, group_digits, load_policy, pick_checkpoint,
-    read_checkpoint, resume_point, save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy,
-    PolicyPick, TrainerState,
+    read_checkpoint, resume_point, resume_run, save_checkpoint, CheckpointMeta, LoadedCheckpoint,
+    Policy, PolicyPick, TrainerState,
 };
 pub use config::{
     EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
