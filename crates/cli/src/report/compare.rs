@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 use strata_runtime::{RunConfig, UpdateRecord};
 
-use super::figures::{generation_colour, padded, render, Axes, Draw, DrawResult};
+use super::figures::{both_backends, generation_colour, padded, render, Axes, Draw, DrawResult};
 use super::html::{escape, DATA_ID};
 use super::load::{read_config, read_lines};
 
@@ -300,17 +300,7 @@ impl CompareFigure<'_> {
     }
 }
 
-impl Draw for CompareFigure<'_> {
-    fn draw_svg(&self, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResult<SVGBackend<'_>> {
-        self.draw(area)
-    }
-    fn draw_png(
-        &self,
-        area: &DrawingArea<BitMapBackend<'_>, Shift>,
-    ) -> DrawResult<BitMapBackend<'_>> {
-        self.draw(area)
-    }
-}
+both_backends!(CompareFigure<'_>);
 
 fn mean_std(values: &[f64]) -> String {
     if values.is_empty() {

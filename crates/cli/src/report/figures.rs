@@ -239,6 +239,9 @@ macro_rules! both_backends {
     };
 }
 
+/// For figures defined elsewhere (`compare.rs`).
+pub(crate) use both_backends;
+
 both_backends!(ReturnsFigure);
 both_backends!(EvalFigure);
 both_backends!(LagFigure);
