@@ -46,5 +46,5 @@ cargo test --workspace --release
 python -m pip install --quiet --disable-pip-version-check \
     --no-build-isolation --force-reinstall --no-deps ./python
 cargo build --release -p strata-cli
-STRATA_BIN="$PWD/target/release/strata" python -m pytest -q python/tests
+STRATA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/strata" python -m pytest -q python/tests
 echo "every test passed (Rust and Python)"
