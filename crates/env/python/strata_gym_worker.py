@@ -36,6 +36,13 @@ import time
 import traceback
 
 PROTOCOL = 2
+# The protocol's bytes (crates/env/src/gym/protocol.rs spells the same): commands posted
+# in the header and sent on the command socket, one-byte replies on the reply socket.
+COMMAND_STEP = b"S"
+COMMAND_RESET = b"R"
+COMMAND_QUIT = b"Q"
+REPLY_DONE = b"K"
+REPLY_FAILED = b"E"
 MAGIC = 0x47525453  # "STRG" little-endian
 HEADER = 64
 # Header words after magic, protocol, k, obs and action widths (byte offsets).
@@ -287,7 +294,7 @@ def framed_text(text):
 
 def send_error(fd, text):
     """`E`, then the traceback."""
-    write_all(fd, b"E" + framed_text(text))
+    write_all(fd, REPLY_FAILED + framed_text(text))
 
 
 def write_error(area, text):
@@ -397,16 +404,16 @@ def serve(args, np, gym, make, kwargs):
             flat.write(obs[i], o)
             terminated[i] = truncated[i] = success[i] = 0
 
-    commands = {ord("S"): step_all, ord("R"): reset_all}
+    commands = {ord(COMMAND_STEP): step_all, ord(COMMAND_RESET): reset_all}
     words = Header(buf)
-    os.write(args.reply_fd, b"K")
+    os.write(args.reply_fd, REPLY_DONE)
     done = words.done()
     while True:
         seq = words.next_command(done, args.cmd_fd)
         if seq is None:
             break
         code = words.code()
-        if code == ord("Q"):
+        if code == ord(COMMAND_QUIT):
             break
         try:
             commands[code]()
@@ -416,7 +423,7 @@ def serve(args, np, gym, make, kwargs):
             failed = True
         words.finish(seq, failed)
         done = seq
-        os.write(args.reply_fd, b"E" if failed else b"K")
+        os.write(args.reply_fd, REPLY_FAILED if failed else REPLY_DONE)
         if seq % DRAIN_EVERY == 0:
             data = words.drain(args.cmd_fd)
             if data is None or b"Q" in data:

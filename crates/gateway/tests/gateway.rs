@@ -322,6 +322,17 @@ fn bad_requests_get_clear_errors() {
     let spec: Value = a.get("/openapi.json").unwrap();
     assert_eq!(spec["openapi"], "3.0.3");
     assert!(spec["paths"]["/v1/episodes/{id}/act"]["post"].is_object());
+    // What publish does under each release mode, as the README says it.
+    let publish = spec["paths"]["/v1/operator/publish"]["post"]["description"]
+        .as_str()
+        .unwrap_or_default();
+    for words in [
+        "every release mode",
+        "canary candidate",
+        "strata serve --checkpoint",
+    ] {
+        assert!(publish.contains(words), "publish's description: {publish}");
+    }
     let rows: usize = h.ledger().samples.iter().map(|b| b.len()).sum();
     assert_eq!(rows, 0, "nothing stored by bad requests");
 }

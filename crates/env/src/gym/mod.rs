@@ -24,6 +24,7 @@
 //!   refused.
 
 mod process;
+mod protocol;
 mod region;
 mod vec_env;
 
@@ -210,28 +211,12 @@ pub fn describe(target: &GymTarget, timeout: Duration) -> Result<GymLayout, GymE
     }
     let mut process = EnvProcess::start(&target.launch(vec!["--describe".into()]), None, timeout)?;
     let message = process.read_message(timeout)?;
-    #[derive(Deserialize)]
-    struct Described {
-        layout: Option<GymLayout>,
-        error: Option<String>,
-        setup: Option<String>,
-    }
-    let described: Described = serde_json::from_slice(&message)
+    let described: protocol::Described = serde_json::from_slice(&message)
         .map_err(|e| GymError::Protocol(format!("unreadable description: {e}")))?;
     let layout = match described {
-        Described {
-            setup: Some(message),
-            ..
-        } => return Err(GymError::Setup(message)),
-        Described {
-            error: Some(traceback),
-            ..
-        } => return Err(GymError::Raised { traceback }),
-        Described {
-            layout: Some(layout),
-            ..
-        } => layout,
-        _ => return Err(GymError::Protocol("an empty description".into())),
+        protocol::Described::Layout(layout) => layout,
+        protocol::Described::Error(traceback) => return Err(GymError::Raised { traceback }),
+        protocol::Described::Setup(message) => return Err(GymError::Setup(message)),
     };
     cache.lock().insert(key, layout.clone());
     Ok(layout)

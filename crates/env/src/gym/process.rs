@@ -12,6 +12,7 @@
 //! timeout; and unlike a pipe, writing to a dead process's socket can be told not to raise
 //! SIGPIPE (the `strata` binary restores SIGPIPE's default, which would kill the trainer).
 
+use super::protocol::{self, Reply};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -212,14 +213,14 @@ impl EnvProcess {
     ///
     /// # Errors
     /// [`GymError::Exited`] when the process is gone.
-    pub(crate) fn send(&mut self, command: u8) -> Result<(), GymError> {
+    pub(crate) fn send(&mut self, command: protocol::Command) -> Result<(), GymError> {
         if self.dead {
             return Err(self.gone());
         }
         if let Some(region) = &self.region {
             self.posted = region.post(command);
         }
-        match send_all(&self.socket, &[command]) {
+        match send_all(&self.socket, &[command.byte()]) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.died(format!("stopped reading commands ({e})"))),
         }
@@ -309,13 +310,14 @@ impl EnvProcess {
             return Err(self.gone());
         }
         let deadline = Instant::now() + timeout;
-        match self.read_byte(deadline)? {
-            Some(b'K') => Ok(()),
-            Some(b'E') => {
+        let byte = self.read_byte(deadline)?;
+        match byte.map(|b| (b, Reply::from_byte(b))) {
+            Some((_, Some(Reply::Done))) => Ok(()),
+            Some((_, Some(Reply::Failed))) => {
                 let text = self.read_text(deadline)?;
                 Err(GymError::Raised { traceback: text })
             }
-            Some(other) => {
+            Some((other, None)) => {
                 self.kill();
                 Err(GymError::Protocol(format!(
                     "unexpected reply byte {other:#04x} from pid {}",
@@ -460,9 +462,9 @@ impl EnvProcess {
     pub(crate) fn ask_to_quit(&mut self) {
         if !self.dead {
             if let Some(region) = &self.region {
-                self.posted = region.post(b'Q');
+                self.posted = region.post(protocol::Command::Quit);
             }
-            let _ = send_all(&self.socket, b"Q");
+            let _ = send_all(&self.socket, &[protocol::Command::Quit.byte()]);
         }
     }
 

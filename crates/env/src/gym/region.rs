@@ -3,6 +3,7 @@
 //! dies, mapped by both. The layout (a 64-byte header, then arrays at 64-byte aligned
 //! offsets) is mirrored by `REGION_ARRAYS` in `python/strata_gym_worker.py`.
 
+use super::protocol::Command;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -160,11 +161,11 @@ impl Region {
         self.word32(SPIN_NS).store(ns, Ordering::Relaxed);
     }
 
-    /// Posts command `code`: the worker sees it by its new sequence number (spinning) or
+    /// Posts `command`: the worker sees it by its new sequence number (spinning) or
     /// by the byte the caller sends next (sleeping). Returns the number.
-    pub(crate) fn post(&self, code: u8) -> u64 {
+    pub(crate) fn post(&self, command: Command) -> u64 {
         self.word32(CMD_CODE)
-            .store(u32::from(code), Ordering::Relaxed);
+            .store(u32::from(command.byte()), Ordering::Relaxed);
         // Release: the command's inputs (actions, seeds) are visible before the number.
         self.word64(CMD_SEQ).fetch_add(1, Ordering::Release) + 1
     }

@@ -1,5 +1,6 @@
 //! [`GymVecEnv`]: a vector of Gymnasium envs spread over worker processes.
 
+use super::protocol::Command;
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
@@ -223,7 +224,7 @@ impl GymVecEnv {
     /// parallel. A process that fails is stopped and the vector failed with its error; every
     /// other process that was sent the command is still waited for, so the healthy ones
     /// stand ready for a revival.
-    fn round(&mut self, command: u8) -> Result<(), EnvError> {
+    fn round(&mut self, command: Command) -> Result<(), EnvError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -298,7 +299,7 @@ impl GymVecEnv {
                 *s = seeds(first + j);
             }
         }
-        self.round(b'R')?;
+        self.round(Command::Reset)?;
         self.elapsed.fill(0);
         self.episode_return.fill(0.0);
         Ok(())
@@ -334,7 +335,7 @@ impl VecEnv for GymVecEnv {
                 clip_action(&self.spec.action_space, s, d);
             }
         }
-        self.round(b'S')?;
+        self.round(Command::Step)?;
         out.episodes.clear();
         let d = self.obs_dim;
         for mi in 0..self.members.len() {
