@@ -184,7 +184,7 @@ impl RunConfig {
 
     /// Every key as a TOML table, off optional keys as `"none"` (TOML has no null: the
     /// serialiser leaves them out, JSON's nulls say where they were).
-    fn to_table(&self) -> toml::Table {
+    pub fn to_table(&self) -> toml::Table {
         let mut table = toml::Table::try_from(self).expect("a RunConfig always serialises");
         let json = serde_json::to_value(self).expect("a RunConfig always serialises");
         mark_none(&mut table, &json);

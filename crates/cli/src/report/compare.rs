@@ -130,7 +130,7 @@ fn flat_keys(config: &RunConfig) -> BTreeMap<String, String> {
             }
         }
     }
-    let table: toml::Table = toml::from_str(&config.to_toml()).unwrap_or_default();
+    let table = config.to_table();
     let mut out = BTreeMap::new();
     walk("", &table, &mut out);
     out.remove("train.seed");
@@ -148,9 +148,9 @@ fn group(runs: &[Run]) -> Vec<Group> {
         }
     }
     // The keys whose values are not the same in every group.
-    let differing: Vec<&String> = keys[0]
-        .keys()
-        .chain(keys.iter().flat_map(|k| k.keys()))
+    let differing: Vec<&String> = keys
+        .iter()
+        .flat_map(|k| k.keys())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .filter(|key| {
