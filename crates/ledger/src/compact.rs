@@ -12,6 +12,7 @@
 //! strays.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::layout::{file_name, log_files, partition, partition_of, partition_path, table_files};
 use crate::samples::SampleBatch;
@@ -35,8 +36,19 @@ pub fn recover(storage: &Storage) -> Result<u64, LedgerError> {
 /// # Errors
 /// A log file that cannot be read (named), or storage failures; the log files stay.
 pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
-    let rows = compact_log(storage)?;
-    let merged = crate::merge::merge_small_files(storage)?;
+    compact_unless(storage, &AtomicBool::new(false))
+}
+
+/// As [`compact`], giving up between steps once `stop` is raised: a background pass ends
+/// at once when its ledger closes, and the closing compaction does the rest. A pass given
+/// up leaves nothing half-done that counts: log files stay the authority until all their
+/// rows are in partitions, and each merge is whole or not at all.
+pub(crate) fn compact_unless(storage: &Storage, stop: &AtomicBool) -> Result<u64, LedgerError> {
+    let rows = compact_log(storage, stop)?;
+    if stop.load(Ordering::Relaxed) {
+        return Ok(rows);
+    }
+    let merged = crate::merge::merge_small_files(storage, stop)?;
     if merged.files_removed > 0 {
         tracing::debug!(
             component = "ledger",
@@ -48,8 +60,9 @@ pub fn compact(storage: &Storage) -> Result<u64, LedgerError> {
     Ok(rows)
 }
 
-/// Moves the sample log's rows into partitions; the rows moved.
-fn compact_log(storage: &Storage) -> Result<u64, LedgerError> {
+/// Moves the sample log's rows into partitions; the rows moved (none when `stop` is
+/// raised before the last group: the partition files written are strays until the next).
+fn compact_log(storage: &Storage, stop: &AtomicBool) -> Result<u64, LedgerError> {
     let logs = log_files(storage)?;
     if logs.is_empty() {
         return Ok(0);
@@ -68,6 +81,9 @@ fn compact_log(storage: &Storage) -> Result<u64, LedgerError> {
         .min(4);
     let mut rows = 0u64;
     for group in logs.chunks(threads) {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
         let mut read = Vec::with_capacity(group.len());
         for log in group {
             read.push((log.as_str(), storage.get(log)?));
@@ -158,4 +174,48 @@ fn partition_log(
         files.push((path, encoded));
     }
     Ok((rows, files))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Ledger, LedgerConfig};
+
+    /// A stopped pass moves nothing and leaves the log the authority; the next pass moves
+    /// every row once.
+    #[test]
+    fn a_stopped_compaction_gives_up_and_the_next_moves_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_str().unwrap();
+        let no_background = LedgerConfig {
+            compact_every: None,
+            ..LedgerConfig::new(location)
+        };
+        let ledger = Ledger::open(&no_background).unwrap();
+        for id in 0..6 {
+            let mut batch = SampleBatch::new(&crate::Bucket::train(), "cafe", 2);
+            batch
+                .push(&crate::samples::tests::record(id, "cafe"))
+                .unwrap();
+            ledger.append_samples(batch).unwrap();
+            ledger.flush().unwrap();
+        }
+        let storage = Storage::open(location).unwrap();
+        let logs = log_files(&storage).unwrap();
+        assert!(!logs.is_empty());
+        assert_eq!(compact_unless(&storage, &AtomicBool::new(true)).unwrap(), 0);
+        assert_eq!(
+            log_files(&storage).unwrap(),
+            logs,
+            "the log stays the authority"
+        );
+        assert_eq!(
+            compact_unless(&storage, &AtomicBool::new(false)).unwrap(),
+            6
+        );
+        assert!(log_files(&storage).unwrap().is_empty());
+        drop(ledger);
+        let data = crate::LedgerData::read(&storage).unwrap();
+        assert_eq!(data.samples.iter().map(SampleBatch::len).sum::<usize>(), 6);
+    }
 }

@@ -787,7 +787,7 @@ impl Ledger {
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(every)
                 {
-                    if let Err(e) = shared.compact(&storage) {
+                    if let Err(e) = shared.compact_in_background(&storage) {
                         tracing::warn!(component = "ledger", error = %e, "compaction failed; retried later");
                     }
                 }
@@ -799,6 +799,7 @@ impl Ledger {
     /// Stops the compactor thread (after the compaction it may be in).
     fn stop_compactor(&mut self) {
         if let Some((stop, handle)) = self.compactor.take() {
+            self.shared.background_stop.store(true, Ordering::Relaxed);
             drop(stop);
             let _ = handle.join();
         }

@@ -17,6 +17,7 @@
 //! its session and bucket at or below its range's end remains.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parquet::arrow::ArrowWriter;
 
@@ -58,11 +59,15 @@ struct Stored {
 }
 
 /// Merges every table's runs of small files; only for the ledger's one owner, with the
-/// compaction lock held (see the module doc).
+/// compaction lock held (see the module doc). Stops between two merges once `stop` is
+/// raised.
 ///
 /// # Errors
 /// Storage failures and unreadable files (named); what was merged before stays merged.
-pub(crate) fn merge_small_files(storage: &Storage) -> Result<Merged, LedgerError> {
+pub(crate) fn merge_small_files(
+    storage: &Storage,
+    stop: &AtomicBool,
+) -> Result<Merged, LedgerError> {
     // The lowest sequence number of each (bucket, session)'s remaining log files.
     let mut log_floor: HashMap<(String, String), u64> = HashMap::new();
     for log in log_files(storage)? {
@@ -112,6 +117,9 @@ pub(crate) fn merge_small_files(storage: &Storage) -> Result<Merged, LedgerError
                 _ => u64::MAX,
             };
             for run in runs(&files, floor) {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(merged);
+                }
                 let done = merge_run(storage, table, &dir, &session, run)?;
                 merged.files_written += done.files_written;
                 merged.files_removed += done.files_removed;

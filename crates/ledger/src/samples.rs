@@ -333,10 +333,11 @@ pub fn from_arrow(batch: &RecordBatch, out: &mut Vec<SampleBatch>) -> Result<(),
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record(id: u64, config: &str) -> SampleRecord {
+    /// Sample `id` of trajectory 1, version 3, written under `config`.
+    pub(crate) fn record(id: u64, config: &str) -> SampleRecord {
         SampleRecord {
             sample_id: id,
             episode_id: 1,

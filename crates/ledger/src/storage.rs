@@ -43,9 +43,9 @@ impl Storage {
     /// [`LedgerError::Storage`] when the location cannot be opened.
     pub fn open(location: &str) -> Result<Storage, LedgerError> {
         let err = |e: Box<dyn std::error::Error + Send + Sync>| LedgerError::storage(location, e);
-        // File I/O runs on tokio's blocking threads: at the writer's low priority too.
+        // File I/O runs on tokio's blocking threads, at normal priority: the writer's
+        // flushes, which others wait on, go through them.
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .on_thread_start(lower_priority)
             .enable_all()
             .build()
             .map_err(|e| err(e.into()))?;
@@ -378,17 +378,18 @@ fn rename_no_replace(from: &std::path::Path, to: &std::path::Path) -> std::io::R
     std::fs::hard_link(from, to).and_then(|()| std::fs::remove_file(from))
 }
 
-/// The writer has buffers to absorb delays; the learner and workers do not. On Linux the
-/// writer thread yields the CPU to them (nice 10); elsewhere it runs at normal priority.
+/// Background compaction can wait; the learner and workers cannot. On Linux the calling
+/// thread yields the CPU to them (nice 10); elsewhere it runs at normal priority. Only for
+/// work nobody waits on: a thread at nice 10 on a busy machine gets a few percent of a core.
 pub(crate) fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
-        // On Linux a thread id names one thread: only the writer's priority changes.
+        // On Linux a thread id names one thread: only the calling thread's priority changes.
         let tid = rustix::thread::gettid();
         if rustix::process::setpriority_process(Some(tid), 10).is_err() {
             tracing::debug!(
                 component = "ledger",
-                "could not lower the writer's priority"
+                "could not lower a background thread's priority"
             );
         }
     }
