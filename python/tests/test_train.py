@@ -1,6 +1,8 @@
 """strata.train / load / predict / evaluate against the real trainer."""
 import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,12 +125,14 @@ def alive(pid):
     return state != "Z"
 
 
-def test_ctrl_c_stops_with_a_checkpoint_and_no_env_process_left(tmp_path, gymnasium):
-    run = tmp_path / "run"
+def start_endless_training(run, eval_episodes=0):
+    """A child Python training CartPole in Gymnasium env processes until interrupted, once
+    it has checkpointed and its env processes run; returns it and those processes."""
     program = textwrap.dedent(f"""
         import strata
         strata.train("gym:CartPole-v1", run_dir={str(run)!r}, max_steps=10**9,
-                     config={{"train.checkpoint_every": 256, "report.eval_episodes": 0}},
+                     config={{"train.checkpoint_every": 256,
+                              "report.eval_episodes": {eval_episodes}}},
                      progress=False)
     """)
     child = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.PIPE, text=True)
@@ -136,14 +140,59 @@ def test_ctrl_c_stops_with_a_checkpoint_and_no_env_process_left(tmp_path, gymnas
     while not (run / "checkpoints").exists() or len(children(child.pid)) < 1:
         assert time.monotonic() < deadline and child.poll() is None, child.stderr.read()
         time.sleep(0.05)
-    envs = children(child.pid)
+    return child, children(child.pid)
+
+
+def wait_for_exit(child, seconds=120):
+    """The child's stderr once it exits; past `seconds`, fails with its threads' stacks (a
+    hang detector: a stop takes about a second)."""
+    try:
+        return child.communicate(timeout=seconds)[1]
+    except subprocess.TimeoutExpired:
+        stacks = subprocess.run(
+            ["gdb", "-p", str(child.pid), "-batch", "-ex", "thread apply all bt 30"],
+            capture_output=True, text=True, timeout=120, check=False,
+        ).stdout if shutil.which("gdb") else "(no gdb for the stacks)"
+        child.kill()
+        err = child.communicate()[1]
+        pytest.fail(f"still running {seconds} s after SIGINT\n{err}\n{stacks}")
+
+
+def test_ctrl_c_stops_with_a_checkpoint_and_no_env_process_left(tmp_path, gymnasium):
+    run = tmp_path / "run"
+    child, envs = start_endless_training(run)
     child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)
+    err = wait_for_exit(child)
     assert child.returncode != 0 and "KeyboardInterrupt" in err, err
+    assert "Ctrl-C again to leave at once" in err, err
     assert (run / "checkpoint" / "meta.json").exists(), "the stop was checkpointed"
     assert not any(alive(p) for p in envs), f"env processes left: {envs}"
     policy = strata.load(run)
     assert policy.policy_version > 0
+
+
+def test_a_second_ctrl_c_leaves_at_once_and_no_env_process_is_left(tmp_path, gymnasium):
+    run = tmp_path / "run"
+    # The orderly stop ends with an evaluation of 200 episodes: seconds, time for the second.
+    child, envs = start_endless_training(run, eval_episodes=200)
+    child.send_signal(signal.SIGINT)
+    # The second once the first is being handled (both at once would be seen as one).
+    said, deadline = "", time.monotonic() + 60
+    while "Ctrl-C again" not in said and time.monotonic() < deadline:
+        if select.select([child.stderr], [], [], 1)[0]:
+            line = child.stderr.readline()
+            if not line:
+                break
+            said += line
+    child.send_signal(signal.SIGINT)
+    err = said + wait_for_exit(child)
+    assert child.returncode != 0 and err.count("KeyboardInterrupt") == 1, err
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in envs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in envs), f"env processes left: {envs}"
+    # The periodic checkpoints are whole: the run loads.
+    assert strata.load(run).policy_version > 0
 
 
 def test_a_gym_factory_env_trains_from_python(tmp_path, gymnasium):

@@ -151,10 +151,18 @@ pub(crate) fn run_training(args: TrainArgs, command: &str, make: &MakeTrainer<'_
         );
     }
     // Ctrl-C / SIGTERM: the learner stops at its next wait, checkpoints, joins every thread.
+    // A second one leaves at once: the last periodic checkpoint and the ledger (whose files
+    // are whole or absent) stay; env processes die with the trainer.
     let stop = trainer.stop_flag();
     let on_signal = Arc::clone(&stop);
-    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
-        .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    ctrlc::set_handler(move || {
+        if on_signal.swap(true, Ordering::Relaxed) {
+            eprintln!("second stop signal: leaving now, without a final checkpoint");
+            std::process::exit(130);
+        }
+        eprintln!("stopping: finishing the update and writing a checkpoint (Ctrl-C again to leave at once)");
+    })
+    .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let monitor = if args.monitor {
         let log = run_dir.join("train.log");
         crate::logging::redirect_to(&log)

@@ -181,6 +181,12 @@ fn config_show_applies_preset_file_and_overrides() {
     )
     .unwrap();
     let o = strata(&["config", "show", "--config", cfg.to_str().unwrap()]);
+    // Says which preset lies underneath, as a comment that keeps the output a config file.
+    assert!(
+        stdout(&o).starts_with("# preset: the built-in `acrobot` preset (rl-zoo3's"),
+        "{}",
+        stdout(&o)
+    );
     let shown: toml::Table = toml::from_str(&stdout(&o)).unwrap();
     assert_eq!(shown["env"]["name"].as_str(), Some("acrobot"));
     assert_eq!(
@@ -447,31 +453,24 @@ fn eval_and_resume_reject_missing_or_corrupt_checkpoints() {
     );
 }
 
-#[test]
-fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = tmp.path().join("run");
+/// `strata train --env cartpole` into `run` with a budget it never reaches, once it has
+/// trained a little (its metrics file has grown).
+fn start_endless_training(run: &std::path::Path, extra: &[&str]) -> std::process::Child {
     let child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args([
             "train",
             "--env",
             "cartpole",
-            "--workers",
-            "2",
-            "--mode",
-            "async",
             "--max-steps",
             "500000000",
             "--quiet",
-            "--log-level",
-            "info",
         ])
         .args(["--run-dir", run.to_str().unwrap()])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Let it train a little (the metrics file grows), then interrupt.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::fs::metadata(run.join("metrics.jsonl")).map_or(0, |m| m.len()) < 2000 {
         assert!(
@@ -480,6 +479,17 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    child
+}
+
+#[test]
+fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let child = start_endless_training(
+        &run,
+        &["--workers", "2", "--mode", "async", "--log-level", "info"],
+    );
     // One process per directory: a second one is refused, naming the first by its pid and
     // command, before it changes anything (the running trainer writes on meanwhile).
     let o = strata(&["train", "--resume", run.to_str().unwrap(), "--quiet"]);
@@ -510,8 +520,9 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
         .unwrap();
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
+    // A hang detector, not a speed check (a stop takes well under a second when idle).
     assert!(
-        interrupted.elapsed() < std::time::Duration::from_secs(5),
+        interrupted.elapsed() < std::time::Duration::from_secs(60),
         "took {:?} to stop",
         interrupted.elapsed()
     );
@@ -539,6 +550,32 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
         "--episodes",
         "2",
     ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_second_sigint_leaves_at_once_and_the_ledger_still_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let child = start_endless_training(&run, &[]);
+    // Two in a row, as an impatient user presses them: the second lands while the first
+    // stop is still checkpointing.
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .and_then(|_| Command::new("kill").args(["-INT", &pid]).status())
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("Ctrl-C again to leave at once") && err.contains("second stop signal"),
+        "{err}"
+    );
+    // What was written stays readable: the ledger's files are whole or absent.
+    let o = strata(&["ledger", "summary", run.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
 

@@ -53,7 +53,8 @@ enum Event {
 /// updates. Returns `(summary_json, run_dir)`.
 ///
 /// Ctrl-C stops the run at its next wait; the checkpoint is written, every thread and env
-/// process stopped, then `KeyboardInterrupt` is raised.
+/// process stopped, then `KeyboardInterrupt` is raised. A second Ctrl-C raises it at once,
+/// leaving the training thread to finish its stop on its own.
 #[pyfunction]
 #[pyo3(signature = (env, config_json, run_dir=None, resume=None, progress=None, overwrite=false))]
 pub(crate) fn train(
@@ -150,10 +151,20 @@ pub(crate) fn train(
             }
         }
         if let Err(e) = py.check_signals() {
+            if interrupted.is_some() {
+                // A second Ctrl-C: raised now. The training thread goes on stopping in
+                // order (checkpoint, env processes, ledger) without anyone waiting on it.
+                return Err(e);
+            }
             // Ctrl-C (or another signal's exception): stop in order, keep waiting for the
             // checkpoint, then raise it.
             stop.store(true, Ordering::Relaxed);
-            interrupted.get_or_insert(e);
+            interrupted = Some(e);
+            say(
+                py,
+                "stopping: finishing the update and writing a checkpoint \
+                 (Ctrl-C again to leave at once)\n",
+            );
         }
     };
     py.detach(|| worker.join())
@@ -162,4 +173,13 @@ pub(crate) fn train(
         return Err(e);
     }
     Ok((result.map_err(runtime_error)?, root))
+}
+
+/// Writes `text` to Python's `sys.stderr` (a notebook shows it; the process's stderr it
+/// would not), best effort.
+fn say(py: Python<'_>, text: &str) {
+    let _ = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("stderr"))
+        .and_then(|stderr| stderr.call_method1("write", (text,)));
 }
