@@ -461,7 +461,7 @@ pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeErro
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PolicyPick {
     /// The checkpoint given, or a run directory's final `checkpoint/` (the default: the
-    /// last version trained).
+    /// last version trained); for a run stopped without one, its newest periodic one.
     Final,
     /// A run directory's `best/`: the version with the best evaluation, the one to deploy.
     Best,
@@ -477,7 +477,20 @@ pub enum PolicyPick {
 /// checkpoint of the version (listing those there are).
 pub fn pick_checkpoint(path: &Path, pick: PolicyPick) -> Result<(PathBuf, String), RuntimeError> {
     match pick {
-        PolicyPick::Final => Ok((resolve(path), "final checkpoint".into())),
+        PolicyPick::Final => {
+            let dir = resolve(path);
+            if !dir.join(META).exists() {
+                // A run stopped without its final checkpoint (killed, or a second Ctrl-C):
+                // its newest periodic one, said so.
+                if let Some(newest) = latest_checkpoint(path) {
+                    return Ok((
+                        newest,
+                        "newest checkpoint (the run has no final one)".into(),
+                    ));
+                }
+            }
+            Ok((dir, "final checkpoint".into()))
+        }
         PolicyPick::Version(v) => {
             Ok((find_version(path, v)?, format!("checkpoint of version {v}")))
         }
@@ -551,5 +564,25 @@ mod tests {
         // A checkpoint directory is taken as it is.
         let named = root.join("checkpoint");
         assert_eq!(resume_point(&named), named);
+    }
+
+    #[test]
+    fn the_default_pick_is_the_final_checkpoint_or_without_one_the_newest() {
+        let run = tempfile::tempdir().unwrap();
+        let root = run.path();
+        fake_checkpoint(&root.join("checkpoints/step-1024"), 4);
+        fake_checkpoint(&root.join("checkpoints/step-2048"), 8);
+        fake_checkpoint(&root.join(BEST_DIR), 6);
+        let (dir, said) = pick_checkpoint(root, PolicyPick::Final).unwrap();
+        assert_eq!(dir, root.join("checkpoints/step-2048"));
+        assert!(said.contains("no final one"), "{said}");
+        fake_checkpoint(&root.join("checkpoint"), 7);
+        let (dir, said) = pick_checkpoint(root, PolicyPick::Final).unwrap();
+        assert_eq!(
+            (dir, said.as_str()),
+            (root.join("checkpoint"), "final checkpoint")
+        );
+        let step = root.join("checkpoints/step-1024");
+        assert_eq!(pick_checkpoint(&step, PolicyPick::Final).unwrap().0, step);
     }
 }
