@@ -84,7 +84,12 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Worker(args) => crate::cluster_cmd::worker(args),
         Command::Eval(args) => crate::eval_cmd::eval(args),
         Command::Config(ConfigCommand::Show(args)) => {
-            print!("{}", build_config(&args)?.to_toml());
+            let config = build_config(&args)?;
+            // A TOML comment: the output stays a config file `--config` reads.
+            if let Some(origin) = strata_runtime::preset_origin(&config.env.name) {
+                println!("# preset: {origin}");
+            }
+            print!("{}", config.to_toml());
             Ok(())
         }
         Command::Env(command) => crate::env_cmd::run(command),

@@ -48,6 +48,27 @@ pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
     config
 }
 
+/// What the preset of `gym:ID` without a built-in twin starts from, for `strata config
+/// show` (kept beside [`gym_preset`]'s match; a test checks they agree).
+pub(crate) fn gym_preset_origin(id: &str) -> String {
+    match env_id(id) {
+        "HalfCheetah-v5" | "Hopper-v5" => {
+            format!(
+                "rl-zoo3's tuned PPO for {} (its v4 entry: the same body and reward)",
+                env_id(id).trim_end_matches("-v5")
+            )
+        }
+        "Pusher-v5" => {
+            "rl-zoo3's mujoco-defaults: SB3's PPO with observations and rewards normalised".into()
+        }
+        "FetchReachDense-v4" => "Strata's preset for the Fetch reach task".into(),
+        _ => format!(
+            "generic (no preset for {id}): SB3's PPO defaults as 8 envs x 256 steps; \
+             docs/parity.md says where SB3's 1 x 2048 learns better (Swimmer)"
+        ),
+    }
+}
+
 /// An rl-zoo3 MuJoCo entry: one env, VecNormalize (observations and rewards), 1M steps.
 struct MujocoPreset {
     ppo: PpoConfig,
@@ -225,5 +246,22 @@ mod tests {
             "gymnasium_robotics:FetchReachDense-v4",
         );
         assert_eq!(fetch.env.num_envs, 8);
+    }
+
+    #[test]
+    fn the_origin_says_generic_exactly_where_the_generic_preset_applies() {
+        for id in GYM_PRESETS {
+            assert!(!gym_preset_origin(id).starts_with("generic"), "{id}");
+            assert_ne!(
+                gym_preset(&format!("gym:{id}"), id).ppo,
+                generic().ppo,
+                "{id}"
+            );
+        }
+        let origin = gym_preset_origin("Swimmer-v5");
+        assert!(
+            origin.starts_with("generic (no preset for Swimmer-v5)"),
+            "{origin}"
+        );
     }
 }

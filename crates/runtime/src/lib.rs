@@ -90,7 +90,7 @@ pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{MemoryPolicyStore, PolicyStore, PublishedPolicy, StoreError};
-pub use presets::{preset, DEFAULT_ENV};
+pub use presets::{preset, preset_origin, DEFAULT_ENV};
 pub use records::{
     AdmissionCounts, InvalidFragment, Progress, StopReason, Summary, TimeBreakdown, UpdateRecord,
 };
