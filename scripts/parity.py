@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Learning parity: Strata's generic preset against Stable-Baselines3's PPO defaults on
+Gymnasium environments Strata has no preset for, at equal env steps.
+
+Each (env, seed, system) run trains, then evaluates the final policy greedily over fresh
+episodes, and appends one JSON line to the results file. A run already in the file is
+skipped, so a subset can be rerun (`--force`) or the suite continued after a stop.
+`table` turns the results into the Markdown table of docs/parity.md.
+
+Usage:
+  parity.py run [--envs ID,ID] [--seeds 1-5] [--systems strata,sb3] [--force]
+  parity.py table [--out docs/parity.md]   (between the page's results markers)
+
+Strata runs `strata train --env gym:ID --seed S --max-steps N` (its generic preset, the
+periodic evaluations off so the wall clock is training alone), then `strata eval` over the
+same fresh episodes as SB3. SB3 runs `PPO("MlpPolicy", env)` with every default (one env,
+2048 steps per update, no normalisation) and one torch thread.
+
+Needs: a Python with stable-baselines3 2.x, torch (CPU), gymnasium[mujoco] and box2d
+(`--python`, default this interpreter), and a release build of strata (`--strata`).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Environment -> env steps. Each budget is one where SB3's defaults make clear progress
+# from a random policy; none of these ids has a Strata preset (the generic one applies).
+SUITE = {
+    "InvertedPendulum-v5": 100_000,         # MuJoCo balance
+    "InvertedDoublePendulum-v5": 200_000,   # MuJoCo balance
+    "Reacher-v5": 200_000,                  # MuJoCo arm
+    "Swimmer-v5": 200_000,                  # MuJoCo locomotion
+    "Walker2d-v5": 300_000,                 # MuJoCo locomotion
+    "LunarLander-v3": 300_000,              # Box2D, discrete
+    "LunarLanderContinuous-v3": 300_000,    # Box2D, continuous
+    "CartPole-v0": 50_000,                  # classic control, 200-step variant
+}
+
+EVAL_EPISODES = 20
+# Where `table --out PAGE` puts the table in the page.
+RESULTS_START, RESULTS_END = "<!-- results -->", "<!-- /results -->"
+EVAL_SEED = 777_000
+
+
+def seeds(text):
+    """`1-5` or `1,3,7`."""
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def done_runs(results):
+    if not results.exists():
+        return set()
+    out = set()
+    for line in results.read_text().splitlines():
+        r = json.loads(line)
+        out.add((r["env"], r["seed"], r["system"], r["steps"]))
+    return out
+
+
+def run_strata(env, seed, steps, args):
+    """Trains and evaluates with the strata binary; returns (seconds, greedy returns)."""
+    with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
+        run_dir = Path(tmp) / "run"
+        child_env = dict(os.environ, STRATA_PYTHON=args.python)
+        started = time.perf_counter()
+        overrides = [x for kv in args.strata_set for x in ("--set", kv)]
+        subprocess.run(
+            [args.strata, "train", "--env", f"gym:{env}", "--seed", str(seed),
+             "--max-steps", str(steps), "--run-dir", str(run_dir), "--quiet",
+             "--set", "report.eval_episodes=0", *overrides],
+            check=True, env=child_env, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - started
+        out = subprocess.run(
+            [args.strata, "eval", "--checkpoint", str(run_dir), "--episodes",
+             str(EVAL_EPISODES), "--seed", str(EVAL_SEED + seed), "--json"],
+            check=True, env=child_env, capture_output=True, text=True).stdout
+        return seconds, json.loads(out)["returns"]
+
+
+SB3_PROGRAM = r"""
+import json, sys, time
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+env_id, seed, steps, episodes, eval_seed = sys.argv[1], *map(int, sys.argv[2:6])
+torch.set_num_threads(1)
+model = PPO("MlpPolicy", env_id, seed=seed, device="cpu", verbose=0)
+started = time.perf_counter()
+model.learn(total_timesteps=steps)
+seconds = time.perf_counter() - started
+env = gym.make(env_id)
+returns = []
+for k in range(episodes):
+    obs, _ = env.reset(seed=eval_seed + k)
+    done, total = False, 0.0
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total += float(reward)
+        done = terminated or truncated
+    returns.append(total)
+print(json.dumps({"seconds": seconds, "returns": returns}))
+"""
+
+
+def run_sb3(env, seed, steps, args):
+    """Trains SB3's PPO with its defaults in a child interpreter; (seconds, returns)."""
+    out = subprocess.run(
+        [args.python, "-c", SB3_PROGRAM, env, str(seed), str(steps), str(EVAL_EPISODES),
+         str(EVAL_SEED + seed)],
+        check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["seconds"], r["returns"]
+
+
+def run(args):
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    done = set() if args.force else done_runs(results)
+    envs = args.envs.split(",") if args.envs else list(SUITE)
+    for env in envs:
+        if env not in SUITE:
+            sys.exit(f"unknown env {env!r}; the suite has {', '.join(SUITE)}")
+    for env in envs:
+        steps = args.steps or SUITE[env]
+        for seed in seeds(args.seeds):
+            for system in args.systems.split(","):
+                runner = {"strata": run_strata, "sb3": run_sb3}[system]
+                if system == "strata" and args.strata_set:
+                    # A variant of the preset is a system of its own in the table.
+                    system = "strata " + " ".join(args.strata_set)
+                if (env, seed, system, steps) in done:
+                    continue
+                seconds, returns = runner(env, seed, steps, args)
+                line = {"env": env, "seed": seed, "system": system, "steps": steps,
+                        "train_seconds": round(seconds, 2),
+                        "greedy_return": statistics.fmean(returns), "returns": returns}
+                with results.open("a") as f:
+                    f.write(json.dumps(line) + "\n")
+                print(f"{env} seed {seed} {system}: {line['greedy_return']:.1f} "
+                      f"in {seconds:.0f} s", flush=True)
+
+
+def table(args):
+    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines()]
+    # A run done again (`--force`) replaces the earlier line.
+    latest = {(r["env"], r["seed"], r["system"], r["steps"]): r for r in rows}
+    by = {}
+    for r in latest.values():
+        by.setdefault((r["env"], r["steps"]), {}).setdefault(r["system"], []).append(r)
+    lines = [
+        "| env | steps | Strata | seeds | SB3 mean ± sd | SB3 worst | Strata mean ± sd "
+        "| Strata worst | verdict | wall SB3 / Strata |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    order = {env: i for i, env in enumerate(SUITE)}
+    for (env, steps), systems in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
+        sb3 = systems.get("sb3", [])
+        a = [r["greedy_return"] for r in sb3]
+        for system, strata in sorted(systems.items()):
+            if system == "sb3" or not sb3:
+                continue
+            b = [r["greedy_return"] for r in strata]
+            sd = statistics.stdev(a) if len(a) > 1 else 0.0
+            mean_ok = statistics.fmean(b) >= statistics.fmean(a) - sd
+            worst_ok = min(b) >= min(a) - sd
+            verdict = "at par" if mean_ok and worst_ok else (
+                "mean below" if not mean_ok else "worst seed below")
+            wall = statistics.median(r["train_seconds"] for r in sb3) / statistics.median(
+                r["train_seconds"] for r in strata)
+            sd_b = statistics.stdev(b) if len(b) > 1 else 0.0
+            variant = system.removeprefix("strata").strip() or "generic preset"
+            lines.append(
+                f"| {env} | {steps:,} | {variant} | {len(b)} vs {len(a)} "
+                f"| {statistics.fmean(a):.1f} ± {sd:.1f} | {min(a):.1f} "
+                f"| {statistics.fmean(b):.1f} ± {sd_b:.1f} | {min(b):.1f} "
+                f"| {verdict} | {wall:.1f}× |")
+    text = "\n".join(lines) + "\n"
+    if args.out == "-":
+        print(text, end="")
+        return
+    # Into the page between its markers, the rest of the page kept.
+    page = Path(args.out).read_text()
+    start, end = page.index(RESULTS_START), page.index(RESULTS_END)
+    Path(args.out).write_text(page[:start + len(RESULTS_START)] + "\n" + text + page[end:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train and evaluate; append to the results")
+    r.add_argument("--envs", help="comma-separated ids (default: the whole suite)")
+    r.add_argument("--seeds", default="1-5")
+    r.add_argument("--systems", default="strata,sb3")
+    r.add_argument("--steps", type=int, help="override every env's budget")
+    r.add_argument("--force", action="store_true", help="rerun runs already in the results")
+    r.add_argument("--strata-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for Strata (a variant, labelled by it)")
+    r.add_argument("--python", default=sys.executable)
+    r.add_argument("--strata", default=str(REPO / "target/release/strata"))
+    t = sub.add_parser("table", help="the Markdown table of the results")
+    t.add_argument("--out", default="-", help="a page with results markers, or - (stdout)")
+    for p in (r, t):
+        p.add_argument("--results", default=str(REPO / "docs/parity/results.jsonl"))
+    args = parser.parse_args()
+    return run(args) if args.command == "run" else table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
