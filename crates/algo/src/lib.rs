@@ -25,6 +25,6 @@ mod vtrace;
 pub use config::{InvalidConfig, PpoConfig};
 pub use gae::{compute_gae, GaeInput};
 pub use loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
-pub use ppo::{explained_variance, Ppo, RolloutBuffer, UpdateStats};
+pub use ppo::{explained_variance, IsWeightStats, Ppo, RolloutBuffer, UpdateStats};
 pub use steps::{StepColumns, Steps, StepsMut};
 pub use vtrace::compute_vtrace;

@@ -111,10 +111,13 @@ impl RolloutBuffer {
     /// ratio's denominator, its values replace the recorded ones (GAE and value clipping),
     /// and each sample is weighted by `pi_prox / pi_behaviour`, truncated at `max_weight`.
     /// With on-policy data every weight is 1 and nothing changes.
-    pub fn make_proximal(&mut self, model: &mut dyn ActorCritic, max_weight: f32) {
+    /// Returns the ratios' statistics before truncation.
+    pub fn make_proximal(&mut self, model: &mut dyn ActorCritic, max_weight: f32) -> IsWeightStats {
         const CHUNK: usize = 1024;
         let mut eval = Evaluation::default();
         let (od, ad) = (self.obs_dim, self.action_dim);
+        let mut stats = IsWeightStats::default();
+        let (mut sum, mut above) = (0.0f64, 0usize);
         for start in (0..self.len()).step_by(CHUNK) {
             let end = (start + CHUNK).min(self.len());
             model.evaluate(
@@ -123,26 +126,37 @@ impl RolloutBuffer {
                 &mut eval,
             );
             for (k, i) in (start..end).enumerate() {
-                let behaviour = self.log_probs[i];
-                self.weights[i] = (eval.log_probs[k] - behaviour).exp().min(max_weight);
+                let ratio = (eval.log_probs[k] - self.log_probs[i]).exp();
+                sum += f64::from(ratio);
+                stats.max = stats.max.max(ratio);
+                above += usize::from(ratio > max_weight);
+                self.weights[i] = ratio.min(max_weight);
                 self.log_probs[i] = eval.log_probs[k];
                 self.values[i] = eval.values[k];
             }
         }
+        if !self.is_empty() {
+            stats.mean = (sum / self.len() as f64) as f32;
+            stats.truncated = above as f32 / self.len() as f32;
+        }
+        stats
     }
 
     /// V-trace instead of GAE for samples from older policies: the current policy becomes
     /// the proximal one (its log-probs are the ratio's denominator, its values the
     /// baseline), and advantages and value targets come from V-trace with the truncated
     /// ratios `pi_prox / pi_behaviour`. Weights stay 1: the correction is in the targets.
+    /// Returns the ratios' statistics, `truncated` counting those above `rho_bar`.
     pub fn vtrace_targets(
         &mut self,
         model: &mut dyn ActorCritic,
         gamma: f32,
         rho_bar: f32,
         c_bar: f32,
-    ) {
-        self.make_proximal(model, f32::INFINITY);
+    ) -> IsWeightStats {
+        let mut stats = self.make_proximal(model, f32::INFINITY);
+        let above = self.weights.iter().filter(|&&r| r > rho_bar).count();
+        stats.truncated = above as f32 / self.len().max(1) as f32;
         // make_proximal left the untruncated ratios in `weights`.
         let len = self.len();
         let ratios = std::mem::replace(&mut self.weights, vec![1.0; len]);
@@ -164,6 +178,7 @@ impl RolloutBuffer {
             &mut self.advantages,
             &mut self.returns,
         );
+        stats
     }
 
     /// Fills `advantages` and `returns` by GAE.
@@ -185,6 +200,18 @@ impl RolloutBuffer {
             &mut self.returns,
         );
     }
+}
+
+/// The importance ratios `pi_prox / pi_behaviour` of one lag correction, before truncation:
+/// how far the learner has moved from the policies that collected the batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct IsWeightStats {
+    /// Mean ratio over the batch (1 for on-policy samples).
+    pub mean: f32,
+    /// Largest ratio.
+    pub max: f32,
+    /// Share of samples whose ratio was above the cap and truncated to it.
+    pub truncated: f32,
 }
 
 /// What one update did, for the metrics file.

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use strata_algo::{Ppo, RolloutBuffer, UpdateStats};
+use strata_algo::{IsWeightStats, Ppo, RolloutBuffer, UpdateStats};
 use strata_ledger::{
     Admission, AdmissionRules, Bucket, DecisionKind, DecisionRecord, SampleFacts, VersionedRules,
 };
@@ -169,8 +169,13 @@ impl LearnerCore {
 
     /// Advantages and value targets for a filled rollout, first correcting for policy
     /// lag as asked (the proximal policy's log-probs replace the behaviour ones; the
-    /// behaviour ones are kept for [`LearnerCore::admit`]'s KL estimate).
-    pub fn prepare(&mut self, rollout: &mut RolloutBuffer, correction: Correction) {
+    /// behaviour ones are kept for [`LearnerCore::admit`]'s KL estimate). Returns the
+    /// importance ratios' statistics when a correction ran.
+    pub fn prepare(
+        &mut self,
+        rollout: &mut RolloutBuffer,
+        correction: Correction,
+    ) -> Option<IsWeightStats> {
         let mode = match correction {
             Correction::None => None,
             Correction::Configured => Some(self.off_policy),
@@ -182,17 +187,24 @@ impl LearnerCore {
         }
         let (gamma, lambda, model) = (self.gamma, self.lambda, self.model.as_mut());
         match mode {
-            None => rollout.compute_advantages(gamma, lambda),
+            None => {
+                rollout.compute_advantages(gamma, lambda);
+                None
+            }
             Some(OffPolicy::Decoupled) => {
                 let max_weight = self.max_is_weight;
-                self.pool
+                let stats = self
+                    .pool
                     .install(|| rollout.make_proximal(model, max_weight));
                 rollout.compute_advantages(gamma, lambda);
+                Some(stats)
             }
             Some(OffPolicy::Vtrace) => {
                 let (rho, c) = (self.vtrace_rho_bar, self.vtrace_c_bar);
-                self.pool
-                    .install(|| rollout.vtrace_targets(model, gamma, rho, c));
+                Some(
+                    self.pool
+                        .install(|| rollout.vtrace_targets(model, gamma, rho, c)),
+                )
             }
         }
     }

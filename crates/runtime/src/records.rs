@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
-use strata_algo::UpdateStats;
+use strata_algo::{IsWeightStats, UpdateStats};
 
 /// Where the time went, in seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -92,6 +92,9 @@ pub struct UpdateRecord {
     pub policy_lag_avg: f64,
     /// Largest policy lag in this batch.
     pub policy_lag_max: u64,
+    /// The importance ratios of this batch's lag correction (absent when it was on-policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_weights: Option<IsWeightStats>,
     /// Fragments recorded invalid so far (worker failures, restarts).
     pub invalid_fragments: usize,
     /// Worker failures survived so far (each restarted its worker or env process).
@@ -148,8 +151,14 @@ pub struct Summary {
     pub final_mean_return: Option<f64>,
     /// Whether that mean reached the env's threshold at some update.
     pub solved: bool,
-    /// Env steps when first solved.
+    /// Env steps when first solved (counted at the update that saw it).
     pub steps_to_solve: Option<u64>,
+    /// Env steps the first solving policy had been trained on: the steps consumed when the
+    /// newest version that collected the solving update's batch was published. Under policy
+    /// lag the collecting version is older than the update, and `steps_to_solve` credits
+    /// the run with steps that policy never used; this count is comparable across lags.
+    #[serde(default)]
+    pub steps_to_solve_trained: Option<u64>,
     /// Training seconds when first solved.
     pub seconds_to_solve: Option<f64>,
     /// Config hash of the run.
@@ -175,6 +184,14 @@ pub struct Progress {
     pub recent_returns: VecDeque<f64>,
     /// (steps, seconds) when first solved.
     pub solved_at: Option<(u64, f64)>,
+    /// Env steps the first solving policy had been trained on (see
+    /// [`Summary::steps_to_solve_trained`]).
+    #[serde(default)]
+    pub solved_trained: Option<u64>,
+    /// `(version, env steps consumed)` at each recent publish, oldest first: enough to
+    /// look up the versions a batch under the lag bound can come from.
+    #[serde(default)]
+    pub published_at: VecDeque<(u64, u64)>,
     /// Training seconds before this process (resumes).
     pub wall_seconds: f64,
     /// Time breakdown so far.
@@ -213,6 +230,27 @@ impl Progress {
             }
             Some(_) => 0.0,
             None => 1.0 - step as f32 / budget as f32,
+        }
+    }
+
+    /// Env steps consumed when `version` was published (none for the initial weights);
+    /// the current count where that is no longer known (a resume from an older checkpoint).
+    pub(crate) fn steps_at_publish(&self, version: u64) -> u64 {
+        if version == 0 {
+            return 0;
+        }
+        self.published_at
+            .iter()
+            .find(|(v, _)| *v == version)
+            .map_or(self.global_step, |(_, steps)| *steps)
+    }
+
+    /// Notes that `version` was published now; keeps the versions a batch under a lag
+    /// bound of `lag` can still come from.
+    pub(crate) fn note_publish(&mut self, version: u64, lag: u64) {
+        self.published_at.push_back((version, self.global_step));
+        while self.published_at.len() as u64 > lag + 2 {
+            self.published_at.pop_front();
         }
     }
 

@@ -402,7 +402,7 @@ impl Trainer {
         } else {
             Correction::None
         };
-        self.core.prepare(&mut self.rollout, correction);
+        let is_weights = self.core.prepare(&mut self.rollout, correction);
         let versioned = self.ledger.as_ref().map(LedgerLink::rules);
         let admitted = self.core.admit(
             &mut self.rollout,
@@ -438,12 +438,18 @@ impl Trainer {
         p.policy_version = next;
         let mean_return = self.mean_return();
         let p = &mut self.progress;
+        let lags = &self.collector.lags;
         if p.solved_at.is_none()
             && p.recent_returns.len() >= self.config.train.solve_window
             && mean_return.is_some_and(|m| m >= self.threshold)
         {
             p.solved_at = Some((p.global_step, p.wall_seconds));
+            // The newest collecting version: the learner's version before this update
+            // minus the batch's smallest lag.
+            let collected_by = (next - 1).saturating_sub(lags.iter().copied().min().unwrap_or(0));
+            p.solved_trained = Some(p.steps_at_publish(collected_by));
         }
+        p.note_publish(next, self.collector.wiring.lag);
         self.dropped_samples += admitted.counts.dropped;
         self.publish_live(false);
         let p = &self.progress;
@@ -462,6 +468,7 @@ impl Trainer {
             policy_lag_min: lags.iter().copied().min().unwrap_or(0),
             policy_lag_avg: lags.iter().sum::<u64>() as f64 / lags.len().max(1) as f64,
             policy_lag_max: lags.iter().copied().max().unwrap_or(0),
+            is_weights,
             invalid_fragments: p.worker_faults as usize,
             worker_faults: p.worker_faults,
             admission: admitted.counts,
@@ -529,6 +536,7 @@ impl Trainer {
             final_mean_return: self.mean_return(),
             solved: p.solved_at.is_some(),
             steps_to_solve: p.solved_at.map(|s| s.0),
+            steps_to_solve_trained: p.solved_trained,
             seconds_to_solve: p.solved_at.map(|s| s.1),
             config_hash: self.config_hash.clone(),
             policy_version: p.policy_version,

@@ -1,7 +1,7 @@
 //! Sync and async collection with several workers: both solve CartPole, the lag bound
 //! holds, and deterministic mode is bit-identical across runs with two workers.
 
-use strata_runtime::{preset, Mode, RunConfig, Trainer, UpdateRecord};
+use strata_runtime::{preset, Mode, RunConfig, Summary, Trainer, UpdateRecord};
 
 fn cartpole(workers: usize, mode: Mode, lag: u64) -> RunConfig {
     let mut c = preset("cartpole").unwrap();
@@ -22,7 +22,7 @@ fn run(config: RunConfig) -> (Trainer, Vec<UpdateRecord>) {
     (t, records)
 }
 
-fn assert_solves(config: RunConfig) -> Vec<UpdateRecord> {
+fn assert_solves(config: RunConfig) -> (Vec<UpdateRecord>, Summary) {
     let lag = config.effective_lag();
     let (t, records) = run(config);
     let s = t.summary();
@@ -38,20 +38,44 @@ fn assert_solves(config: RunConfig) -> Vec<UpdateRecord> {
             r.policy_lag_max
         );
         assert!(r.policy_lag_min <= r.policy_lag_max);
+        // A lag correction ran exactly when the batch was off-policy, and says how far.
+        assert_eq!(r.is_weights.is_some(), r.policy_lag_max > 0);
+        if let Some(w) = r.is_weights {
+            assert!(w.mean > 0.0 && w.max >= w.mean && (0.0..=1.0).contains(&w.truncated));
+        }
     }
-    records
+    // The solving policy's own training steps: those consumed when the newest version
+    // that collected the solving batch was published.
+    let solving = records
+        .iter()
+        .find(|r| Some(r.global_step) == s.steps_to_solve)
+        .expect("the solving update is recorded");
+    let collected_by = solving.policy_version - 1 - solving.policy_lag_min;
+    let trained = records
+        .iter()
+        .find(|r| r.policy_version == collected_by)
+        .map_or(0, |r| r.global_step);
+    assert_eq!(s.steps_to_solve_trained, Some(trained));
+    (records, s)
 }
 
 #[test]
 fn sync_with_two_workers_solves_cartpole_on_policy() {
-    let records = assert_solves(cartpole(2, Mode::Sync, 1));
+    let config = cartpole(2, Mode::Sync, 1);
+    let batch = config.steps_per_update();
+    let (records, s) = assert_solves(config);
     assert!(records.iter().all(|r| r.policy_lag_max == 0));
+    // On-policy, the solving batch came from the version one update before.
+    assert_eq!(
+        s.steps_to_solve_trained,
+        s.steps_to_solve.map(|x| x - batch)
+    );
 }
 
 #[test]
 fn async_solves_cartpole_with_bounded_lag() {
     for workers in [1, 2] {
-        let records = assert_solves(cartpole(workers, Mode::Async, 1));
+        let (records, _) = assert_solves(cartpole(workers, Mode::Async, 1));
         // Collection overlapped learning: after the first update, fragments lag by one.
         assert!(
             records.iter().skip(1).all(|r| r.policy_lag_max == 1),
@@ -64,7 +88,7 @@ fn async_solves_cartpole_with_bounded_lag() {
 fn async_with_vtrace_solves_cartpole() {
     let mut c = cartpole(2, Mode::Async, 2);
     c.runtime.off_policy = strata_runtime::OffPolicy::Vtrace;
-    let records = assert_solves(c);
+    let (records, _) = assert_solves(c);
     assert!(records.iter().any(|r| r.policy_lag_max == 2));
 }
 
