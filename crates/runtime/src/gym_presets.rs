@@ -63,8 +63,9 @@ pub(crate) fn gym_preset_origin(id: &str) -> String {
         }
         "FetchReachDense-v4" => "Strata's preset for the Fetch reach task".into(),
         _ => format!(
-            "generic (no preset for {id}): SB3's PPO defaults as 8 envs x 256 steps; \
-             docs/parity.md says where SB3's 1 x 2048 learns better (Swimmer)"
+            "generic (no preset for {id}): SB3's PPO defaults, 1 env x 2048 steps as SB3 \
+             lays them out; 8 envs x 256 steps a process each is faster on many cores and \
+             learns as well on most tasks, not all (docs/parity.md)"
         ),
     }
 }
@@ -178,16 +179,18 @@ fn fetch_reach() -> RunConfig {
     )
 }
 
-/// Any other id: SB3's PPO defaults (2048 steps per update, here as 8 envs x 256).
+/// Any other id: SB3's PPO defaults in SB3's layout, one env x 2048 steps. The learning-
+/// parity suite (docs/parity.md) chose it: 8 envs x 256 steps per update learn as well on
+/// five of its tasks but not on Swimmer, where only fragments of 1024 steps or more do.
 fn generic() -> RunConfig {
     assemble(
         EnvConfig {
-            num_envs: 8,
+            num_envs: 1,
             ..EnvConfig::default()
         },
         1_000_000,
         PpoConfig {
-            n_steps: 256,
+            n_steps: 2048,
             ..PpoConfig::default()
         },
         NetworkConfig::default(),
@@ -252,11 +255,9 @@ mod tests {
     fn the_origin_says_generic_exactly_where_the_generic_preset_applies() {
         for id in GYM_PRESETS {
             assert!(!gym_preset_origin(id).starts_with("generic"), "{id}");
-            assert_ne!(
-                gym_preset(&format!("gym:{id}"), id).ppo,
-                generic().ppo,
-                "{id}"
-            );
+            let mut own = gym_preset(&format!("gym:{id}"), id);
+            own.env.name = generic().env.name;
+            assert_ne!(own, generic(), "{id}");
         }
         let origin = gym_preset_origin("Swimmer-v5");
         assert!(

@@ -359,7 +359,9 @@ fn an_env_that_raises_now_and_then_trains_to_the_end_with_its_faults_counted() {
     // About one fault per 10k steps over a 100k-step run: each costs one fragment and one
     // restarted process; the default budget lets the run go on.
     let mut c = flaky_cartpole(tmp.path(), 1e-4);
+    // Fragments of 8 x 256 steps: a fault every 10k steps spares most of them.
     c.env.num_envs = 8;
+    c.ppo.n_steps = 256;
     c.runtime.envs_per_process = 2;
     c.train.total_steps = 100_000;
     let run_dir = tmp.path().join("run");
