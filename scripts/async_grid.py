@@ -13,10 +13,10 @@ did not use.
 
 Usage:
   async_grid.py run --env pendulum --seeds 1-5 \
-      --variant sync= --variant "L4=--mode async --set admission.max_policy_lag=4"
+      --variant sync: --variant "async L=4:--mode async --set admission.max_policy_lag=4"
   async_grid.py table --env pendulum
 
-A variant is `LABEL=ARGS`: extra `strata train` arguments (shell words). Every run gets
+A variant is `LABEL:ARGS`: extra `strata train` arguments (shell words). Every run gets
 `--workers 2 --deterministic --seed S --max-steps N` and periodic evaluations off.
 """
 import argparse
@@ -78,7 +78,7 @@ def run(args):
     done = set() if args.force else {
         (r["env"], r["variant"], r["seed"], r["steps"]) for r in load(results)}
     for spec in args.variant:
-        label, _, extra = spec.partition("=")
+        label, _, extra = spec.partition(":")
         for seed in seeds(args.seeds):
             if (args.env, label, seed, args.steps) in done:
                 continue
@@ -124,7 +124,7 @@ def main():
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="train and evaluate; append to the results")
     r.add_argument("--seeds", default="1-5")
-    r.add_argument("--variant", action="append", required=True, metavar="LABEL=ARGS")
+    r.add_argument("--variant", action="append", required=True, metavar="LABEL:ARGS")
     r.add_argument("--force", action="store_true")
     r.add_argument("--strata", default=str(REPO / "target/release/strata"))
     t = sub.add_parser("table", help="the Markdown table of one env's results")
