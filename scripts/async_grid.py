@@ -17,7 +17,8 @@ Usage:
   async_grid.py table --env pendulum
 
 A variant is `LABEL:ARGS`: extra `strata train` arguments (shell words). Every run gets
-`--workers 2 --deterministic --seed S --max-steps N` and periodic evaluations off.
+`--workers W --deterministic --seed S --max-steps N` (`--workers`, default 2) and periodic
+evaluations off.
 """
 import argparse
 import json
@@ -54,7 +55,7 @@ def run_one(env, seed, steps, extra, args):
         started = time.perf_counter()
         subprocess.run(
             [args.strata, "train", "--env", env, "--seed", str(seed), "--max-steps", str(steps),
-             "--workers", "2", "--deterministic", "--quiet", "--run-dir", str(run_dir),
+             "--workers", str(args.workers), "--deterministic", "--quiet", "--run-dir", str(run_dir),
              "--summary-json", str(summary), "--set", "report.eval_episodes=0", *extra],
             check=True, stdout=subprocess.DEVNULL)
         seconds = time.perf_counter() - started
@@ -126,6 +127,8 @@ def main():
     r.add_argument("--seeds", default="1-5")
     r.add_argument("--variant", action="append", required=True, metavar="LABEL:ARGS")
     r.add_argument("--force", action="store_true")
+    r.add_argument("--workers", type=int, default=2,
+                   help="rollout workers (the env count must divide among them)")
     r.add_argument("--strata", default=str(REPO / "target/release/strata"))
     t = sub.add_parser("table", help="the Markdown table of one env's results")
     for p in (r, t):

@@ -178,6 +178,9 @@ def table(args):
             worst_ok = min(b) >= min(a) - sd
             verdict = "at par" if mean_ok and worst_ok else (
                 "mean below" if not mean_ok else "worst seed below")
+            if len(a) < 2:
+                # One SB3 seed has no spread to measure the margin by.
+                verdict = "pending (one SB3 seed)"
             wall = statistics.median(r["train_seconds"] for r in sb3) / statistics.median(
                 r["train_seconds"] for r in strata)
             sd_b = statistics.stdev(b) if len(b) > 1 else 0.0

@@ -39,3 +39,15 @@ def test_the_table_applies_the_rule_and_keeps_the_page(tmp_path):
     assert "| 3 vs 3 |" in preset and "| at par |" in preset and "| 10.0× |" in preset, preset
     assert "100.3 ±" in preset, "seed 1's rerun (96) replaced its first line (95)"
     assert "| worst seed below |" in variant, variant
+
+
+def test_one_sb3_seed_gives_no_verdict(tmp_path):
+    results = tmp_path / "results.jsonl"
+    rows = [line("Swimmer-v5", 1, "sb3", 50, 100.0)]
+    rows += [line("Swimmer-v5", seed, "strata", 40 + seed, 10.0) for seed in (1, 2, 3)]
+    results.write_text("\n".join(rows) + "\n")
+    page = tmp_path / "page.md"
+    page.write_text(f"{parity.RESULTS_START}\n{parity.RESULTS_END}\n")
+    parity.table(argparse.Namespace(results=str(results), out=str(page)))
+    row = next(r for r in page.read_text().splitlines() if "Swimmer-v5" in r)
+    assert "| 3 vs 1 |" in row and "| pending (one SB3 seed) |" in row, row
