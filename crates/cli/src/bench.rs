@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// Gymnasium's Sync/AsyncVectorEnv). Needs Python with gymnasium (`STRATA_PYTHON`).
     #[arg(long)]
     gym_only: bool,
+    /// Only the convolutional encoder figures (NatureCNN and the MinAtar encoder on uint8
+    /// batches, 1 and 2 threads), against PyTorch's when `STRATA_PYTHON` has torch.
+    #[arg(long)]
+    cnn_only: bool,
     /// Only the cluster figures (learner and worker processes over NATS JetStream against
     /// one process). Needs nats-server (`STRATA_NATS_SERVER`, or on the PATH).
     #[arg(long)]
@@ -85,6 +89,7 @@ struct Report {
     gateway: Option<crate::bench_gateway::GatewayReport>,
     gym: Option<crate::bench_gym::GymReport>,
     cluster: Option<crate::bench_cluster::ClusterReport>,
+    cnn: Option<crate::bench_cnn::CnnReport>,
     soak: Option<crate::bench_soak::SoakReport>,
 }
 
@@ -297,6 +302,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if args.gym_only {
         r.gym = Some(crate::bench_gym::run(args.quick)?);
+        return write_report(&r, args.json.as_deref());
+    }
+    if args.cnn_only {
+        r.cnn = Some(crate::bench_cnn::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
     if args.cluster_only {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_cluster;
+mod bench_cnn;
 mod bench_gateway;
 mod bench_gym;
 mod bench_ledger;

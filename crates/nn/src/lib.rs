@@ -17,12 +17,19 @@
 //! assert!(a.iter().all(|x| *x == 0.0 || *x == 1.0));
 //! ```
 //!
+//! Image observations get a convolutional encoder ([`Cnn`]: NatureCNN, or the MinAtar
+//! agent's small one, [`CnnArch`]) that reads `u8` pixels directly and runs its
+//! convolutions as `im2col` + matrix products on the current rayon pool.
+//!
 //! Matrix products go through the `gemm` crate behind a bounds-checked wrapper; the
-//! backward pass is written by hand and checked against finite differences.
+//! backward passes are written by hand and checked against finite differences, the
+//! encoders' forward passes against PyTorch on fixed weights (`fixtures/cnn`).
 
 mod activation;
 mod actor_critic;
 mod adam;
+mod cnn;
+mod conv;
 mod distribution;
 mod init;
 mod kernels;
@@ -34,6 +41,8 @@ mod network;
 pub use activation::{fast_tanh, Activation};
 pub use actor_critic::{ActorCritic, Evaluation, NamedTensor, SampleRng};
 pub use adam::Adam;
+pub use cnn::{Cnn, CnnArch, CnnCache, ConvSpec, ImageTooSmall, Pixels};
+pub use conv::{Conv2d, ImageShape};
 pub use distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
     gaussian_sample, sde_eval, sde_sample, standard_normals,

@@ -1,0 +1,264 @@
+//! `strata bench --cnn-only`: the convolutional encoders' forward and forward + backward
+//! passes on uint8 image batches, per thread count, against PyTorch's on the same shapes in
+//! the same run (when the Python in `STRATA_PYTHON` has torch), and the memory of one batch
+//! of observations kept as bytes against floats.
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use strata_env::gym::default_python;
+use strata_nn::{Cnn, CnnArch, CnnCache, ImageShape, Pixels, SampleRng};
+
+/// PyTorch's side, fed to `python -`.
+const TORCH_PROGRAM: &str = include_str!("../python/cnn_torch_bench.py");
+
+/// The section's figures.
+#[derive(Serialize, Default, Debug)]
+pub struct CnnReport {
+    /// One row per encoder, thread count and runner.
+    pub rows: Vec<CnnRow>,
+    /// Why PyTorch's rows are missing, when they are.
+    pub torch_missing: Option<String>,
+}
+
+/// One encoder on one batch.
+#[derive(Serialize, Debug)]
+pub struct CnnRow {
+    /// `nature_cnn` or `minatar_cnn`.
+    pub arch: String,
+    /// `strata` or `pytorch`.
+    pub runner: String,
+    /// Image shape, `[height, width, channels]`.
+    pub shape: [usize; 3],
+    pub batch: usize,
+    pub threads: usize,
+    /// Median forward pass of the batch, milliseconds.
+    pub forward_ms: f64,
+    /// Median forward + backward (parameter gradients), milliseconds.
+    pub train_ms: f64,
+    /// Training images per second (`batch / train_ms`).
+    pub train_images_per_sec: f64,
+    /// The batch's observations as bytes and as floats, in bytes.
+    pub batch_bytes_u8: usize,
+    pub batch_bytes_f32: usize,
+}
+
+/// What the PyTorch program prints.
+#[derive(Deserialize)]
+struct TorchRows {
+    rows: Vec<TorchRow>,
+}
+
+#[derive(Deserialize)]
+struct TorchRow {
+    arch: String,
+    threads: usize,
+    forward_ms: f64,
+    train_ms: f64,
+}
+
+struct Case {
+    arch: CnnArch,
+    shape: ImageShape,
+    batch: usize,
+}
+
+fn cases() -> [Case; 2] {
+    let shape = |height, width, channels| ImageShape {
+        height,
+        width,
+        channels,
+    };
+    [
+        // CleanRL's ppo_atari minibatch: 8 envs x 128 steps in 4 minibatches.
+        Case {
+            arch: CnnArch::NatureCnn,
+            shape: shape(84, 84, 4),
+            batch: 256,
+        },
+        Case {
+            arch: CnnArch::MinatarCnn,
+            shape: shape(10, 10, 4),
+            batch: 256,
+        },
+    ]
+}
+
+fn median_ms(mut f: impl FnMut(), reps: usize) -> f64 {
+    f(); // warm-up: buffers grow once
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            t0.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn strata_row(case: &Case, threads: usize, reps: usize) -> Result<CnnRow> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let cnn = Cnn::new(case.arch, case.shape)?;
+    let mut rng = SampleRng::seed_from_u64(0);
+    let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
+    let pixels: Vec<u8> = (0..case.batch * case.shape.len())
+        .map(|_| rng.random())
+        .collect();
+    let ones = vec![1.0; case.batch * cnn.features()];
+    let mut grads = vec![0.0; cnn.num_params()];
+    let mut cache = CnnCache::default();
+    let (forward_ms, train_ms) = pool.install(|| {
+        let forward = median_ms(
+            || {
+                cnn.forward(&params, Pixels::U8(&pixels), case.batch, &mut cache);
+            },
+            reps,
+        );
+        let train = median_ms(
+            || {
+                grads.fill(0.0);
+                cnn.forward(&params, Pixels::U8(&pixels), case.batch, &mut cache);
+                cnn.backward(&params, &mut cache, &ones, &mut grads);
+            },
+            reps,
+        );
+        (forward, train)
+    });
+    Ok(row(case, "strata", threads, forward_ms, train_ms))
+}
+
+fn row(case: &Case, runner: &str, threads: usize, forward_ms: f64, train_ms: f64) -> CnnRow {
+    let s = case.shape;
+    CnnRow {
+        arch: case.arch.name().into(),
+        runner: runner.into(),
+        shape: [s.height, s.width, s.channels],
+        batch: case.batch,
+        threads,
+        forward_ms,
+        train_ms,
+        train_images_per_sec: case.batch as f64 / (train_ms * 1e-3),
+        batch_bytes_u8: case.batch * s.len(),
+        batch_bytes_f32: case.batch * s.len() * 4,
+    }
+}
+
+fn torch_rows(threads: &[usize], reps: usize) -> Result<Vec<CnnRow>> {
+    use std::io::Write;
+    let python = default_python();
+    let spec: Vec<serde_json::Value> = cases()
+        .iter()
+        .flat_map(|case| {
+            threads.iter().map(move |&t| {
+                let convs: Vec<[usize; 3]> = case
+                    .arch
+                    .convs()
+                    .iter()
+                    .map(|c| [c.out_channels, c.kernel, c.stride])
+                    .collect();
+                serde_json::json!({
+                    "arch": case.arch.name(),
+                    "convs": convs,
+                    "features": case.arch.features(),
+                    "shape": [case.shape.height, case.shape.width, case.shape.channels],
+                    "batch": case.batch,
+                    "threads": t,
+                    "reps": reps,
+                })
+            })
+        })
+        .collect();
+    let mut child = Command::new(&python)
+        .args(["-", &serde_json::to_string(&spec)?])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(TORCH_PROGRAM.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "`{}` could not run the PyTorch side (needs torch; set STRATA_PYTHON): {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let parsed: TorchRows = serde_json::from_str(text.trim())
+        .with_context(|| format!("unreadable PyTorch result: {text}"))?;
+    Ok(parsed
+        .rows
+        .into_iter()
+        .filter_map(|r| {
+            let case = cases().into_iter().find(|c| c.arch.name() == r.arch)?;
+            Some(row(&case, "pytorch", r.threads, r.forward_ms, r.train_ms))
+        })
+        .collect())
+}
+
+/// Runs the section and prints its table.
+pub fn run(quick: bool) -> Result<CnnReport> {
+    let reps = if quick { 5 } else { 20 };
+    let threads = [1, 2];
+    let mut report = CnnReport::default();
+    for case in cases() {
+        for &t in &threads {
+            report.rows.push(strata_row(&case, t, reps)?);
+        }
+    }
+    match torch_rows(&threads, reps) {
+        Ok(rows) => report.rows.extend(rows),
+        Err(e) => report.torch_missing = Some(format!("{e:#}")),
+    }
+    print(&report);
+    Ok(report)
+}
+
+fn print(report: &CnnReport) {
+    println!("convolutional encoders, uint8 batches (median per batch):");
+    for r in &report.rows {
+        let torch = report
+            .rows
+            .iter()
+            .find(|o| o.runner == "pytorch" && o.arch == r.arch && o.threads == r.threads);
+        let vs = match (r.runner.as_str(), torch) {
+            ("strata", Some(t)) => format!("  ({:.2}x PyTorch's speed)", t.train_ms / r.train_ms),
+            _ => String::new(),
+        };
+        println!(
+            "  {:<11} {:>2}x{:<2}x{} batch {} {:<7} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s{vs}",
+            r.arch, r.shape[0], r.shape[1], r.shape[2], r.batch, r.runner, r.threads,
+            r.forward_ms, r.train_ms, r.train_images_per_sec
+        );
+    }
+    for r in report
+        .rows
+        .iter()
+        .filter(|r| r.runner == "strata" && r.threads == 1)
+    {
+        println!(
+            "  {} batch of {} observations: {:.1} MB as uint8, {:.1} MB as f32",
+            r.arch,
+            r.batch,
+            r.batch_bytes_u8 as f64 / 1e6,
+            r.batch_bytes_f32 as f64 / 1e6
+        );
+    }
+    if let Some(why) = &report.torch_missing {
+        println!("  (no PyTorch comparison: {why})");
+    }
+}
