@@ -44,6 +44,8 @@ pub struct CnnRow {
     /// The batch's observations as bytes and as floats, in bytes.
     pub batch_bytes_u8: usize,
     pub batch_bytes_f32: usize,
+    /// What the encoder keeps for the backward pass of one batch, in bytes (Strata only).
+    pub working_bytes: Option<usize>,
 }
 
 /// What the PyTorch program prints.
@@ -130,7 +132,9 @@ fn strata_row(case: &Case, threads: usize, reps: usize) -> Result<CnnRow> {
         );
         (forward, train)
     });
-    Ok(row(case, "strata", threads, forward_ms, train_ms))
+    let mut r = row(case, "strata", threads, forward_ms, train_ms);
+    r.working_bytes = Some(cache.bytes());
+    Ok(r)
 }
 
 fn row(case: &Case, runner: &str, threads: usize, forward_ms: f64, train_ms: f64) -> CnnRow {
@@ -146,6 +150,7 @@ fn row(case: &Case, runner: &str, threads: usize, forward_ms: f64, train_ms: f64
         train_images_per_sec: case.batch as f64 / (train_ms * 1e-3),
         batch_bytes_u8: case.batch * s.len(),
         batch_bytes_f32: case.batch * s.len() * 4,
+        working_bytes: None,
     }
 }
 
@@ -251,11 +256,12 @@ fn print(report: &CnnReport) {
         .filter(|r| r.runner == "strata" && r.threads == 1)
     {
         println!(
-            "  {} batch of {} observations: {:.1} MB as uint8, {:.1} MB as f32",
+            "  {} batch of {} observations: {:.1} MB as uint8, {:.1} MB as f32; {:.0} MB kept for the backward pass",
             r.arch,
             r.batch,
             r.batch_bytes_u8 as f64 / 1e6,
-            r.batch_bytes_f32 as f64 / 1e6
+            r.batch_bytes_f32 as f64 / 1e6,
+            r.working_bytes.unwrap_or(0) as f64 / 1e6
         );
     }
     if let Some(why) = &report.torch_missing {

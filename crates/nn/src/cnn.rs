@@ -17,7 +17,7 @@ use crate::activation::Activation;
 use crate::conv::{Conv2d, ImageShape};
 use crate::init::orthogonal;
 use crate::kernels::{activation_backward, add_rows, bias_activation};
-use crate::matmul::{matmul, par_matmul, par_matmul_tn, View};
+use crate::matmul::{add_partials, matmul, par_matmul, par_matmul_tn, View};
 use rayon::prelude::*;
 
 /// `v / 255` for every byte, looked up while gathering patches (a division per pixel
@@ -125,6 +125,72 @@ impl Pixels<'_> {
     }
 }
 
+/// A copy of the last forward pass's pixels: the first layer's patches are gathered again
+/// in the backward pass instead of being kept (they are the largest intermediate, every
+/// pixel repeated (kernel / stride)^2 times: 105 MB for 256 Atari frames).
+#[derive(Clone, Debug, Default)]
+enum KeptPixels {
+    #[default]
+    None,
+    U8(Vec<u8>),
+    F32(Vec<f32>),
+}
+
+impl KeptPixels {
+    fn keep(&mut self, pixels: Pixels<'_>) {
+        match (&mut *self, pixels) {
+            (KeptPixels::U8(v), Pixels::U8(p)) => {
+                v.clear();
+                v.extend_from_slice(p);
+            }
+            (KeptPixels::F32(v), Pixels::F32(p)) => {
+                v.clear();
+                v.extend_from_slice(p);
+            }
+            (_, Pixels::U8(p)) => *self = KeptPixels::U8(p.to_vec()),
+            (_, Pixels::F32(p)) => *self = KeptPixels::F32(p.to_vec()),
+        }
+    }
+
+    fn view(&self) -> Pixels<'_> {
+        match self {
+            KeptPixels::U8(v) => Pixels::U8(v),
+            KeptPixels::F32(v) => Pixels::F32(v),
+            KeptPixels::None => Pixels::F32(&[]),
+        }
+    }
+}
+
+/// Gathers the first layer's patches of `images` (whole images of `conv`'s input).
+fn gather_first(
+    conv: &Conv2d,
+    pixels: Pixels<'_>,
+    images: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    let span = images.start * conv.input.len()..images.end * conv.input.len();
+    match pixels {
+        Pixels::U8(px) => conv.im2col_into(&px[span], |v| BYTE_TO_UNIT[usize::from(v)], out),
+        Pixels::F32(px) => conv.im2col_into(&px[span], |v| v, out),
+    }
+}
+
+thread_local! {
+    /// Each thread's buffer for the first layer's patches of one task's images.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's scratch buffer, sized to `len`.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        f(&mut buf[..len])
+    })
+}
+
 /// A convolutional encoder's shape: the layers of a [`CnnArch`] on a given image size.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cnn {
@@ -148,6 +214,7 @@ pub struct CnnCache {
     grad_a: Vec<f32>,
     grad_b: Vec<f32>,
     partials: Vec<f32>,
+    pixels: KeptPixels,
     batch: usize,
 }
 
@@ -155,6 +222,26 @@ impl CnnCache {
     /// The features of the last forward pass (`batch x features`).
     pub fn features(&self) -> &[f32] {
         &self.features
+    }
+
+    /// Bytes this cache holds (its buffers' capacities): a batch's working memory.
+    pub fn bytes(&self) -> usize {
+        let floats = |v: &Vec<f32>| v.capacity() * 4;
+        let pixels = match &self.pixels {
+            KeptPixels::None => 0,
+            KeptPixels::U8(v) => v.capacity(),
+            KeptPixels::F32(v) => v.capacity() * 4,
+        };
+        self.patches
+            .iter()
+            .chain(&self.outputs)
+            .map(floats)
+            .sum::<usize>()
+            + [&self.features, &self.grad_a, &self.grad_b, &self.partials]
+                .into_iter()
+                .map(floats)
+                .sum::<usize>()
+            + pixels
     }
 }
 
@@ -295,34 +382,44 @@ impl Cnn {
         cache.patches.resize_with(layers, Vec::new);
         cache.outputs.resize_with(layers, Vec::new);
         cache.batch = batch;
+        cache.pixels.keep(pixels);
         for (l, conv) in self.convs.iter().enumerate() {
             let (pl, oc) = (conv.patch_len(), conv.out_channels);
             let (w, b) = self.layer(params, self.offsets[l], pl, oc);
             let (done, rest) = cache.outputs.split_at_mut(l);
             let y = &mut rest[0];
-            let patches = &mut cache.patches[l];
-            patches.resize(batch * conv.positions() * pl, 0.0);
             y.resize(batch * conv.positions() * oc, 0.0);
             // Gather a few images' patches and multiply them while they are in cache.
             let rows = SAMPLES_PER_TASK * conv.positions();
-            let tasks = patches
-                .par_chunks_mut(rows * pl)
-                .zip(y.par_chunks_mut(rows * oc));
-            let image = conv.input.len() * SAMPLES_PER_TASK;
-            let layer = |(k, (p, y)): (usize, (&mut [f32], &mut [f32]))| {
-                let span = k * image..(k * image + image).min(batch * conv.input.len());
-                match (l, pixels) {
-                    (0, Pixels::U8(px)) => {
-                        conv.im2col_into(&px[span], |v| BYTE_TO_UNIT[usize::from(v)], p)
-                    }
-                    (0, Pixels::F32(px)) => conv.im2col_into(&px[span], |v| v, p),
-                    _ => conv.im2col_into(&done[l - 1][span], |v| v, p),
-                }
+            let multiply = |p: &[f32], y: &mut [f32]| {
                 let n = p.len() / pl;
                 matmul(y, View::new(p, n, pl), View::new(w, oc, pl).t(), false);
                 bias_activation(y, b, Some(Activation::Relu));
             };
-            tasks.enumerate().for_each(layer);
+            if l == 0 {
+                y.par_chunks_mut(rows * oc).enumerate().for_each(|(k, y)| {
+                    let n = y.len() / oc;
+                    let images = k * SAMPLES_PER_TASK..k * SAMPLES_PER_TASK + n / conv.positions();
+                    with_scratch(n * pl, |p| {
+                        gather_first(conv, pixels, images, p);
+                        multiply(p, y);
+                    });
+                });
+                continue;
+            }
+            let patches = &mut cache.patches[l];
+            patches.resize(batch * conv.positions() * pl, 0.0);
+            let image = conv.input.len() * SAMPLES_PER_TASK;
+            let input = &done[l - 1];
+            patches
+                .par_chunks_mut(rows * pl)
+                .zip(y.par_chunks_mut(rows * oc))
+                .enumerate()
+                .for_each(|(k, (p, y))| {
+                    let span = k * image..(k * image + image).min(input.len());
+                    conv.im2col_into(&input[span], |v| v, p);
+                    multiply(p, y);
+                });
         }
         let features = self.features();
         let (w, b) = self.layer(params, self.fc_offset, self.flat, features);
@@ -363,6 +460,7 @@ impl Cnn {
             grad_a,
             grad_b,
             partials,
+            pixels,
             ..
         } = cache;
         grad_a.clear();
@@ -400,12 +498,32 @@ impl Cnn {
             );
             let off = self.offsets[l];
             let (gw, gb) = grads[off..off + (pl + 1) * oc].split_at_mut(pl * oc);
-            // dW += dY^T P (filters as rows), db += column sums of dY.
-            par_matmul_tn(gw, grad_a, &patches[l], (rows, oc, pl), partials);
             add_rows(grad_a, gb);
+            // dW += dY^T P (filters as rows).
             if l == 0 {
+                // The pixels' patches again, a task's images at a time, each task's
+                // product a partial added in task order.
+                let rows = SAMPLES_PER_TASK * conv.positions();
+                let tasks = batch.div_ceil(SAMPLES_PER_TASK);
+                partials.resize(tasks * oc * pl, 0.0);
+                let dy = &grad_a[..];
+                partials[..tasks * oc * pl]
+                    .par_chunks_mut(oc * pl)
+                    .enumerate()
+                    .for_each(|(k, part)| {
+                        let dy = &dy[k * rows * oc..((k + 1) * rows * oc).min(dy.len())];
+                        let n = dy.len() / oc;
+                        let images =
+                            k * SAMPLES_PER_TASK..k * SAMPLES_PER_TASK + n / conv.positions();
+                        with_scratch(n * pl, |p| {
+                            gather_first(conv, pixels.view(), images, p);
+                            matmul(part, View::new(dy, n, oc).t(), View::new(p, n, pl), false);
+                        });
+                    });
+                add_partials(gw, &partials[..tasks * oc * pl]);
                 break;
             }
+            par_matmul_tn(gw, grad_a, &patches[l], (rows, oc, pl), partials);
             let (w, _) = self.layer(params, off, pl, oc);
             grad_b.resize(rows * pl, 0.0);
             par_matmul(
@@ -478,7 +596,7 @@ mod tests {
         for p in params.iter_mut() {
             *p += rng.random_range(-0.02..0.02); // non-zero biases too
         }
-        let batch = 3;
+        let batch = SAMPLES_PER_TASK + 1; // two tasks, the second partial
         let pixels: Vec<u8> = (0..batch * cnn.input().len())
             .map(|_| rng.random_range(0..=255))
             .collect();

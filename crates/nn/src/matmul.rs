@@ -157,11 +157,22 @@ pub(crate) fn par_matmul_tn(
                 false,
             );
         });
-    let partials = &partials[..];
-    dst.par_chunks_mut(1024).enumerate().for_each(|(b, block)| {
-        for c in 0..chunks {
-            let part = &partials[c * m * n + b * 1024..][..block.len()];
-            for (d, p) in block.iter_mut().zip(part) {
+    add_partials(dst, &partials[..chunks * m * n]);
+}
+
+/// `dst += sum of the dst-sized blocks of partials`, in block order, in parallel over
+/// `dst` (every value summed in the same order whatever the thread count).
+///
+/// # Panics
+/// When `partials` is not a whole number of blocks.
+pub(crate) fn add_partials(dst: &mut [f32], partials: &[f32]) {
+    use rayon::prelude::*;
+    const SPAN: usize = 1024;
+    let len = dst.len();
+    assert!(len > 0 && partials.len().is_multiple_of(len), "partial blocks");
+    dst.par_chunks_mut(SPAN).enumerate().for_each(|(b, block)| {
+        for part in partials.chunks_exact(len) {
+            for (d, p) in block.iter_mut().zip(&part[b * SPAN..]) {
                 *d += p;
             }
         }
