@@ -129,6 +129,25 @@ impl Conv2d {
             images.len() * per_sample,
             "patch rows for the images"
         );
+        let run = self.run();
+        for (rows, img) in patches.chunks_mut(per_sample).zip(images.chunks(image)) {
+            for (d, start) in rows.chunks_exact_mut(run).zip(self.run_starts()) {
+                for (d, v) in d.iter_mut().zip(&img[start..start + run]) {
+                    *d = to_f32(*v);
+                }
+            }
+        }
+    }
+
+    /// Values in one kernel row of a patch: `kernel` pixels of `in_channels` contiguous
+    /// values, contiguous in the image too.
+    fn run(&self) -> usize {
+        self.kernel * self.input.channels
+    }
+
+    /// Where each run of a sample's patch rows starts in its image, in patch order (output
+    /// row, output column, kernel row).
+    fn run_starts(&self) -> impl Iterator<Item = usize> + '_ {
         let out = self.out_shape();
         let (k, s, c, w) = (
             self.kernel,
@@ -136,21 +155,10 @@ impl Conv2d {
             self.input.channels,
             self.input.width,
         );
-        let run = k * c; // one kernel row covers `k` pixels of `c` contiguous channels
-        for (rows, img) in patches.chunks_mut(per_sample).zip(images.chunks(image)) {
-            let mut dst = rows.chunks_exact_mut(run);
-            for oy in 0..out.height {
-                for ox in 0..out.width {
-                    for ky in 0..k {
-                        let start = ((oy * s + ky) * w + ox * s) * c;
-                        let d = dst.next().expect("patch rows sized above");
-                        for (d, v) in d.iter_mut().zip(&img[start..start + run]) {
-                            *d = to_f32(*v);
-                        }
-                    }
-                }
-            }
-        }
+        (0..out.height).flat_map(move |oy| {
+            (0..out.width)
+                .flat_map(move |ox| (0..k).map(move |ky| ((oy * s + ky) * w + ox * s) * c))
+        })
     }
 
     /// Adds the patch gradients `d_patches` (laid out as [`Conv2d::im2col`]'s output) back
@@ -163,30 +171,16 @@ impl Conv2d {
         let per_sample = self.positions() * self.patch_len();
         assert_eq!(d_patches.len(), batch * per_sample, "patch-gradient length");
         assert_eq!(d_input.len(), batch * image, "input-gradient length");
-        let out = self.out_shape();
-        let (k, s, c, w) = (
-            self.kernel,
-            self.stride,
-            self.input.channels,
-            self.input.width,
-        );
-        let run = k * c;
+        let run = self.run();
         d_input
             .par_chunks_mut(image * SAMPLES_PER_TASK)
             .zip(d_patches.par_chunks(per_sample * SAMPLES_PER_TASK))
             .for_each(|(images, rows)| {
                 for (img, rows) in images.chunks_mut(image).zip(rows.chunks(per_sample)) {
                     img.fill(0.0);
-                    let mut src = rows.chunks_exact(run);
-                    for oy in 0..out.height {
-                        for ox in 0..out.width {
-                            for ky in 0..k {
-                                let start = ((oy * s + ky) * w + ox * s) * c;
-                                let g = src.next().expect("patch rows sized above");
-                                for (d, g) in img[start..start + run].iter_mut().zip(g) {
-                                    *d += g;
-                                }
-                            }
+                    for (g, start) in rows.chunks_exact(run).zip(self.run_starts()) {
+                        for (d, g) in img[start..start + run].iter_mut().zip(g) {
+                            *d += g;
                         }
                     }
                 }
