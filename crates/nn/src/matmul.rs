@@ -169,7 +169,10 @@ pub(crate) fn add_partials(dst: &mut [f32], partials: &[f32]) {
     use rayon::prelude::*;
     const SPAN: usize = 1024;
     let len = dst.len();
-    assert!(len > 0 && partials.len().is_multiple_of(len), "partial blocks");
+    assert!(
+        len > 0 && partials.len().is_multiple_of(len),
+        "partial blocks"
+    );
     dst.par_chunks_mut(SPAN).enumerate().for_each(|(b, block)| {
         for part in partials.chunks_exact(len) {
             for (d, p) in block.iter_mut().zip(&part[b * SPAN..]) {
