@@ -557,23 +557,52 @@ fn sigint_stops_training_with_exit_0_and_a_loadable_checkpoint() {
 fn a_second_sigint_leaves_at_once_and_the_ledger_still_reads() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let child = start_endless_training(&run, &[]);
-    // Two in a row, as an impatient user presses them: the second lands while the first
-    // stop is still checkpointing.
-    let pid = child.id().to_string();
-    let status = Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .and_then(|_| Command::new("kill").args(["-INT", &pid]).status())
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(
-        err.contains("Ctrl-C again to leave at once") && err.contains("second stop signal"),
-        "{err}"
-    );
+    // Updates long enough (about half a second) that the first stop, which finishes the
+    // update under way, is still going when the second signal lands.
+    let slow = ["--set", "ppo.n_steps=2048", "--set", "ppo.n_epochs=50"];
+    let mut child = start_endless_training(&run, &slow);
+    let interrupt = |pid: u32| {
+        let status = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    // The second press comes once the first was taken (two signals sent together can
+    // merge into one before the process sees either), as an impatient user's would.
+    let lines = {
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in stderr.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    };
+    interrupt(child.id());
+    let mut err = String::new();
+    loop {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no stop message ({e}); stderr so far:\n{err}"));
+        err.push_str(&line);
+        err.push('\n');
+        if line.contains("Ctrl-C again to leave at once") {
+            break;
+        }
+    }
+    interrupt(child.id());
+    let status = child.wait().unwrap();
+    while let Ok(line) = lines.recv_timeout(std::time::Duration::from_secs(5)) {
+        err.push_str(&line);
+        err.push('\n');
+    }
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("second stop signal"), "{err}");
     // What was written stays readable: the ledger's files are whole or absent.
     let o = strata(&["ledger", "summary", run.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
