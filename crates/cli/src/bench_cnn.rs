@@ -3,7 +3,7 @@
 //! the same run (when the Python in `STRATA_PYTHON` has torch), and the memory of one batch
 //! of observations kept as bytes against floats.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -11,6 +11,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use strata_env::gym::default_python;
 use strata_nn::{Cnn, CnnArch, CnnCache, ImageShape, Pixels, SampleRng};
+
+use crate::bench_ledger::median;
 
 /// PyTorch's side, fed to `python -`.
 const TORCH_PROGRAM: &str = include_str!("../python/cnn_torch_bench.py");
@@ -89,17 +91,18 @@ fn cases() -> [Case; 2] {
     ]
 }
 
+/// The median time of `reps` calls of `f` after one warm-up (buffers grow once), in ms.
 fn median_ms(mut f: impl FnMut(), reps: usize) -> f64 {
-    f(); // warm-up: buffers grow once
-    let mut times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            f();
-            t0.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    f();
+    median(
+        (0..reps)
+            .map(|_| {
+                let t0 = Instant::now();
+                f();
+                t0.elapsed().as_secs_f64() * 1e3
+            })
+            .collect(),
+    )
 }
 
 fn strata_row(case: &Case, threads: usize, reps: usize) -> Result<CnnRow> {
@@ -155,7 +158,6 @@ fn row(case: &Case, runner: &str, threads: usize, forward_ms: f64, train_ms: f64
 }
 
 fn torch_rows(threads: &[usize], reps: usize) -> Result<Vec<CnnRow>> {
-    use std::io::Write;
     let python = default_python();
     let spec: Vec<serde_json::Value> = cases()
         .iter()
@@ -179,19 +181,8 @@ fn torch_rows(threads: &[usize], reps: usize) -> Result<Vec<CnnRow>> {
             })
         })
         .collect();
-    let mut child = Command::new(&python)
-        .args(["-", &serde_json::to_string(&spec)?])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(TORCH_PROGRAM.as_bytes())?;
-    let out = child.wait_with_output()?;
+    let args = [serde_json::to_string(&spec)?];
+    let out = crate::bench::run_python_program(&python, TORCH_PROGRAM, &args, Stdio::piped())?;
     if !out.status.success() {
         bail!(
             "`{}` could not run the PyTorch side (needs torch; set STRATA_PYTHON): {}",

@@ -89,20 +89,13 @@ fn check_python(python: &Path) -> Result<()> {
 
 /// Gymnasium's vector env `mode` on `envs` of `id` for `steps` batch-steps.
 fn gymnasium(python: &Path, id: &str, mode: &str, envs: usize, steps: usize) -> Result<Measured> {
-    use std::io::Write;
-    let mut child = Command::new(python)
-        .args(["-", id, mode, &envs.to_string(), &steps.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(GYMNASIUM_PROGRAM.as_bytes())?;
-    let out = child.wait_with_output()?;
+    let args = [
+        id.to_string(),
+        mode.into(),
+        envs.to_string(),
+        steps.to_string(),
+    ];
+    let out = crate::bench::run_python_program(python, GYMNASIUM_PROGRAM, &args, Stdio::inherit())?;
     if !out.status.success() {
         bail!(
             "Gymnasium's {mode} vector env on {id} failed ({})",

@@ -115,7 +115,8 @@ fn train(steps: u64, with_ledger: bool) -> Result<f64> {
     Ok(trainer.summary().env_steps_per_sec)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The middle value (the upper of the two middle ones for an even count).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
