@@ -424,30 +424,3 @@ fn write_report(r: &Report, json: Option<&std::path::Path>) -> Result<()> {
     }
     Ok(())
 }
-
-/// Runs `program` (Python source fed on stdin, as `python - ARGS`) with `args`; returns its
-/// output once it exits. Stdout is captured; stderr is captured or passed through as given.
-pub(crate) fn run_python_program(
-    python: &std::path::Path,
-    program: &str,
-    args: &[String],
-    stderr: std::process::Stdio,
-) -> Result<std::process::Output> {
-    use anyhow::Context;
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(python)
-        .arg("-")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(program.as_bytes())?;
-    Ok(child.wait_with_output()?)
-}

@@ -182,7 +182,8 @@ fn torch_rows(threads: &[usize], reps: usize) -> Result<Vec<CnnRow>> {
         })
         .collect();
     let args = [serde_json::to_string(&spec)?];
-    let out = crate::bench::run_python_program(&python, TORCH_PROGRAM, &args, Stdio::piped())?;
+    let out =
+        crate::python_program::run_python_program(&python, TORCH_PROGRAM, &args, Stdio::piped())?;
     if !out.status.success() {
         bail!(
             "`{}` could not run the PyTorch side (needs torch; set STRATA_PYTHON): {}",

@@ -95,7 +95,12 @@ fn gymnasium(python: &Path, id: &str, mode: &str, envs: usize, steps: usize) -> 
         envs.to_string(),
         steps.to_string(),
     ];
-    let out = crate::bench::run_python_program(python, GYMNASIUM_PROGRAM, &args, Stdio::inherit())?;
+    let out = crate::python_program::run_python_program(
+        python,
+        GYMNASIUM_PROGRAM,
+        &args,
+        Stdio::inherit(),
+    )?;
     if !out.status.success() {
         bail!(
             "Gymnasium's {mode} vector env on {id} failed ({})",

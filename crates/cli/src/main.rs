@@ -19,6 +19,7 @@ mod live_server;
 mod logging;
 mod monitor;
 mod nats_args;
+mod python_program;
 mod report;
 mod train_cmd;
 
