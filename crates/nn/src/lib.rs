@@ -19,7 +19,9 @@
 //!
 //! Image observations get a convolutional encoder ([`Cnn`]: NatureCNN, or the MinAtar
 //! agent's small one, [`CnnArch`]) that reads `u8` pixels directly and runs its
-//! convolutions as `im2col` + matrix products on the current rayon pool.
+//! convolutions as `im2col` + matrix products on the current rayon pool;
+//! [`MlpActorCritic::with_images`] puts one per image ([`ImageInput`]) in front of the
+//! policy and value networks, shared by both.
 //!
 //! Matrix products go through the `gemm` crate behind a bounds-checked wrapper; the
 //! backward passes are written by hand and checked against finite differences, the
@@ -31,6 +33,7 @@ mod adam;
 mod cnn;
 mod conv;
 mod distribution;
+mod encoder;
 mod init;
 mod kernels;
 mod matmul;
@@ -47,9 +50,10 @@ pub use distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
     gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
+pub use encoder::{ImageInput, PixelScale};
 pub use mlp::{Mlp, MlpCache};
 pub use mlp_actor_critic::MlpActorCritic;
-pub use network::{Head, NetworkConfig, SdeHold};
+pub use network::{Encoder, Head, NetworkConfig, SdeHold};
 
 use thiserror::Error;
 

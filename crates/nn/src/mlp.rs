@@ -178,6 +178,33 @@ impl Mlp {
         grad_output: &[f32],
         grads: &mut [f32],
     ) {
+        self.backward_impl(params, cache, grad_output, grads, None);
+    }
+
+    /// [`Mlp::backward`], also writing d loss / d input (`batch x input`) into
+    /// `grad_input`: what an encoder in front of the network back-propagates.
+    ///
+    /// # Panics
+    /// As [`Mlp::backward`].
+    pub fn backward_with_input(
+        &self,
+        params: &[f32],
+        cache: &mut MlpCache,
+        grad_output: &[f32],
+        grads: &mut [f32],
+        grad_input: &mut Vec<f32>,
+    ) {
+        self.backward_impl(params, cache, grad_output, grads, Some(grad_input));
+    }
+
+    fn backward_impl(
+        &self,
+        params: &[f32],
+        cache: &mut MlpCache,
+        grad_output: &[f32],
+        grads: &mut [f32],
+        grad_input: Option<&mut Vec<f32>>,
+    ) {
         let batch = cache.batch;
         let layers = self.sizes.len() - 1;
         assert_eq!(
@@ -208,19 +235,30 @@ impl Mlp {
                 true,
             );
             add_rows(grad_a, gb);
-            if l > 0 {
-                // dX = dY W^T, then through the previous layer's activation.
-                let (w, _) = self.layer(params, l);
-                grad_b.resize(batch * fan_in, 0.0);
-                matmul(
-                    grad_b,
-                    View::new(grad_a, batch, fan_out),
-                    View::new(w, fan_in, fan_out).t(),
-                    false,
-                );
-                activation_backward(self.activation, x, grad_b);
-                std::mem::swap(grad_a, grad_b);
+            if l == 0 {
+                if let Some(grad_input) = grad_input {
+                    let (w, _) = self.layer(params, 0);
+                    grad_input.resize(batch * fan_in, 0.0);
+                    matmul(
+                        grad_input,
+                        View::new(grad_a, batch, fan_out),
+                        View::new(w, fan_in, fan_out).t(),
+                        false,
+                    );
+                }
+                break;
             }
+            // dX = dY W^T, then through the previous layer's activation.
+            let (w, _) = self.layer(params, l);
+            grad_b.resize(batch * fan_in, 0.0);
+            matmul(
+                grad_b,
+                View::new(grad_a, batch, fan_out),
+                View::new(w, fan_in, fan_out).t(),
+                false,
+            );
+            activation_backward(self.activation, x, grad_b);
+            std::mem::swap(grad_a, grad_b);
         }
     }
 }

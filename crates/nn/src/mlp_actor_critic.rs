@@ -1,12 +1,16 @@
 //! The actor-critic model PPO trains on the CPU: separate policy and value MLPs, a
 //! categorical or diagonal-Gaussian head, all parameters in one flat vector with one Adam.
+//! Observations holding images first go through an encoder the two networks share (a CNN
+//! per image), as SB3's and CleanRL's CNN policies do.
 
 use crate::actor_critic::{ActorCritic, Evaluation, NamedTensor, SampleRng};
 use crate::adam::Adam;
+use crate::cnn::ImageTooSmall;
 use crate::distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
     gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
+use crate::encoder::{ImageInput, SharedEncoder};
 use crate::mlp::{Mlp, MlpCache};
 use crate::network::{Head, NetworkConfig};
 use crate::NnError;
@@ -42,6 +46,14 @@ struct ValueSide {
 struct PolicyParams<'a> {
     net: &'a [f32],
     log_std: &'a [f32],
+}
+
+/// Where the policy's gradients go: its network's, the Gaussian head's log-stds', and
+/// (with an encoder in front) its input's.
+struct PolicyGrads<'a> {
+    net: &'a mut [f32],
+    log_std: &'a mut [f32],
+    input: Option<&'a mut Vec<f32>>,
 }
 
 impl PolicySide {
@@ -126,7 +138,7 @@ impl PolicySide {
     }
 
     /// Back-propagates per-sample gradients w.r.t. log-prob and entropy of the last
-    /// evaluated minibatch into `grads` (network) and `log_std_grads` (Gaussian head).
+    /// evaluated minibatch into `grads`.
     fn backward(
         &mut self,
         PolicyParams {
@@ -136,8 +148,11 @@ impl PolicySide {
         d_log_probs: &[f32],
         d_entropy: &[f32],
         d_means: &[f32],
-        grads: &mut [f32],
-        log_std_grads: &mut [f32],
+        PolicyGrads {
+            net: grads,
+            log_std: log_std_grads,
+            input: grad_input,
+        }: PolicyGrads<'_>,
     ) {
         let batch = d_log_probs.len();
         let k = self.head.outputs();
@@ -192,8 +207,14 @@ impl PolicySide {
                 }
             }
         }
-        self.mlp
-            .backward(params, &mut self.cache, &self.d_out, grads);
+        match grad_input {
+            Some(g) => self
+                .mlp
+                .backward_with_input(params, &mut self.cache, &self.d_out, grads, g),
+            None => self
+                .mlp
+                .backward(params, &mut self.cache, &self.d_out, grads),
+        }
     }
 }
 
@@ -215,8 +236,19 @@ impl ValueSide {
         values.extend_from_slice(v);
     }
 
-    fn backward(&mut self, params: &[f32], d_values: &[f32], grads: &mut [f32]) {
-        self.mlp.backward(params, &mut self.cache, d_values, grads);
+    fn backward(
+        &mut self,
+        params: &[f32],
+        d_values: &[f32],
+        grads: &mut [f32],
+        grad_input: Option<&mut Vec<f32>>,
+    ) {
+        match grad_input {
+            Some(g) => self
+                .mlp
+                .backward_with_input(params, &mut self.cache, d_values, grads, g),
+            None => self.mlp.backward(params, &mut self.cache, d_values, grads),
+        }
     }
 }
 
@@ -230,24 +262,91 @@ fn join(parallel: bool, a: impl FnOnce() + Send, b: impl FnOnce() + Send) {
     }
 }
 
-/// [`ActorCritic`] over two [`Mlp`]s on the CPU. Large batches (training minibatches) run
-/// the policy and value networks side by side on the calling rayon pool's threads; the
-/// result is the same bit for bit either way.
+/// The shared image encoder with the gradients its features receive from each side.
+struct EncoderSide {
+    encoder: SharedEncoder,
+    d_policy: Vec<f32>,
+    d_value: Vec<f32>,
+}
+
+/// [`ActorCritic`] over two [`Mlp`]s on the CPU, after a shared image encoder when the
+/// observations hold images. Large batches (training minibatches) run the policy and value
+/// networks side by side on the calling rayon pool's threads; the result is the same bit
+/// for bit either way.
 pub struct MlpActorCritic {
+    obs_dim: usize,
+    encoder: Option<EncoderSide>,
     policy: PolicySide,
     value: ValueSide,
     head: Head,
-    /// `[policy | value | log_std]`.
+    /// `[policy | value | log_std | encoder]`.
     params: Vec<f32>,
     grads: Vec<f32>,
     adam: Adam,
 }
 
+/// Where each block of parameters ends: `[policy | value | log_std | encoder]`.
+#[derive(Clone, Copy)]
+struct Split {
+    policy: usize,
+    value: usize,
+    log_std: usize,
+}
+
+/// Encodes `obs` when there is an encoder; otherwise the observations are the input.
+fn encode<'a>(
+    encoder: &'a mut Option<EncoderSide>,
+    params: &[f32],
+    obs: &'a [f32],
+    batch: usize,
+) -> &'a [f32] {
+    match encoder {
+        Some(side) => side.encoder.forward(params, obs, batch),
+        None => obs,
+    }
+}
+
 impl MlpActorCritic {
     /// A freshly initialised model.
     pub fn new(obs_dim: usize, head: Head, config: &NetworkConfig, rng: &mut SampleRng) -> Self {
+        Self::build(obs_dim, None, head, config, rng)
+    }
+
+    /// A freshly initialised model on observation rows of `obs_dim` values holding
+    /// `images`: each image gets the CNN `config.encoder` picks, shared by the policy and
+    /// value networks, whose hidden layers follow it; the row's other values join the
+    /// CNNs' features as they are. Without images (or with `encoder = "mlp"`) this is
+    /// [`MlpActorCritic::new`].
+    ///
+    /// # Errors
+    /// [`ImageTooSmall`] when an image is too small for its CNN.
+    pub fn with_images(
+        obs_dim: usize,
+        images: &[ImageInput],
+        head: Head,
+        config: &NetworkConfig,
+        rng: &mut SampleRng,
+    ) -> Result<Self, ImageTooSmall> {
+        let mut archs = images.iter().map(|i| config.encoder.arch_for(i.shape));
+        if images.is_empty() || archs.any(|a| a.is_none()) {
+            return Ok(Self::new(obs_dim, head, config, rng));
+        }
+        let encoder = SharedEncoder::new(obs_dim, images, |shape| {
+            config.encoder.arch_for(shape).expect("checked above")
+        })?;
+        Ok(Self::build(obs_dim, Some(encoder), head, config, rng))
+    }
+
+    fn build(
+        obs_dim: usize,
+        encoder: Option<SharedEncoder>,
+        head: Head,
+        config: &NetworkConfig,
+        rng: &mut SampleRng,
+    ) -> Self {
+        let input = encoder.as_ref().map_or(obs_dim, SharedEncoder::features);
         let sizes = |hidden: &[usize], out: usize| {
-            let mut s = vec![obs_dim];
+            let mut s = vec![input];
             s.extend_from_slice(hidden);
             s.push(out);
             s
@@ -264,13 +363,22 @@ impl MlpActorCritic {
         };
         let mut params = policy.init_orthogonal(hidden_gain, policy_gain, rng);
         params.extend(value.init_orthogonal(hidden_gain, value_gain, rng));
-        let sde_len = config.sde_noise_len(obs_dim, head);
+        let sde_len = config.sde_noise_len(input, head);
         if let Head::Gaussian { dim } = head {
             let n = if sde_len > 0 { sde_len } else { dim };
             params.extend(std::iter::repeat_n(config.log_std_init as f32, n));
         }
+        if let Some(encoder) = &encoder {
+            params.extend(encoder.init_orthogonal(rng));
+        }
         let n = params.len();
         MlpActorCritic {
+            obs_dim,
+            encoder: encoder.map(|encoder| EncoderSide {
+                encoder,
+                d_policy: Vec::new(),
+                d_value: Vec::new(),
+            }),
             policy: PolicySide {
                 mlp: policy,
                 head,
@@ -291,17 +399,34 @@ impl MlpActorCritic {
         }
     }
 
-    fn split(&self) -> (usize, usize) {
-        let p = self.policy.mlp.num_params();
-        (p, p + self.value.mlp.num_params())
+    fn split(&self) -> Split {
+        let policy = self.policy.mlp.num_params();
+        let value = policy + self.value.mlp.num_params();
+        let encoder = self
+            .encoder
+            .as_ref()
+            .map_or(0, |side| side.encoder.num_params());
+        Split {
+            policy,
+            value,
+            log_std: self.params.len() - encoder,
+        }
     }
 
     fn batch_of(&self, obs: &[f32]) -> usize {
         assert!(
-            obs.len().is_multiple_of(self.policy.mlp.input_size()),
+            obs.len().is_multiple_of(self.obs_dim),
             "observation batch length"
         );
-        obs.len() / self.policy.mlp.input_size()
+        obs.len() / self.obs_dim
+    }
+
+    /// What encodes each image, for people (`nature_cnn on 84x84x4`); empty without an
+    /// encoder.
+    pub fn encoders(&self) -> Vec<String> {
+        self.encoder
+            .as_ref()
+            .map_or_else(Vec::new, |side| side.encoder.describe())
     }
 
     fn parallel(batch: usize) -> bool {
@@ -310,13 +435,14 @@ impl MlpActorCritic {
 
     /// Current log-stds (empty for a categorical head).
     pub fn log_std(&self) -> &[f32] {
-        &self.params[self.split().1..]
+        let s = self.split();
+        &self.params[s.value..s.log_std]
     }
 }
 
 impl ActorCritic for MlpActorCritic {
     fn obs_dim(&self) -> usize {
-        self.policy.mlp.input_size()
+        self.obs_dim
     }
 
     fn head(&self) -> Head {
@@ -361,13 +487,17 @@ impl ActorCritic for MlpActorCritic {
             "parts must cover the batch"
         );
         assert_eq!(parts.len(), rngs.len(), "one RNG per part");
-        let (p_end, v_end) = self.split();
-        self.policy
-            .mlp
-            .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
+        let split = self.split();
+        let input = encode(&mut self.encoder, &self.params[split.log_std..], obs, batch);
+        self.policy.mlp.forward(
+            &self.params[..split.policy],
+            input,
+            batch,
+            &mut self.policy.cache,
+        );
         let out = self.policy.cache.last_output();
         let k = self.head.outputs();
-        let log_std = &self.params[v_end..];
+        let log_std = &self.params[split.value..split.log_std];
         let sde_len = log_std.len();
         let (mut eps, mut variance) = (Vec::new(), Vec::new());
         if let (true, Head::Gaussian { dim }) = (self.policy.sde, self.head) {
@@ -417,8 +547,8 @@ impl ActorCritic for MlpActorCritic {
             row += len;
         }
         let v = self.value.mlp.forward(
-            &self.params[p_end..v_end],
-            obs,
+            &self.params[split.policy..split.value],
+            input,
             batch,
             &mut self.value.cache,
         );
@@ -427,11 +557,14 @@ impl ActorCritic for MlpActorCritic {
 
     fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]) {
         let batch = self.batch_of(obs);
-        let p_end = self.split().0;
-        let out =
-            self.policy
-                .mlp
-                .forward(&self.params[..p_end], obs, batch, &mut self.policy.cache);
+        let split = self.split();
+        let input = encode(&mut self.encoder, &self.params[split.log_std..], obs, batch);
+        let out = self.policy.mlp.forward(
+            &self.params[..split.policy],
+            input,
+            batch,
+            &mut self.policy.cache,
+        );
         match self.head {
             Head::Categorical { n } => {
                 for (i, row) in out.chunks_exact(n).enumerate() {
@@ -444,10 +577,11 @@ impl ActorCritic for MlpActorCritic {
 
     fn values(&mut self, obs: &[f32], out: &mut [f32]) {
         let batch = self.batch_of(obs);
-        let (p_end, v_end) = self.split();
+        let split = self.split();
+        let input = encode(&mut self.encoder, &self.params[split.log_std..], obs, batch);
         let v = self.value.mlp.forward(
-            &self.params[p_end..v_end],
-            obs,
+            &self.params[split.policy..split.value],
+            input,
             batch,
             &mut self.value.cache,
         );
@@ -456,9 +590,11 @@ impl ActorCritic for MlpActorCritic {
 
     fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation) {
         let batch = self.batch_of(obs);
-        let (p_end, v_end) = self.split();
-        let (policy_params, rest) = self.params.split_at(p_end);
-        let (value_params, log_std) = rest.split_at(v_end - p_end);
+        let split = self.split();
+        let (policy_params, rest) = self.params.split_at(split.policy);
+        let (value_params, rest) = rest.split_at(split.value - split.policy);
+        let (log_std, encoder_params) = rest.split_at(split.log_std - split.value);
+        let obs = encode(&mut self.encoder, encoder_params, obs, batch);
         let (policy, value) = (&mut self.policy, &mut self.value);
         let Evaluation {
             log_probs,
@@ -492,12 +628,18 @@ impl ActorCritic for MlpActorCritic {
         d_values: &[f32],
         d_means: &[f32],
     ) {
-        let (p_end, v_end) = self.split();
-        let (policy_params, rest) = self.params.split_at(p_end);
-        let (value_params, log_std) = rest.split_at(v_end - p_end);
-        let (policy_grads, rest) = self.grads.split_at_mut(p_end);
-        let (value_grads, log_std_grads) = rest.split_at_mut(v_end - p_end);
+        let split = self.split();
+        let (policy_params, rest) = self.params.split_at(split.policy);
+        let (value_params, rest) = rest.split_at(split.value - split.policy);
+        let (log_std, encoder_params) = rest.split_at(split.log_std - split.value);
+        let (policy_grads, rest) = self.grads.split_at_mut(split.policy);
+        let (value_grads, rest) = rest.split_at_mut(split.value - split.policy);
+        let (log_std_grads, encoder_grads) = rest.split_at_mut(split.log_std - split.value);
         let (policy, value) = (&mut self.policy, &mut self.value);
+        let (d_policy, d_value) = match &mut self.encoder {
+            Some(side) => (Some(&mut side.d_policy), Some(&mut side.d_value)),
+            None => (None, None),
+        };
         join(
             Self::parallel(d_log_probs.len()),
             || {
@@ -509,12 +651,23 @@ impl ActorCritic for MlpActorCritic {
                     d_log_probs,
                     d_entropy,
                     d_means,
-                    policy_grads,
-                    log_std_grads,
+                    PolicyGrads {
+                        net: policy_grads,
+                        log_std: log_std_grads,
+                        input: d_policy,
+                    },
                 )
             },
-            || value.backward(value_params, d_values, value_grads),
+            || value.backward(value_params, d_values, value_grads, d_value),
         );
+        if let Some(side) = &mut self.encoder {
+            // Both networks read the same features: their gradients add.
+            for (p, v) in side.d_policy.iter_mut().zip(&side.d_value) {
+                *p += v;
+            }
+            side.encoder
+                .backward(encoder_params, &side.d_policy, encoder_grads);
+        }
     }
 
     fn zero_grad(&mut self) {
@@ -536,10 +689,14 @@ impl ActorCritic for MlpActorCritic {
 
     fn tensors(&self) -> Vec<NamedTensor> {
         let mut out = Vec::new();
-        let (p_end, v_end) = self.split();
+        let split = self.split();
         for (prefix, mlp, params) in [
-            ("policy", &self.policy.mlp, &self.params[..p_end]),
-            ("value", &self.value.mlp, &self.params[p_end..v_end]),
+            ("policy", &self.policy.mlp, &self.params[..split.policy]),
+            (
+                "value",
+                &self.value.mlp,
+                &self.params[split.policy..split.value],
+            ),
         ] {
             let mut off = 0;
             for (l, w) in mlp.sizes().windows(2).enumerate() {
@@ -558,12 +715,15 @@ impl ActorCritic for MlpActorCritic {
                 off += fan_out;
             }
         }
-        if v_end < self.params.len() {
+        if split.value < split.log_std {
             out.push(NamedTensor {
                 name: "policy.log_std".into(),
-                shape: vec![self.params.len() - v_end],
-                data: self.params[v_end..].to_vec(),
+                shape: vec![split.log_std - split.value],
+                data: self.params[split.value..split.log_std].to_vec(),
             });
+        }
+        if let Some(side) = &self.encoder {
+            out.extend(side.encoder.tensors(&self.params[split.log_std..]));
         }
         let n = self.params.len();
         out.push(NamedTensor {

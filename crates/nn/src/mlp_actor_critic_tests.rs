@@ -1,6 +1,7 @@
 //! Gradient and sampling checks of the CPU actor-critic.
 
 use super::*;
+use crate::encoder::ImageInput;
 use rand::{Rng, SeedableRng};
 
 /// Loss = sum_i wl_i logp_i + we_i H_i + wv_i V_i, checked against finite differences
@@ -190,4 +191,190 @@ fn ppo_initialisation_gives_near_uniform_policy() {
     m.evaluate(&obs, &[1.0], &mut e);
     // A 0.01-gain head makes the logits tiny: entropy close to ln 2.
     assert!((e.entropy[0] - 2f32.ln()).abs() < 1e-3);
+}
+
+/// A row of `[2 values | 6x5x2 byte image | 1 value | 5x5x1 image in [0, 1]]`.
+fn mixed_images() -> (usize, Vec<ImageInput>) {
+    use crate::conv::ImageShape;
+    use crate::encoder::PixelScale;
+    let shape = |height, width, channels| ImageShape {
+        height,
+        width,
+        channels,
+    };
+    let images = vec![
+        ImageInput {
+            offset: 2,
+            shape: shape(6, 5, 2),
+            scale: PixelScale::Byte,
+        },
+        ImageInput {
+            offset: 63,
+            shape: shape(5, 5, 1),
+            scale: PixelScale::Unit,
+        },
+    ];
+    (88, images)
+}
+
+fn mixed_rows(
+    rng: &mut SampleRng,
+    images: &[ImageInput],
+    obs_dim: usize,
+    batch: usize,
+) -> Vec<f32> {
+    let mut obs: Vec<f32> = (0..batch * obs_dim)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    for row in obs.chunks_exact_mut(obs_dim) {
+        for image in images {
+            for v in &mut row[image.offset..image.offset + image.shape.len()] {
+                *v = match image.scale {
+                    crate::encoder::PixelScale::Byte => f32::from(rng.random_range(0u8..=255)),
+                    crate::encoder::PixelScale::Unit => rng.random_range(0.0..1.0),
+                };
+            }
+        }
+    }
+    obs
+}
+
+#[test]
+fn image_model_gradients_match_finite_differences() {
+    let (obs_dim, images) = mixed_images();
+    let mut rng = SampleRng::seed_from_u64(6);
+    let config = NetworkConfig {
+        policy_hidden: vec![],
+        value_hidden: vec![7],
+        ..NetworkConfig::default()
+    };
+    let head = Head::Categorical { n: 3 };
+    let mut model = MlpActorCritic::with_images(obs_dim, &images, head, &config, &mut rng).unwrap();
+    assert_eq!(model.obs_dim(), obs_dim);
+    assert_eq!(
+        model.encoders(),
+        ["minatar_cnn on 6x5x2", "minatar_cnn on 5x5x1"]
+    );
+    for p in model.params.iter_mut() {
+        *p += rng.random_range(-0.05..0.05);
+    }
+    let batch = 3;
+    let obs = mixed_rows(&mut rng, &images, obs_dim, batch);
+    let (mut actions, mut lp, mut v) = (vec![0.0; batch], vec![0.0; batch], vec![0.0; batch]);
+    model.act(&obs, &mut rng, &[], &mut actions, &mut lp, &mut v);
+    let wl: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let we: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let wv: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let loss = |m: &mut MlpActorCritic| {
+        let mut e = Evaluation::default();
+        m.evaluate(&obs, &actions, &mut e);
+        (0..batch)
+            .map(|i| f64::from(wl[i] * e.log_probs[i] + we[i] * e.entropy[i] + wv[i] * e.values[i]))
+            .sum::<f64>()
+    };
+    let mut e = Evaluation::default();
+    model.evaluate(&obs, &actions, &mut e);
+    for i in 0..batch {
+        assert!((e.log_probs[i] - lp[i]).abs() < 1e-4);
+        assert!((e.values[i] - v[i]).abs() < 1e-5);
+    }
+    model.zero_grad();
+    model.backward(&wl, &we, &wv, &[]);
+    let analytic = model.grads.clone();
+    let encoder_start = model.split().log_std;
+    // Every head parameter, and a spread of the encoders' (a probe whose interval crosses
+    // a ReLU kink disagrees; a few may).
+    let probes: Vec<usize> = (0..encoder_start)
+        .chain((encoder_start..analytic.len()).step_by(7))
+        .collect();
+    let (mut agree, mut encoder_agree) = (0, 0);
+    for &i in &probes {
+        let orig = model.params[i];
+        model.params[i] = orig + 1e-2;
+        let up = loss(&mut model);
+        model.params[i] = orig - 1e-2;
+        let down = loss(&mut model);
+        model.params[i] = orig;
+        let numeric = (up - down) / 2e-2;
+        if (numeric - f64::from(analytic[i])).abs() <= 3e-3 + 3e-2 * numeric.abs() {
+            agree += 1;
+            encoder_agree += usize::from(i >= encoder_start && analytic[i].abs() > 1e-3);
+        }
+    }
+    assert!(
+        agree * 100 >= probes.len() * 97,
+        "{agree} of {} probes agree",
+        probes.len()
+    );
+    assert!(
+        encoder_agree > 500,
+        "only {encoder_agree} non-zero encoder gradients checked"
+    );
+}
+
+#[test]
+fn byte_images_are_scaled_and_image_models_round_trip() {
+    use crate::encoder::PixelScale;
+    let (obs_dim, images) = mixed_images();
+    let config = NetworkConfig::default();
+    let head = Head::Gaussian { dim: 2 };
+    let mut rng = SampleRng::seed_from_u64(3);
+    let mut bytes = MlpActorCritic::with_images(obs_dim, &images, head, &config, &mut rng).unwrap();
+    // The same model reading the byte image as values already divided by 255.
+    let unit: Vec<ImageInput> = images
+        .iter()
+        .map(|i| ImageInput {
+            scale: PixelScale::Unit,
+            ..*i
+        })
+        .collect();
+    let mut scaled = MlpActorCritic::with_images(obs_dim, &unit, head, &config, &mut rng).unwrap();
+    scaled.load_tensors(&bytes.tensors()).unwrap();
+    let obs = mixed_rows(&mut rng, &images, obs_dim, 4);
+    let mut divided = obs.clone();
+    for row in divided.chunks_exact_mut(obs_dim) {
+        for v in &mut row[2..62] {
+            *v /= 255.0;
+        }
+    }
+    let (mut a, mut b) = (vec![0.0; 8], vec![0.0; 8]);
+    bytes.act_greedy(&obs, &mut a);
+    scaled.act_greedy(&divided, &mut b);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
+    }
+    // Checkpoint names, and a model of another encoder refuses them by name.
+    let names: Vec<String> = bytes.tensors().into_iter().map(|t| t.name).collect();
+    assert!(
+        names.contains(&"encoder.1.fc.weight".to_string()),
+        "{names:?}"
+    );
+    let nature = NetworkConfig {
+        encoder: crate::network::Encoder::Mlp,
+        ..NetworkConfig::default()
+    };
+    let mut flat = MlpActorCritic::with_images(obs_dim, &images, head, &nature, &mut rng).unwrap();
+    assert!(flat.encoders().is_empty());
+    let err = flat.load_tensors(&bytes.tensors()).unwrap_err();
+    assert!(err.to_string().contains("policy.0.weight"), "{err}");
+}
+
+#[test]
+fn an_image_too_small_for_its_encoder_is_refused_by_name() {
+    let (obs_dim, images) = mixed_images();
+    let config = NetworkConfig {
+        encoder: crate::network::Encoder::NatureCnn,
+        ..NetworkConfig::default()
+    };
+    let mut rng = SampleRng::seed_from_u64(3);
+    let err = MlpActorCritic::with_images(
+        obs_dim,
+        &images,
+        Head::Categorical { n: 2 },
+        &config,
+        &mut rng,
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("6x5"), "{err}");
 }

@@ -3,14 +3,21 @@
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
+use crate::cnn::CnnArch;
+use crate::conv::ImageShape;
 
 /// Network architecture, from the run config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkConfig {
-    /// Hidden layer widths of the policy network.
+    /// What encodes image observations before the policy and value networks (`auto`: a
+    /// CNN per image, NatureCNN from 36 pixels a side, the MinAtar encoder below; left out
+    /// of the config, and so of its hash, when `auto`). Vector observations have none.
+    #[serde(skip_serializing_if = "Encoder::is_auto")]
+    pub encoder: Encoder,
+    /// Hidden layer widths of the policy network (after the encoder, if there is one).
     pub policy_hidden: Vec<usize>,
-    /// Hidden layer widths of the value network.
+    /// Hidden layer widths of the value network (after the encoder, if there is one).
     pub value_hidden: Vec<usize>,
     /// Hidden activation.
     pub activation: Activation,
@@ -29,6 +36,38 @@ pub struct NetworkConfig {
     pub sde_hold: SdeHold,
 }
 
+/// The encoder of image observations, as `network.encoder` names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoder {
+    /// A CNN per image, chosen by its size ([`CnnArch::for_image`]).
+    #[default]
+    Auto,
+    /// No encoder: images are flattened into the MLP as their raw values.
+    Mlp,
+    /// NatureCNN for every image.
+    NatureCnn,
+    /// The MinAtar agent's small CNN for every image.
+    MinatarCnn,
+}
+
+impl Encoder {
+    /// Whether this is the default, [`Encoder::Auto`].
+    pub fn is_auto(&self) -> bool {
+        *self == Encoder::Auto
+    }
+
+    /// The CNN an image of `shape` gets, or `None` when images go into the MLP flat.
+    pub fn arch_for(self, shape: ImageShape) -> Option<CnnArch> {
+        match self {
+            Encoder::Auto => Some(CnnArch::for_image(shape)),
+            Encoder::Mlp => None,
+            Encoder::NatureCnn => Some(CnnArch::NatureCnn),
+            Encoder::MinatarCnn => Some(CnnArch::MinatarCnn),
+        }
+    }
+}
+
 /// How long the sampler holds a gSDE exploration matrix.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -42,11 +81,12 @@ pub enum SdeHold {
 
 impl NetworkConfig {
     /// Standard normals per env in a gSDE exploration matrix (`latent x dim`); 0 without
-    /// gSDE or for a categorical head.
-    pub fn sde_noise_len(&self, obs_dim: usize, head: Head) -> usize {
+    /// gSDE or for a categorical head. `input` is what the policy network takes: the
+    /// observation's width, or the encoder's features.
+    pub fn sde_noise_len(&self, input: usize, head: Head) -> usize {
         match head {
             Head::Gaussian { dim } if self.sde => {
-                self.policy_hidden.last().copied().unwrap_or(obs_dim) * dim
+                self.policy_hidden.last().copied().unwrap_or(input) * dim
             }
             _ => 0,
         }
@@ -56,6 +96,7 @@ impl NetworkConfig {
 impl Default for NetworkConfig {
     fn default() -> Self {
         NetworkConfig {
+            encoder: Encoder::Auto,
             policy_hidden: vec![64, 64],
             value_hidden: vec![64, 64],
             activation: Activation::Tanh,
