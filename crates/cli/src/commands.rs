@@ -73,6 +73,25 @@ enum ConfigCommand {
     Show(ConfigArgs),
 }
 
+/// What encodes a `gym:` env's images under `network.encoder`, for `config show` (which
+/// asks Python what the env looks like); `None` for envs without images.
+fn encoder_line(config: &strata_runtime::RunConfig) -> Option<String> {
+    config.env.gym_target()?;
+    let mut resolved = config.clone();
+    if let Err(e) = strata_runtime::resolve_env(&mut resolved) {
+        return Some(format!("not known: the env could not be described ({e})"));
+    }
+    match strata_runtime::describe_encoders(&resolved) {
+        Ok(encoders) if encoders.is_empty() => None,
+        Ok(encoders) => Some(format!(
+            "{} (network.encoder = \"{}\")",
+            encoders.join(", "),
+            config.network.encoder.name()
+        )),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
 /// Runs a parsed command line.
 ///
 /// # Errors
@@ -88,6 +107,9 @@ pub fn run(cli: Cli) -> Result<()> {
             // A TOML comment: the output stays a config file `--config` reads.
             if let Some(origin) = strata_runtime::preset_origin(&config.env.name) {
                 println!("# preset: {origin}");
+            }
+            if let Some(line) = encoder_line(&config) {
+                println!("# encoder: {line}");
             }
             print!("{}", config.to_toml());
             Ok(())

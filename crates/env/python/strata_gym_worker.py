@@ -85,15 +85,77 @@ def region_views(np, buf, k, obs_dim, act_dim):
 
 
 class Flat:
-    """How one space is flattened into f32 values: width, description, writer."""
+    """How one space is flattened into f32 values: width, description, writer, and the
+    images inside it (offsets relative to this space's start)."""
 
-    def __init__(self, dim, text, write):
-        self.dim, self.text, self.write = dim, text, write
+    def __init__(self, dim, text, write, images=()):
+        self.dim, self.text, self.write, self.images = dim, text, write, list(images)
+
+
+def channels_order(shape):
+    """Where a 3-D image's channels are: "hwc" when its last axis is the smallest (as
+    Gymnasium gives images; ties too), "chw" when its first is (as after a transpose for
+    PyTorch, or a grey frame stack), None when it is the middle one."""
+    h, w, c = shape
+    if c <= h and c <= w:
+        return "hwc"
+    if h < c and h <= w:
+        return "chw"
+    return None
+
+
+def image_layout(np, space):
+    """How a Box of bytes or booleans is an image: (height, width, channels, order, the
+    axis permutation to channels-last, scale), or None when it is not one. 2-D is one
+    channel; 3-D channels-last or channels-first; 4-D a frame stack (Gymnasium's
+    FrameStackObservation puts the stack first), its frames' channels stacked."""
+    if np.dtype(space.dtype) not in (np.dtype(np.uint8), np.dtype(np.bool_)):
+        return None
+    shape = tuple(int(n) for n in space.shape)
+    # Bytes in 0..255 are divided by 255 in the model; booleans and bytes bounded by 1
+    # are already in [0, 1].
+    byte = np.dtype(space.dtype) == np.dtype(np.uint8) and float(np.max(space.high)) > 1
+    scale = "byte" if byte else "unit"
+    if len(shape) == 2:
+        return shape[0], shape[1], 1, "hw", (0, 1), scale
+    if len(shape) == 3:
+        order = channels_order(shape)
+        if order == "hwc":
+            return shape[0], shape[1], shape[2], order, (0, 1, 2), scale
+        if order == "chw":
+            return shape[1], shape[2], shape[0], order, (1, 2, 0), scale
+    if len(shape) == 4:
+        stack, frame = shape[0], shape[1:]
+        order = channels_order(frame)
+        if order == "hwc":
+            h, w, c = frame
+            return h, w, stack * c, "stack-hwc", (1, 2, 0, 3), scale
+        if order == "chw":
+            c, h, w = frame
+            return h, w, stack * c, "stack-chw", (2, 3, 0, 1), scale
+    raise TypeError(
+        f"observation space {space} looks like an image ({space.dtype}) but its channel "
+        "axis cannot be told: Strata takes (height, width), (height, width, channels) or "
+        "(channels, height, width) with the channels the smallest axis, and a frame stack "
+        "of those; reorder it with a wrapper (gymnasium.wrappers.TransformObservation)")
 
 
 def flattener(np, spaces, space):
     """Box, Discrete, MultiBinary, MultiDiscrete, and Dict or Tuple of them, flattened as
-    gymnasium.spaces.flatten does (one-hot for discrete values, Dict in key order)."""
+    gymnasium.spaces.flatten does (one-hot for discrete values, Dict in key order), except
+    images (Boxes of bytes or booleans with 2 to 4 axes), which are written channels-last
+    (height, width, channels) whatever order the env gives them in."""
+    image = image_layout(np, space) if isinstance(space, spaces.Box) else None
+    if image is not None:
+        h, w, c, order, axes, scale = image
+
+        def write(out, value):
+            out[:] = np.asarray(value).transpose(axes).reshape(-1)
+
+        text = f"Image{tuple(space.shape)}"
+        found = {"offset": 0, "height": h, "width": w, "channels": c, "order": order,
+                 "scale": scale}
+        return Flat(h * w * c, text, write, [found])
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         n = int(np.prod(space.shape))
         kind = "Box" if isinstance(space, spaces.Box) else "MultiBinary"
@@ -125,10 +187,11 @@ def flattener(np, spaces, space):
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         keyed = isinstance(space, spaces.Dict)
         items = list(space.spaces.items()) if keyed else list(enumerate(space.spaces))
-        parts, offset = [], 0
+        parts, offset, images = [], 0, []
         for key, sub in items:
             flat = flattener(np, spaces, sub)
             parts.append((key, offset, flat))
+            images += [dict(i, offset=i["offset"] + offset) for i in flat.images]
             offset += flat.dim
 
         def write(out, value):
@@ -136,7 +199,7 @@ def flattener(np, spaces, space):
                 flat.write(out[off : off + flat.dim], value[key])
 
         inner = ", ".join(f"{k}={f.text}" if keyed else f.text for k, _, f in parts)
-        return Flat(offset, f"{'Dict' if keyed else 'Tuple'}({inner})", write)
+        return Flat(offset, f"{'Dict' if keyed else 'Tuple'}({inner})", write, images)
     raise TypeError(f"observation space {space} cannot be flattened (Box, Discrete, "
                     "MultiBinary, MultiDiscrete, Dict or Tuple of them)")
 
@@ -221,7 +284,7 @@ def describe(np, gym, env, target):
     spec = getattr(env, "spec", None)
     limit = getattr(spec, "max_episode_steps", None)
     threshold = getattr(spec, "reward_threshold", None)
-    return {
+    layout = {
         "id": getattr(spec, "id", None) or target,
         "observation": flat.text,
         "obs_dim": flat.dim,
@@ -229,6 +292,9 @@ def describe(np, gym, env, target):
         "max_episode_steps": int(limit) if limit is not None else None,
         "reward_threshold": float(threshold) if threshold is not None else None,
     }
+    if flat.images:
+        layout["images"] = flat.images
+    return layout
 
 
 # --- Strata's own envs -------------------------------------------------------------
@@ -358,9 +424,9 @@ def serve(args, np, gym, make, kwargs):
     envs = [make(**kwargs) for _ in range(k)]
     expected = json.loads(args.layout)
     got = describe(np, gym, envs[0], args.target)
-    for key in ("observation", "obs_dim", "action"):
-        if got[key] != expected.get(key):
-            raise ValueError(f"the env's {key} is {got[key]!r}, the run expects "
+    for key in ("observation", "obs_dim", "action", "images"):
+        if got.get(key) != expected.get(key):
+            raise ValueError(f"the env's {key} is {got.get(key)!r}, the run expects "
                              f"{expected.get(key)!r} (its spaces changed since the config "
                              "recorded them)")
     obs_dim = got["obs_dim"]

@@ -6,7 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use strata_env::gym::{describe, GymError, GymLayout, GymOptions, GymTarget, GymVecEnv};
+use strata_env::gym::{
+    describe, ChannelOrder, GymError, GymImage, GymLayout, GymOptions, GymTarget, GymVecEnv,
+    ImageScale,
+};
 use strata_env::{EnvError, FaultKind, FaultPlan, Space, StepBatch, VecEnv};
 
 #[path = "../../cli/tests/support/optional.rs"]
@@ -66,8 +69,112 @@ fn cartpole_is_described_as_gymnasium_registers_it() {
             action: Space::Discrete { n: 2 },
             max_episode_steps: Some(500),
             reward_threshold: Some(475.0),
+            images: Vec::new(),
         }
     );
+}
+
+/// The pixel test env's layout and first flattened observation, with `kwargs`.
+fn pixel_probe(py: &Path, kwargs: serde_json::Value) -> (GymLayout, Vec<f32>) {
+    let mut t = target(py, "strata_test_envs:make_pixel_env");
+    t.kwargs = kwargs.as_object().unwrap().clone();
+    t.kwargs.insert("probe".into(), true.into());
+    let layout = describe(&t, TIMEOUT).unwrap();
+    let mut envs = start(&t, 1, 1, None).unwrap();
+    let mut batch = StepBatch::new(envs.spec(), 1);
+    envs.reset(0, &mut batch.obs).unwrap();
+    (layout, batch.obs)
+}
+
+#[test]
+fn images_are_found_in_every_layout_and_written_channels_last() {
+    let Some(py) = python() else { return };
+    // (kwargs, order found, channels, the text, each frame's own channels)
+    let cases = [
+        (
+            serde_json::json!({}),
+            ChannelOrder::Hwc,
+            1,
+            "Image(12, 12, 1)",
+            1,
+        ),
+        (
+            serde_json::json!({"order": "chw", "channels": 3}),
+            ChannelOrder::Chw,
+            3,
+            "Image(3, 12, 12)",
+            3,
+        ),
+        (
+            serde_json::json!({"order": "hw"}),
+            ChannelOrder::Hw,
+            1,
+            "Image(12, 12)",
+            1,
+        ),
+        // Gymnasium's frame stack puts the stack first: 3 grey frames are 3 channels...
+        (
+            serde_json::json!({"order": "hw", "stack": 3}),
+            ChannelOrder::Chw,
+            3,
+            "Image(3, 12, 12)",
+            1,
+        ),
+        // ... and 2 frames of 2 channels each, 4.
+        (
+            serde_json::json!({"order": "hwc", "channels": 2, "stack": 2}),
+            ChannelOrder::StackHwc,
+            4,
+            "Image(2, 12, 12, 2)",
+            2,
+        ),
+        (
+            serde_json::json!({"order": "chw", "channels": 2, "stack": 2}),
+            ChannelOrder::StackChw,
+            4,
+            "Image(2, 2, 12, 12)",
+            2,
+        ),
+    ];
+    for (kwargs, order, channels, text, frame_channels) in cases {
+        let (layout, obs) = pixel_probe(&py, kwargs.clone());
+        assert_eq!(layout.observation, text, "{kwargs}");
+        let expected = GymImage {
+            offset: 0,
+            height: 12,
+            width: 12,
+            channels,
+            order,
+            scale: ImageScale::Byte,
+        };
+        assert_eq!(layout.images, [expected], "{kwargs}");
+        assert_eq!(layout.obs_dim, expected.len());
+        // The probe's value at (h, w, c) is h * 16 + w * 4 + c of its frame's own
+        // channel: channels-last puts it at (h * 12 + w) * channels + c.
+        for (h, w, c) in [
+            (0, 0, 0),
+            (1, 2, 0),
+            (11, 5, channels - 1),
+            (7, 11, channels / 2),
+        ] {
+            let want = ((h * 16 + w * 4 + c % frame_channels) % 256) as f32;
+            assert_eq!(
+                obs[(h * 12 + w) * channels + c],
+                want,
+                "{kwargs} at {h},{w},{c}"
+            );
+        }
+    }
+    // Beside a vector in a Dict: the picture first (key order), then the state.
+    let (layout, obs) = pixel_probe(&py, serde_json::json!({"dict_obs": true}));
+    assert_eq!(
+        layout.observation,
+        "Dict(picture=Image(12, 12, 1), state=Box(2,))"
+    );
+    assert_eq!(layout.obs_dim, 146);
+    assert_eq!(layout.images.len(), 1);
+    assert_eq!(layout.images[0].offset, 0);
+    assert_eq!(&obs[144..], &[0.5, -0.5]);
 }
 
 #[test]

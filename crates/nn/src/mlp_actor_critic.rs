@@ -421,6 +421,15 @@ impl MlpActorCritic {
         obs.len() / self.obs_dim
     }
 
+    /// Standard normals in one row's gSDE exploration matrix (0 without gSDE).
+    pub fn sde_noise_len(&self) -> usize {
+        if self.policy.sde {
+            self.log_std().len()
+        } else {
+            0
+        }
+    }
+
     /// What encodes each image, for people (`nature_cnn on 84x84x4`); empty without an
     /// encoder.
     pub fn encoders(&self) -> Vec<String> {

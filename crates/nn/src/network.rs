@@ -52,6 +52,21 @@ pub enum Encoder {
 }
 
 impl Encoder {
+    /// The configuration name (`auto`, `mlp`, `nature_cnn`, `minatar_cnn`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoder::Auto => "auto",
+            Encoder::Mlp => "mlp",
+            Encoder::NatureCnn => "nature_cnn",
+            Encoder::MinatarCnn => "minatar_cnn",
+        }
+    }
+
+    /// Whether images go into the MLP flat ([`Encoder::Mlp`]).
+    pub fn is_flat(self) -> bool {
+        self == Encoder::Mlp
+    }
+
     /// Whether this is the default, [`Encoder::Auto`].
     pub fn is_auto(&self) -> bool {
         *self == Encoder::Auto

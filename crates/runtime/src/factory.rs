@@ -10,13 +10,13 @@ use std::time::Duration;
 use rand::SeedableRng;
 use strata_algo::Ppo;
 use strata_env::gym::{
-    default_python, describe, spin_budget, GymLayout, GymOptions, GymTarget, GymVecEnv,
+    default_python, describe, spin_budget, GymLayout, GymOptions, GymTarget, GymVecEnv, ImageScale,
 };
 use strata_env::{
     derive_seed, make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation,
     NormalizerStats, RunningMeanStd, ScaleReward, StepCost, VecEnv,
 };
-use strata_nn::{ActorCritic, Head, MlpActorCritic, SampleRng};
+use strata_nn::{ActorCritic, Head, ImageInput, ImageShape, MlpActorCritic, PixelScale, SampleRng};
 
 use crate::{RunConfig, RuntimeError};
 
@@ -72,7 +72,17 @@ pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
             config.env.name
         ))),
         _ => {
+            let images = !found.images.is_empty();
             config.env.gym.layout = Some(found);
+            if images && config.env.normalize_obs && !config.network.encoder.is_flat() {
+                return Err(RuntimeError::Config(format!(
+                    "env.normalize_obs: env `{}` observes images, which its CNN scales \
+                     itself (bytes by 1/255); normalising them too would feed it \
+                     standardised values it reads as pixels. Set env.normalize_obs = false \
+                     (or network.encoder = \"mlp\" to feed the raw values to an MLP)",
+                    config.env.name
+                )));
+            }
             Ok(())
         }
     }
@@ -185,20 +195,64 @@ pub(crate) fn build_eval_envs(
     Ok(envs)
 }
 
-/// Builds a freshly initialised model for a config.
+/// Builds a freshly initialised model for a config: with a CNN per image when the
+/// observations hold images (`network.encoder`).
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown env.
+/// [`RuntimeError::Env`] for an unknown env, [`RuntimeError::Config`] for an image too
+/// small for the configured encoder.
 pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeError> {
+    Ok(Box::new(build_mlp_model(config)?))
+}
+
+fn build_mlp_model(config: &RunConfig) -> Result<MlpActorCritic, RuntimeError> {
     let spec = env_spec(config)?;
     let head = head_for(&spec);
     let mut rng = SampleRng::seed_from_u64(derive_seed(config.train.seed, 1));
-    Ok(Box::new(MlpActorCritic::new(
+    MlpActorCritic::with_images(
         spec.obs_dim(),
+        &image_inputs(config),
         head,
         &config.network,
         &mut rng,
-    )))
+    )
+    .map_err(|e| RuntimeError::Config(format!("network.encoder: {e}")))
+}
+
+/// The images in a config's observations, where the model finds them (none for built-in
+/// envs, and none before a `gym:` env's layout is resolved).
+pub fn image_inputs(config: &RunConfig) -> Vec<ImageInput> {
+    let Some(layout) = &config.env.gym.layout else {
+        return Vec::new();
+    };
+    layout
+        .images
+        .iter()
+        .map(|image| ImageInput {
+            offset: image.offset,
+            shape: ImageShape {
+                height: image.height,
+                width: image.width,
+                channels: image.channels,
+            },
+            scale: match image.scale {
+                ImageScale::Byte => PixelScale::Byte,
+                ImageScale::Unit => PixelScale::Unit,
+            },
+        })
+        .collect()
+}
+
+/// What encodes a config's images, for people (`nature_cnn on 84x84x4`, one per image);
+/// empty when the observations have no images or `network.encoder` is `mlp`.
+///
+/// # Errors
+/// As [`build_model`].
+pub fn describe_encoders(config: &RunConfig) -> Result<Vec<String>, RuntimeError> {
+    if image_inputs(config).is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(build_mlp_model(config)?.encoders())
 }
 
 /// The action head for an env's action space.
@@ -214,10 +268,11 @@ fn head_for(spec: &strata_env::EnvSpec) -> Head {
 /// # Errors
 /// [`RuntimeError::Env`] for an unknown env.
 pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
-    let spec = env_spec(config)?;
-    Ok(config
-        .network
-        .sde_noise_len(spec.obs_dim(), head_for(&spec)))
+    if !config.network.sde {
+        return Ok(0);
+    }
+    // The model knows what its policy network reads (the encoder's features, with images).
+    Ok(build_mlp_model(config)?.sde_noise_len())
 }
 
 /// The PPO learner for a config: its shuffling seed from the run seed, and the env's action

@@ -84,7 +84,9 @@ pub use config::{
 };
 pub use error::RuntimeError;
 pub use eval::{evaluate, EvalResult};
-pub use factory::{build_envs, build_model, build_ppo, env_spec, resolve_env};
+pub use factory::{
+    build_envs, build_model, build_ppo, describe_encoders, env_spec, image_inputs, resolve_env,
+};
 pub use gym_presets::GYM_PRESETS;
 pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};

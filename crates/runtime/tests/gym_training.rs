@@ -418,3 +418,62 @@ fn an_env_that_raises_at_every_step_stops_the_run_quickly_with_its_traceback() {
     drop(t);
     assert!(children().is_empty(), "left behind: {:?}", children());
 }
+
+/// The pixel test env (`crates/env/tests/python`), its picture laid out as `kwargs` say.
+fn pixel_task(kwargs: &[(&str, toml::Value)]) -> RunConfig {
+    let mut c = preset("gym:strata_test_envs:make_pixel_env").unwrap();
+    c.runtime.python_path =
+        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../env/tests/python")];
+    for (key, value) in kwargs {
+        c.env.gym.kwargs.insert((*key).into(), value.clone());
+    }
+    c
+}
+
+#[test]
+fn an_image_env_trains_with_the_cnn_its_picture_calls_for() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    // Channels-first, two channels: the CNN must see the square wherever the env puts
+    // its axes. Guessing earns 4 an episode, seeing the square 8.
+    let mut c = pixel_task(&[
+        ("order", toml::Value::String("chw".into())),
+        ("channels", toml::Value::Integer(2)),
+    ]);
+    c.train.seed = 1;
+    c.train.total_steps = 40_960;
+    c.train.deterministic = true;
+    c.network.policy_hidden = vec![];
+    c.network.value_hidden = vec![];
+    let mut resolved = c.clone();
+    strata_runtime::resolve_env(&mut resolved).unwrap();
+    assert_eq!(
+        strata_runtime::describe_encoders(&resolved).unwrap(),
+        ["minatar_cnn on 12x12x2"]
+    );
+    let s = train_through(c).summary();
+    let last = s.final_mean_return.unwrap();
+    assert!(last >= 7.0, "mean return {last} (guessing earns 4)");
+    assert!(children().is_empty(), "{:?}", children());
+}
+
+#[test]
+fn normalising_image_observations_is_refused_by_name() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    let mut c = pixel_task(&[]);
+    c.env.normalize_obs = true;
+    let err = Trainer::new(c.clone()).err().unwrap().to_string();
+    assert!(err.contains("env.normalize_obs"), "{err}");
+    // Fed to an MLP as raw values, they may be normalised.
+    c.network.encoder = strata_nn::Encoder::Mlp;
+    let mut resolved = c.clone();
+    strata_runtime::resolve_env(&mut resolved).unwrap();
+    assert!(strata_runtime::describe_encoders(&resolved)
+        .unwrap()
+        .is_empty());
+}

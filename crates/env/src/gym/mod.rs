@@ -19,9 +19,13 @@
 //! - **target**: what to make: a Gymnasium id (`HalfCheetah-v5`, or `module:Env-v0`,
 //!   which imports `module` first) or a factory `module:callable`, with keyword arguments.
 //! - **layout**: how one env's observation is flattened into f32 values (Box as is,
-//!   discrete values one-hot, Dict in key order) and its action space. It is part of a
-//!   run's config hash: a run resumed or evaluated against an env whose layout changed is
-//!   refused.
+//!   discrete values one-hot, Dict in key order, images channels-last: [`GymImage`]) and
+//!   its action space. It is part of a run's config hash: a run resumed or evaluated
+//!   against an env whose layout changed is refused.
+//! - **image**: a Box of bytes or booleans with 2 axes (one channel), 3 (channels-last or
+//!   channels-first: the smallest axis is the channels) or 4 (a frame stack of those, as
+//!   Gymnasium's `FrameStackObservation` makes, its frames' channels stacked), alone or
+//!   inside a Dict or Tuple.
 
 mod process;
 mod protocol;
@@ -168,6 +172,71 @@ pub struct GymLayout {
     pub max_episode_steps: Option<u32>,
     /// The registered solve threshold, if any.
     pub reward_threshold: Option<f64>,
+    /// The images in the flattened observation, in order (none for vector observations,
+    /// whose layouts leave the key out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<GymImage>,
+}
+
+/// An image inside a flattened observation: written channels-last (`height x width x
+/// channels`) from `offset`, whatever order the env gives it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GymImage {
+    /// Where it starts in the flattened observation.
+    pub offset: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+    /// Values per pixel (a frame stack's frames times their channels).
+    pub channels: usize,
+    /// How the env lays it out.
+    pub order: ChannelOrder,
+    /// What its values mean.
+    pub scale: ImageScale,
+}
+
+impl GymImage {
+    /// Values in the image.
+    pub fn len(&self) -> usize {
+        self.height * self.width * self.channels
+    }
+
+    /// Whether it holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How an env lays out an image's axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChannelOrder {
+    /// `(height, width)`: one channel.
+    #[serde(rename = "hw")]
+    Hw,
+    /// `(height, width, channels)`, as Gymnasium's image envs give them.
+    #[serde(rename = "hwc")]
+    Hwc,
+    /// `(channels, height, width)`, as after a transpose for PyTorch.
+    #[serde(rename = "chw")]
+    Chw,
+    /// `(stack, height, width, channels)`: a frame stack of channels-last frames.
+    #[serde(rename = "stack-hwc")]
+    StackHwc,
+    /// `(stack, channels, height, width)`: a frame stack of channels-first frames.
+    #[serde(rename = "stack-chw")]
+    StackChw,
+}
+
+/// What an image's values mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageScale {
+    /// Bytes 0..=255 (divided by 255 in the model).
+    Byte,
+    /// Values in [0, 1] (booleans, or bytes bounded by 1), used as they are.
+    Unit,
 }
 
 impl GymLayout {
