@@ -296,6 +296,7 @@ pub(crate) fn decode_into(
 mod tests {
     use super::*;
     use strata_runtime::transport::{ExperienceBuffer, SlotId};
+    use strata_runtime::RowWidths;
 
     fn slot(buffer: &ExperienceBuffer) -> SlotId {
         buffer.owned_by(3).next().unwrap()
@@ -304,7 +305,7 @@ mod tests {
     #[test]
     fn a_fragment_survives_its_message_and_a_damaged_one_is_named() {
         let (steps, envs, od, ad) = (5, 2, 3, 1);
-        let a = ExperienceBuffer::for_worker(3, 1, steps, envs, od, ad, false);
+        let a = ExperienceBuffer::for_worker(3, 1, steps, envs, RowWidths::vector(od, ad), false);
         {
             let mut f = a.lock(slot(&a));
             for (i, v) in f.obs.iter_mut().enumerate() {
@@ -340,7 +341,7 @@ mod tests {
             (h.session, h.worker, h.incarnation, h.index, h.version),
             (9, 3, 1, 12, 40)
         );
-        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, od, ad, false);
+        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, RowWidths::vector(od, ad), false);
         decode_into(&message, &h, &mut b.lock(slot(&b))).unwrap();
         let (x, y) = (a.lock(slot(&a)), b.lock(slot(&b)));
         assert_eq!(x.obs, y.obs);
@@ -370,7 +371,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("sampler_version"), "{err}");
-        let other = ExperienceBuffer::for_worker(3, 1, steps + 1, envs, od, ad, false);
+        let other =
+            ExperienceBuffer::for_worker(3, 1, steps + 1, envs, RowWidths::vector(od, ad), false);
         let err = decode_into(&message, &h, &mut other.lock(slot(&other)))
             .unwrap_err()
             .to_string();

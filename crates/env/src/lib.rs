@@ -41,7 +41,7 @@ pub use latency::ExecSummary;
 pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward};
 pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
 pub use registry::{env_names, make_env, make_vec_env, make_vec_env_with_latency, spec_for};
-pub use space::{EnvSpec, Space};
+pub use space::{EnvSpec, ImageSpan, Space};
 pub use tasks::{ArmReach, UiForm};
 pub use vector::{
     derive_seed, EnvRng, EpisodeEnd, SlotSnapshot, StepBatch, VecEnv, VecEnvSnapshot, Vectorized,

@@ -77,6 +77,35 @@ pub struct EnvSpec {
     pub max_episode_steps: u32,
     /// Mean return over recent episodes at which the task counts as solved.
     pub reward_threshold: f64,
+    /// The images inside an observation row, in order (none for vector observations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageSpan>,
+}
+
+/// Where an image lies in an observation row: `height x width x channels` values,
+/// channels-last, from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageSpan {
+    /// Its first value's index in the row.
+    pub offset: usize,
+    /// Rows of pixels.
+    pub height: usize,
+    /// Pixels per row.
+    pub width: usize,
+    /// Values per pixel.
+    pub channels: usize,
+}
+
+impl ImageSpan {
+    /// Values in the image.
+    pub fn len(&self) -> usize {
+        self.height * self.width * self.channels
+    }
+
+    /// Whether it holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl EnvSpec {
@@ -87,6 +116,15 @@ impl EnvSpec {
     /// Values per action.
     pub fn action_dim(&self) -> usize {
         self.action_space.flat_dim()
+    }
+
+    /// Values in an observation summary ([`crate::ExecSummary`]): one per observation value
+    /// outside images, one per image channel (a sample's provenance stays small however
+    /// large its pictures).
+    pub fn summary_dim(&self) -> usize {
+        let pixels: usize = self.images.iter().map(ImageSpan::len).sum();
+        let channels: usize = self.images.iter().map(|i| i.channels).sum();
+        self.obs_dim() - pixels + channels
     }
 }
 

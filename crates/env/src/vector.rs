@@ -76,7 +76,11 @@ impl StepBatch {
 
     /// Also records execution summaries ([`StepBatch::exec`]).
     pub fn with_exec(mut self, spec: &EnvSpec) -> Self {
-        self.exec = Some(ExecSummary::new(self.rewards.len(), spec.obs_dim()));
+        self.exec = Some(ExecSummary::with_images(
+            self.rewards.len(),
+            spec.obs_dim(),
+            &spec.images,
+        ));
         self
     }
 

@@ -247,38 +247,56 @@ async fn openapi(State(g): Gw) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        served_spec(g.obs_dim(), &g.action_types()),
+        served_spec(g.obs_dim(), g.summary_dim(), &g.action_types()),
     )
         .into_response()
 }
 
 /// The OpenAPI spec as this gateway accepts requests: each array marked
-/// `x-strata-length: obs_dim` gets exactly the env's observation size as its length, and
-/// each string marked `x-strata-enum: action_types` the configured action types.
-pub fn served_spec(obs_dim: usize, action_types: &[String]) -> String {
-    fn fill(value: &mut serde_json::Value, obs_dim: usize, action_types: &[String]) {
+/// `x-strata-length: obs_dim` gets exactly the env's observation size as its length, each
+/// marked `x-strata-length: summary_dim` the size of an observation summary (a value per
+/// observation value, one per image channel), and each string marked
+/// `x-strata-enum: action_types` the configured action types.
+pub fn served_spec(obs_dim: usize, summary_dim: usize, action_types: &[String]) -> String {
+    let fill_in = FillIn {
+        obs_dim,
+        summary_dim,
+        action_types,
+    };
+    let mut spec: serde_json::Value =
+        serde_json::from_str(OPENAPI).expect("the bundled spec is JSON");
+    fill_in.fill(&mut spec);
+    spec.to_string()
+}
+
+/// What [`served_spec`] writes in place of the markers.
+struct FillIn<'a> {
+    obs_dim: usize,
+    summary_dim: usize,
+    action_types: &'a [String],
+}
+
+impl FillIn<'_> {
+    fn fill(&self, value: &mut serde_json::Value) {
         match value {
             serde_json::Value::Object(map) => {
-                if map.remove("x-strata-length").is_some() {
-                    map.insert("minItems".into(), obs_dim.into());
-                    map.insert("maxItems".into(), obs_dim.into());
+                if let Some(marker) = map.remove("x-strata-length") {
+                    let n = match marker.as_str() {
+                        Some("summary_dim") => self.summary_dim,
+                        _ => self.obs_dim,
+                    };
+                    map.insert("minItems".into(), n.into());
+                    map.insert("maxItems".into(), n.into());
                 }
                 if map.remove("x-strata-enum").is_some() {
-                    map.insert("enum".into(), action_types.into());
+                    map.insert("enum".into(), self.action_types.into());
                 }
-                map.values_mut()
-                    .for_each(|v| fill(v, obs_dim, action_types));
+                map.values_mut().for_each(|v| self.fill(v));
             }
-            serde_json::Value::Array(items) => items
-                .iter_mut()
-                .for_each(|v| fill(v, obs_dim, action_types)),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.fill(v)),
             _ => {}
         }
     }
-    let mut spec: serde_json::Value =
-        serde_json::from_str(OPENAPI).expect("the bundled spec is JSON");
-    fill(&mut spec, obs_dim, action_types);
-    spec.to_string()
 }
 
 async fn health() -> &'static str {

@@ -329,6 +329,9 @@ fn bad_requests_get_clear_errors() {
         observation["minItems"].as_u64().unwrap_or(0) > 0,
         "{observation}"
     );
+    // Vector observations: a summary value per observation value.
+    let summary = &spec["components"]["schemas"]["ExecObservations"]["properties"]["min"];
+    assert_eq!(summary["maxItems"], observation["maxItems"], "{summary}");
     let types = &spec["components"]["schemas"]["ActRequest"]["properties"]["action_type"]["enum"];
     assert!(
         types

@@ -84,18 +84,19 @@ pub struct StepProvenance {
     pub obs_count: Vec<u32>,
     /// Their hash.
     pub obs_hash: Vec<u64>,
-    /// Per-dimension minimum, `rows * obs_dim`.
+    /// Per summary value minimum, `rows * summary_dim` (one value per observation value
+    /// outside images, one per image channel).
     pub obs_min: Vec<f32>,
-    /// Per-dimension maximum.
+    /// Per summary value maximum.
     pub obs_max: Vec<f32>,
-    /// Per-dimension mean.
+    /// Per summary value mean.
     pub obs_mean: Vec<f32>,
     /// The newest version any worker sampled with at completion.
     pub sampler_version: Vec<u64>,
 }
 
 impl StepProvenance {
-    fn new(rows: usize, obs_dim: usize) -> Self {
+    fn new(rows: usize, summary_dim: usize) -> Self {
         StepProvenance {
             recorded: false,
             issued_ns: vec![0; rows],
@@ -103,9 +104,9 @@ impl StepProvenance {
             clock: vec![0; rows],
             obs_count: vec![0; rows],
             obs_hash: vec![0; rows],
-            obs_min: vec![0.0; rows * obs_dim],
-            obs_max: vec![0.0; rows * obs_dim],
-            obs_mean: vec![0.0; rows * obs_dim],
+            obs_min: vec![0.0; rows * summary_dim],
+            obs_max: vec![0.0; rows * summary_dim],
+            obs_mean: vec![0.0; rows * summary_dim],
             sampler_version: vec![0; rows],
         }
     }
@@ -113,8 +114,41 @@ impl StepProvenance {
 
 strata_algo::impl_step_columns!(Fragment);
 
+/// Values per row in a fragment's columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowWidths {
+    /// An observation's.
+    pub obs: usize,
+    /// An observation summary's ([`strata_env::EnvSpec::summary_dim`]).
+    pub summary: usize,
+    /// An action's.
+    pub action: usize,
+}
+
+impl RowWidths {
+    /// The widths of an env's rows.
+    pub fn of(spec: &strata_env::EnvSpec) -> Self {
+        RowWidths {
+            obs: spec.obs_dim(),
+            summary: spec.summary_dim(),
+            action: spec.action_dim(),
+        }
+    }
+
+    /// Vector observations of `obs` values (summarised value by value) and actions of
+    /// `action`.
+    pub fn vector(obs: usize, action: usize) -> Self {
+        RowWidths {
+            obs,
+            summary: obs,
+            action,
+        }
+    }
+}
+
 impl Fragment {
-    fn new(steps: usize, envs: usize, obs_dim: usize, action_dim: usize) -> Self {
+    fn new(steps: usize, envs: usize, widths: RowWidths) -> Self {
+        let (obs_dim, action_dim) = (widths.obs, widths.action);
         let rows = steps * envs;
         Fragment {
             steps,
@@ -135,7 +169,7 @@ impl Fragment {
             end_state: None,
             env_seconds: 0.0,
             inference_seconds: 0.0,
-            provenance: StepProvenance::new(rows, obs_dim),
+            provenance: StepProvenance::new(rows, widths.summary),
         }
     }
 }
@@ -169,13 +203,12 @@ impl ExperienceBuffer {
         per_worker: usize,
         steps: usize,
         envs_per_worker: usize,
-        obs_dim: usize,
-        action_dim: usize,
+        widths: RowWidths,
         debug: bool,
     ) -> Self {
         ExperienceBuffer {
             slots: (0..workers * per_worker)
-                .map(|_| Mutex::new(Fragment::new(steps, envs_per_worker, obs_dim, action_dim)))
+                .map(|_| Mutex::new(Fragment::new(steps, envs_per_worker, widths)))
                 .collect(),
             ready: (0..workers * per_worker)
                 .map(|_| AtomicBool::new(false))
@@ -193,21 +226,12 @@ impl ExperienceBuffer {
         per_worker: usize,
         steps: usize,
         envs_per_worker: usize,
-        obs_dim: usize,
-        action_dim: usize,
+        widths: RowWidths,
         debug: bool,
     ) -> Self {
         ExperienceBuffer {
             first_worker: worker,
-            ..Self::new(
-                1,
-                per_worker,
-                steps,
-                envs_per_worker,
-                obs_dim,
-                action_dim,
-                debug,
-            )
+            ..Self::new(1, per_worker, steps, envs_per_worker, widths, debug)
         }
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
+use crate::buffer::{ExperienceBuffer, RowWidths, SlotId, WorkerState};
 use crate::inference::InferenceClient;
 use crate::launcher::WorkerLauncher;
 use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
@@ -275,8 +275,7 @@ impl HostedWorker {
             slots,
             config.ppo.n_steps,
             config.env.num_envs / config.runtime.workers,
-            env.obs_dim(),
-            env.action_dim(),
+            RowWidths::of(&env),
             config.runtime.debug_buffer,
         ));
         let (events_tx, events) = sync_channel(slots);

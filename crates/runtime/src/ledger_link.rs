@@ -18,7 +18,8 @@ pub(crate) struct LedgerLink {
     rules: VersionedRules,
     config_hash: String,
     bucket: strata_ledger::Bucket,
-    obs_dim: usize,
+    /// Values in a sample's observation summary.
+    summary_dim: usize,
     rows: SampleBatch,
     cursor: LedgerCursor,
 }
@@ -31,7 +32,7 @@ impl LedgerLink {
         config: &RunConfig,
         config_hash: &str,
         progress: &Progress,
-        obs_dim: usize,
+        summary_dim: usize,
     ) -> Result<Self, LedgerError> {
         let rules = ledger.register_rules(&config.admission)?;
         if let Some(next) = progress.ledger_next_sample {
@@ -72,12 +73,12 @@ impl LedgerLink {
             .unwrap_or_else(|| LedgerCursor::new(config.env.num_envs));
         let bucket = config.ledger.bucket.clone();
         Ok(LedgerLink {
-            rows: SampleBatch::new(&bucket, config_hash, obs_dim),
+            rows: SampleBatch::new(&bucket, config_hash, summary_dim),
             ledger,
             rules,
             config_hash: config_hash.to_string(),
             bucket,
-            obs_dim,
+            summary_dim,
             cursor,
         })
     }
@@ -112,7 +113,7 @@ impl LedgerLink {
         }
         let rows = std::mem::replace(
             &mut self.rows,
-            SampleBatch::new(&self.bucket, &self.config_hash, self.obs_dim),
+            SampleBatch::new(&self.bucket, &self.config_hash, self.summary_dim),
         );
         self.ledger.append_samples(rows)?;
         self.ledger.append_decisions(decisions)?;

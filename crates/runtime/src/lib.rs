@@ -72,7 +72,7 @@ pub mod transport;
 mod wiring;
 mod worker;
 
-pub use buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
+pub use buffer::{ExperienceBuffer, Fragment, RowWidths, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
     best_version, continue_run, find_version, group_digits, load_policy, pick_checkpoint,
     read_checkpoint, resume_point, resume_run, save_checkpoint, CheckpointMeta, LoadedCheckpoint,

@@ -310,13 +310,15 @@ impl Trainer {
     /// # Errors
     /// [`RuntimeError::Ledger`] when the rules cannot be registered or bound.
     pub fn attach_ledger(&mut self, ledger: strata_ledger::Ledger) -> Result<(), RuntimeError> {
-        let obs_dim = self.rollout.obs_dim;
+        // A sample's observation summary: a value per observation value, one per image
+        // channel.
+        let summary_dim = crate::factory::env_spec(&self.config)?.summary_dim();
         let link = LedgerLink::attach(
             ledger,
             &self.config,
             &self.config_hash,
             &self.progress,
-            obs_dim,
+            summary_dim,
         )?;
         link.save_to(&mut self.progress);
         self.ledger = Some(link);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
+use crate::buffer::{ExperienceBuffer, RowWidths, SlotId, WorkerState};
 use crate::config::Inference;
 use crate::host::{slots_per_worker, versions_kept, HostedOn, Incarnation, WorkerHost};
 use crate::inference::{
@@ -156,8 +156,7 @@ impl Wiring {
             slots_per_worker,
             config.ppo.n_steps,
             per_worker_envs,
-            spec.obs_dim(),
-            spec.action_dim(),
+            RowWidths::of(&spec),
             config.runtime.debug_buffer,
         ));
         let wait_timeout = Duration::from_secs_f64(config.runtime.wait_timeout_secs);

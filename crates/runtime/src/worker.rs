@@ -328,6 +328,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         m,
         gm,
         od,
+        sd: spec.summary_dim(),
         ad,
         heartbeat: &heartbeat,
         commands: &commands,
@@ -513,6 +514,8 @@ struct StepContext<'a> {
     /// Envs per group.
     gm: usize,
     od: usize,
+    /// Values in an observation summary.
+    sd: usize,
     ad: usize,
     heartbeat: &'a Heartbeat,
     commands: &'a Receiver<WorkerCommand>,
@@ -580,7 +583,7 @@ fn record_step(
         p.clock[rows.clone()].copy_from_slice(&batch.clock);
         p.obs_count[rows.clone()].copy_from_slice(&exec.ticks);
         p.obs_hash[rows.clone()].copy_from_slice(&exec.hash);
-        let dims = rows.start * od..rows.end * od;
+        let dims = rows.start * ctx.sd..rows.end * ctx.sd;
         p.obs_min[dims.clone()].copy_from_slice(&exec.min);
         p.obs_max[dims.clone()].copy_from_slice(&exec.max);
         p.obs_mean[dims].copy_from_slice(&exec.mean);

@@ -477,3 +477,41 @@ fn normalising_image_observations_is_refused_by_name() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn image_samples_are_summarised_per_channel_in_the_ledger() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !gymnasium() {
+        return;
+    }
+    // A Dict of a 12x12 grey picture and a 2-value state: 1 + 2 summary values, not
+    // 144 + 2.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = pixel_task(&[("dict_obs", toml::Value::Boolean(true))]);
+    c.train.total_steps = 2 * 2048;
+    c.report.eval_episodes = 0;
+    let mut t = Trainer::new(c).unwrap();
+    let mut run_dir = RunDir::create(dir.path(), &t).unwrap();
+    run::train(&mut t, &mut run_dir, &mut |_| {}).unwrap();
+    let storage = Storage::open(dir.path().join("ledger").to_str().unwrap()).unwrap();
+    let data = LedgerData::read(&storage).unwrap();
+    assert_eq!(data.sample_count(), 2 * 2048);
+    let mut hashes = std::collections::HashSet::new();
+    for b in &data.samples {
+        for i in 0..b.len() {
+            let r = b.row(i);
+            assert_eq!(r.obs_min.len(), 3);
+            // The picture: dark with a bright 3x3 square (9 of 144 pixels).
+            assert_eq!((r.obs_min[0], r.obs_max[0]), (0.0, 255.0));
+            assert!((r.obs_mean[0] - 255.0 * 9.0 / 144.0).abs() < 1e-3);
+            assert_eq!(&r.obs_mean[1..], &[0.5, -0.5]);
+            hashes.insert(r.obs_hash);
+        }
+    }
+    // 80 places for the square (10 rows, 4 columns a side): the hash tells them apart.
+    assert!(
+        (60..=80).contains(&hashes.len()),
+        "{} distinct hashes",
+        hashes.len()
+    );
+}

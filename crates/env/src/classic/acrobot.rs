@@ -79,6 +79,7 @@ impl Env for Acrobot {
 
     fn spec(&self) -> EnvSpec {
         EnvSpec {
+            images: Vec::new(),
             name: "acrobot".into(),
             gymnasium_id: "Acrobot-v1".into(),
             observation_space: Space::Box {

@@ -36,6 +36,7 @@ impl Env for CartPole {
             f32::INFINITY,
         ];
         EnvSpec {
+            images: Vec::new(),
             name: "cartpole".into(),
             gymnasium_id: "CartPole-v1".into(),
             observation_space: Space::Box {

@@ -33,6 +33,7 @@ impl Env for MountainCarContinuous {
 
     fn spec(&self) -> EnvSpec {
         EnvSpec {
+            images: Vec::new(),
             name: "mountaincar-continuous".into(),
             gymnasium_id: "MountainCarContinuous-v0".into(),
             observation_space: Space::Box {

@@ -27,6 +27,7 @@ fn angle_normalize(x: f64) -> f64 {
 impl Env for Pendulum {
     fn spec(&self) -> EnvSpec {
         EnvSpec {
+            images: Vec::new(),
             name: "pendulum".into(),
             gymnasium_id: "Pendulum-v1".into(),
             observation_space: Space::Box {

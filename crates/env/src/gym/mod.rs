@@ -40,7 +40,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::{EnvSpec, Space};
+use crate::{EnvSpec, ImageSpan, Space};
 use process::{EnvProcess, Launch};
 
 pub use vec_env::{spin_budget, GymOptions, GymVecEnv};
@@ -249,6 +249,16 @@ impl GymLayout {
             action_space: self.action.clone(),
             max_episode_steps: self.max_episode_steps.unwrap_or(u32::MAX),
             reward_threshold: self.reward_threshold.unwrap_or(f64::INFINITY),
+            images: self
+                .images
+                .iter()
+                .map(|i| ImageSpan {
+                    offset: i.offset,
+                    height: i.height,
+                    width: i.width,
+                    channels: i.channels,
+                })
+                .collect(),
         }
     }
 }

@@ -100,6 +100,7 @@ impl Env for ArmReach {
         low.extend([-2.0f32; 9]);
         high.extend([2.0f32; 9]);
         EnvSpec {
+            images: Vec::new(),
             name: if self.moving {
                 "arm-reach-moving"
             } else {

@@ -69,6 +69,7 @@ impl UiForm {
 impl Env for UiForm {
     fn spec(&self) -> EnvSpec {
         EnvSpec {
+            images: Vec::new(),
             name: "ui-form".into(),
             gymnasium_id: "none (Strata task: form filling with popups)".into(),
             observation_space: Space::Box {

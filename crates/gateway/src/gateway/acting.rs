@@ -5,11 +5,24 @@ use super::*;
 
 impl Gateway {
     pub(super) fn check_vector(&self, name: &str, v: &[f32]) -> Result<(), RequestError> {
-        if v.len() != self.obs_dim {
+        self.check_values(name, v, self.obs_dim)
+    }
+
+    /// A summary of observations: a value per observation value, one per image channel.
+    pub(super) fn check_summary(&self, name: &str, v: &[f32]) -> Result<(), RequestError> {
+        self.check_values(name, v, self.summary_dim())
+    }
+
+    /// Values in an observation summary.
+    pub fn summary_dim(&self) -> usize {
+        strata_env::ExecSummary::with_images(0, self.obs_dim, &self.images).dim
+    }
+
+    fn check_values(&self, name: &str, v: &[f32], expected: usize) -> Result<(), RequestError> {
+        if v.len() != expected {
             return Err(RequestError::invalid(format!(
-                "{name} has {} values; the policy expects {}",
+                "{name} has {} values; the policy expects {expected}",
                 v.len(),
-                self.obs_dim
             )));
         }
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {

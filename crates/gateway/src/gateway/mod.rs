@@ -69,6 +69,8 @@ pub struct Gateway {
     pub(crate) settings: GatewaySettings,
     config_hash: String,
     obs_dim: usize,
+    /// The images inside an observation (summarised per channel in the ledger).
+    images: Vec<strata_env::ImageSpan>,
     action_dim: usize,
     pub(crate) ledger: Ledger,
     journal: Journal,

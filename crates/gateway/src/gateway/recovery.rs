@@ -81,6 +81,7 @@ impl Gateway {
         let gateway = Gateway {
             config_hash,
             obs_dim: spec.obs_dim(),
+            images: spec.images.clone(),
             action_dim,
             ledger,
             journal,

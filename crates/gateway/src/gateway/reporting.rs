@@ -83,7 +83,7 @@ impl Gateway {
         let during = match &req.during_execution {
             Some(d) => {
                 for (name, v) in [("min", &d.min), ("max", &d.max), ("mean", &d.mean)] {
-                    self.check_vector(&format!("during_execution.{name}"), v)?;
+                    self.check_summary(&format!("during_execution.{name}"), v)?;
                 }
                 if d.count == 0 {
                     return Err(RequestError::invalid("during_execution.count is 0"));
@@ -92,7 +92,7 @@ impl Gateway {
             }
             None => {
                 // The observation after counts once, summarised as the latency wrapper does.
-                let mut s = strata_env::ExecSummary::new(1, self.obs_dim);
+                let mut s = strata_env::ExecSummary::with_images(1, self.obs_dim, &self.images);
                 s.start(0);
                 s.observe(0, after);
                 s.finish(0);
@@ -140,7 +140,7 @@ impl Gateway {
             worker: None,
             fragment: None,
         };
-        let mut batch = SampleBatch::new(&episode.bucket, &self.config_hash, self.obs_dim);
+        let mut batch = SampleBatch::new(&episode.bucket, &self.config_hash, self.summary_dim());
         batch.push(&record).map_err(RequestError::invalid)?;
         self.ledger.append_samples_durable(batch)?;
         // Durable: now remember it.
