@@ -209,6 +209,30 @@ def test_a_gym_factory_env_trains_from_python(tmp_path, gymnasium):
     assert 'observation = "Dict(flags=MultiBinary(2,), mode=Discrete(3), pos=Box(2,))"' in policy.config
 
 
+def test_an_image_policy_predicts_on_pictures_as_the_env_gives_them(tmp_path, gymnasium):
+    # Channels-first pictures of 2 channels: the square lies left (action 0) or right (1).
+    summary = strata.train(
+        "gym:strata_test_envs:make_pixel_env", run_dir=tmp_path / "run", max_steps=20480,
+        config={"runtime": {"python_path": [str(REPO / "crates/env/tests/python")]},
+                "env.gym.kwargs": {"order": "chw", "channels": 2},
+                "network": {"policy_hidden": [], "value_hidden": []}},
+        progress=False)
+    policy = strata.load(summary["run_dir"])
+    assert policy.obs_dim == 12 * 12 * 2
+    pictures = np.zeros((2, 2, 12, 12), np.uint8)
+    pictures[0, :, 4:7, 1:4] = 255  # left
+    pictures[1, :, 4:7, 8:11] = 255  # right
+    actions, _ = policy.predict(pictures)
+    assert actions.tolist() == [0, 1]
+    # One picture, and the same pictures flat and channels-last, agree.
+    assert int(policy.predict(pictures[1])[0]) == 1
+    flat = pictures.transpose(0, 2, 3, 1).reshape(2, -1).astype(np.float32)
+    assert policy.predict(flat)[0].tolist() == [0, 1]
+    with pytest.raises(ValueError, match=r"the env's \(2, 12, 12\)"):
+        policy.predict(np.zeros((12, 12, 2), np.uint8))
+    assert "minatar_cnn" not in policy.config, "auto: the config keeps the choice implicit"
+
+
 def test_predict_waiting_on_an_evaluation_leaves_other_threads_running(tmp_path):
     import threading
 

@@ -154,7 +154,7 @@ def flattener(np, spaces, space):
 
         text = f"Image{tuple(space.shape)}"
         found = {"offset": 0, "height": h, "width": w, "channels": c, "order": order,
-                 "scale": scale}
+                 "scale": scale, "shape": [int(n) for n in space.shape]}
         return Flat(h * w * c, text, write, [found])
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         n = int(np.prod(space.shape))
@@ -275,7 +275,23 @@ def resolve(gym, target):
         factory = getattr(module, attr, None)
         if callable(factory):
             return factory
+    register_namespace(gym, target)
     return lambda **kwargs: gym.make(target, **kwargs)
+
+
+def register_namespace(gym, target):
+    """Registers the envs of `target`'s namespace (`MinAtar` of `MinAtar/Breakout-v1`)
+    from the package that declares it: Gymnasium 1.x no longer loads the `gymnasium.envs`
+    entry points packages such as MinAtar still register through."""
+    namespace, sep, _ = target.partition("/")
+    if not sep or ":" in namespace or any(
+            spec.namespace == namespace for spec in gym.registry.values()):
+        return
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group="gymnasium.envs"):
+        if point.name == namespace:
+            point.load()()
 
 
 def describe(np, gym, env, target):
@@ -419,6 +435,12 @@ class Header:
         return got
 
 
+def reset_seeded(env, seed):
+    """Resets `env` with Strata's 64-bit seed folded to 32 bits (its halves xor-ed): envs
+    that seed NumPy's legacy RandomState (MinAtar's games do) take no more."""
+    return env.reset(seed=(seed ^ (seed >> 32)) & 0xFFFFFFFF)
+
+
 def serve(args, np, gym, make, kwargs):
     k = args.envs
     envs = [make(**kwargs) for _ in range(k)]
@@ -466,7 +488,7 @@ def serve(args, np, gym, make, kwargs):
 
     def reset_all():
         for i in range(k):
-            o, _ = envs[i].reset(seed=int(seeds[i]))
+            o, _ = reset_seeded(envs[i], int(seeds[i]))
             flat.write(obs[i], o)
             terminated[i] = truncated[i] = success[i] = 0
 

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use strata_env::gym::{
-    describe, ChannelOrder, GymError, GymImage, GymLayout, GymOptions, GymTarget, GymVecEnv,
-    ImageScale,
+    describe, ChannelOrder, GymError, GymLayout, GymOptions, GymTarget, GymVecEnv, ImageScale,
 };
 use strata_env::{EnvError, FaultKind, FaultPlan, Space, StepBatch, VecEnv};
 
@@ -139,16 +138,17 @@ fn images_are_found_in_every_layout_and_written_channels_last() {
     for (kwargs, order, channels, text, frame_channels) in cases {
         let (layout, obs) = pixel_probe(&py, kwargs.clone());
         assert_eq!(layout.observation, text, "{kwargs}");
-        let expected = GymImage {
-            offset: 0,
-            height: 12,
-            width: 12,
-            channels,
-            order,
-            scale: ImageScale::Byte,
-        };
-        assert_eq!(layout.images, [expected], "{kwargs}");
-        assert_eq!(layout.obs_dim, expected.len());
+        let image = &layout.images[0];
+        assert_eq!(layout.images.len(), 1, "{kwargs}");
+        assert_eq!(
+            (image.offset, image.height, image.width, image.channels),
+            (0, 12, 12, channels),
+            "{kwargs}"
+        );
+        assert_eq!((image.order, image.scale), (order, ImageScale::Byte));
+        let dims: Vec<String> = image.shape.iter().map(usize::to_string).collect();
+        assert_eq!(format!("Image({})", dims.join(", ")), text);
+        assert_eq!(layout.obs_dim, image.len());
         // The probe's value at (h, w, c) is h * 16 + w * 4 + c of its frame's own
         // channel: channels-last puts it at (h * 12 + w) * channels + c.
         for (h, w, c) in [

@@ -4,6 +4,76 @@ use super::*;
 use crate::encoder::ImageInput;
 use rand::{Rng, SeedableRng};
 
+/// A loss over a minibatch the model acted on: sum_i wl_i logp_i + we_i H_i + wv_i V_i,
+/// with random weights.
+struct LossProbe {
+    obs: Vec<f32>,
+    actions: Vec<f32>,
+    wl: Vec<f32>,
+    we: Vec<f32>,
+    wv: Vec<f32>,
+}
+
+impl LossProbe {
+    /// Acts on `obs` (sampling the actions), draws the weights, and checks that evaluating
+    /// gives back the log-probs and values of acting; then back-propagates the loss and
+    /// returns the analytic gradient.
+    fn new(model: &mut MlpActorCritic, obs: Vec<f32>, rng: &mut SampleRng) -> (Self, Vec<f32>) {
+        let batch = obs.len() / model.obs_dim();
+        let (mut actions, mut lp, mut v) = (
+            vec![0.0; batch * model.head().action_dim()],
+            vec![0.0; batch],
+            vec![0.0; batch],
+        );
+        model.act(&obs, rng, &[], &mut actions, &mut lp, &mut v);
+        let mut weights =
+            || -> Vec<f32> { (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect() };
+        let (wl, we, wv) = (weights(), weights(), weights());
+        let probe = LossProbe {
+            obs,
+            actions,
+            wl,
+            we,
+            wv,
+        };
+        let mut e = Evaluation::default();
+        model.evaluate(&probe.obs, &probe.actions, &mut e);
+        for i in 0..batch {
+            assert!((e.log_probs[i] - lp[i]).abs() < 1e-4);
+            assert!((e.values[i] - v[i]).abs() < 1e-5);
+        }
+        model.zero_grad();
+        model.backward(&probe.wl, &probe.we, &probe.wv, &[]);
+        let analytic = model.grads.clone();
+        (probe, analytic)
+    }
+
+    fn loss(&self, model: &mut MlpActorCritic) -> f64 {
+        let mut e = Evaluation::default();
+        model.evaluate(&self.obs, &self.actions, &mut e);
+        (0..self.wl.len())
+            .map(|i| {
+                f64::from(
+                    self.wl[i] * e.log_probs[i]
+                        + self.we[i] * e.entropy[i]
+                        + self.wv[i] * e.values[i],
+                )
+            })
+            .sum()
+    }
+
+    /// The loss's central finite difference in parameter `i`.
+    fn numeric(&self, model: &mut MlpActorCritic, i: usize) -> f64 {
+        let orig = model.params[i];
+        model.params[i] = orig + 1e-2;
+        let up = self.loss(model);
+        model.params[i] = orig - 1e-2;
+        let down = self.loss(model);
+        model.params[i] = orig;
+        (up - down) / 2e-2
+    }
+}
+
 /// Loss = sum_i wl_i logp_i + we_i H_i + wv_i V_i, checked against finite differences
 /// of every parameter, through the whole model.
 /// With gSDE the latent features are constants of the log-prob's variance (as SB3
@@ -23,45 +93,11 @@ fn check_model_gradients(head: Head, sde: bool) {
     for p in model.params.iter_mut() {
         *p += rng.random_range(-0.3..0.3);
     }
-    let batch = 5;
-    let obs: Vec<f32> = (0..batch * 3)
-        .map(|_| rng.random_range(-1.0..1.0))
-        .collect();
-    let (mut actions, mut lp, mut v) = (
-        vec![0.0; batch * head.action_dim()],
-        vec![0.0; batch],
-        vec![0.0; batch],
-    );
-    model.act(&obs, &mut rng, &[], &mut actions, &mut lp, &mut v);
-    let wl: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let we: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let wv: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let loss = |m: &mut MlpActorCritic| {
-        let mut e = Evaluation::default();
-        m.evaluate(&obs, &actions, &mut e);
-        (0..batch)
-            .map(|i| f64::from(wl[i] * e.log_probs[i] + we[i] * e.entropy[i] + wv[i] * e.values[i]))
-            .sum::<f64>()
-    };
-    let mut e = Evaluation::default();
-    model.evaluate(&obs, &actions, &mut e);
-    // The log-probs from evaluate equal those recorded when acting.
-    for i in 0..batch {
-        assert!((e.log_probs[i] - lp[i]).abs() < 1e-4);
-        assert!((e.values[i] - v[i]).abs() < 1e-6);
-    }
-    model.zero_grad();
-    model.backward(&wl, &we, &wv, &[]);
-    let analytic = model.grads.clone();
+    let obs: Vec<f32> = (0..5 * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (probe, analytic) = LossProbe::new(&mut model, obs, &mut rng);
     let policy_hidden = if sde { 3 * 6 + 6 } else { 0 };
     for (i, expected) in analytic.iter().enumerate().skip(policy_hidden) {
-        let orig = model.params[i];
-        model.params[i] = orig + 1e-2;
-        let up = loss(&mut model);
-        model.params[i] = orig - 1e-2;
-        let down = loss(&mut model);
-        model.params[i] = orig;
-        let numeric = (up - down) / 2e-2;
+        let numeric = probe.numeric(&mut model, i);
         assert!(
             (numeric - f64::from(*expected)).abs() <= 3e-3 + 3e-2 * numeric.abs(),
             "param {i}: numeric {numeric} analytic {expected}"
@@ -258,29 +294,8 @@ fn image_model_gradients_match_finite_differences() {
     for p in model.params.iter_mut() {
         *p += rng.random_range(-0.05..0.05);
     }
-    let batch = 3;
-    let obs = mixed_rows(&mut rng, &images, obs_dim, batch);
-    let (mut actions, mut lp, mut v) = (vec![0.0; batch], vec![0.0; batch], vec![0.0; batch]);
-    model.act(&obs, &mut rng, &[], &mut actions, &mut lp, &mut v);
-    let wl: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let we: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let wv: Vec<f32> = (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let loss = |m: &mut MlpActorCritic| {
-        let mut e = Evaluation::default();
-        m.evaluate(&obs, &actions, &mut e);
-        (0..batch)
-            .map(|i| f64::from(wl[i] * e.log_probs[i] + we[i] * e.entropy[i] + wv[i] * e.values[i]))
-            .sum::<f64>()
-    };
-    let mut e = Evaluation::default();
-    model.evaluate(&obs, &actions, &mut e);
-    for i in 0..batch {
-        assert!((e.log_probs[i] - lp[i]).abs() < 1e-4);
-        assert!((e.values[i] - v[i]).abs() < 1e-5);
-    }
-    model.zero_grad();
-    model.backward(&wl, &we, &wv, &[]);
-    let analytic = model.grads.clone();
+    let obs = mixed_rows(&mut rng, &images, obs_dim, 3);
+    let (probe, analytic) = LossProbe::new(&mut model, obs, &mut rng);
     let encoder_start = model.split().log_std;
     // Every head parameter, and a spread of the encoders' (a probe whose interval crosses
     // a ReLU kink disagrees; a few may).
@@ -289,13 +304,7 @@ fn image_model_gradients_match_finite_differences() {
         .collect();
     let (mut agree, mut encoder_agree) = (0, 0);
     for &i in &probes {
-        let orig = model.params[i];
-        model.params[i] = orig + 1e-2;
-        let up = loss(&mut model);
-        model.params[i] = orig - 1e-2;
-        let down = loss(&mut model);
-        model.params[i] = orig;
-        let numeric = (up - down) / 2e-2;
+        let numeric = probe.numeric(&mut model, i);
         if (numeric - f64::from(analytic[i])).abs() <= 3e-3 + 3e-2 * numeric.abs() {
             agree += 1;
             encoder_agree += usize::from(i >= encoder_start && analytic[i].abs() > 1e-3);

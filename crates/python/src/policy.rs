@@ -19,6 +19,8 @@ struct Acting {
     policy: strata_runtime::Policy,
     rng: SampleRng,
     obs: Vec<f32>,
+    /// Observations in the env's own image layout, before they are put channels-last.
+    env_order: Vec<f32>,
     actions: Vec<f32>,
     log_probs: Vec<f32>,
     values: Vec<f32>,
@@ -32,6 +34,9 @@ struct Acting {
 pub(crate) struct Policy {
     acting: Mutex<Acting>,
     obs_dim: usize,
+    /// An env whose observation is one image: its shape as the env gives it, and where
+    /// each of its values lands channels-last.
+    image: Option<(Vec<usize>, Vec<usize>)>,
     action_space: Space,
     #[pyo3(get)]
     policy_version: u64,
@@ -45,8 +50,15 @@ pub(crate) struct Policy {
 impl Policy {
     fn new(policy: strata_runtime::Policy) -> PyResult<Self> {
         let spec = strata_runtime::env_spec(&policy.config).map_err(runtime_error)?;
+        let image = match policy.config.env.gym.layout.as_ref().map(|l| &l.images[..]) {
+            Some([image]) if image.len() == spec.obs_dim() => {
+                Some((image.shape.clone(), image.channels_last_index()))
+            }
+            _ => None,
+        };
         Ok(Policy {
             obs_dim: spec.obs_dim(),
+            image,
             action_space: spec.action_space,
             policy_version: policy.policy_version,
             config_hash: policy.config_hash.clone(),
@@ -56,6 +68,7 @@ impl Policy {
                 rng: SampleRng::seed_from_u64(policy.config.train.seed),
                 policy,
                 obs: Vec::new(),
+                env_order: Vec::new(),
                 actions: Vec::new(),
                 log_probs: Vec::new(),
                 values: Vec::new(),
@@ -68,24 +81,58 @@ impl Policy {
         self.action_space.flat_dim()
     }
 
-    /// Copies `obs` (any float dtype) into `acting.obs`; the number of rows, and whether
-    /// the input was one observation.
+    /// Copies `obs` (any numeric or boolean dtype) into `acting.obs`; the number of rows,
+    /// and whether the input was one observation. An image env's observations may come as
+    /// the env gives them (`(4, 84, 84)`, or a batch `(n, 4, 84, 84)`), as well as flat.
     fn take_obs(&self, obs: &Bound<'_, PyAny>, acting: &mut Acting) -> PyResult<(usize, bool)> {
         let d = self.obs_dim;
+        let image = self.image.as_ref();
         let shape_error = |shape: &[usize]| {
+            let env_shape = image.map_or_else(String::new, |(s, _)| {
+                let dims: Vec<String> = s.iter().map(usize::to_string).collect();
+                format!(", the env's ({0}) or (n, {0})", dims.join(", "))
+            });
             PyValueError::new_err(format!(
-                "observation of shape {shape:?}: this policy expects ({d},) or (n, {d})"
+                "observation of shape {shape:?}: this policy expects ({d},) or (n, {d}){env_shape}"
             ))
         };
+        let Acting {
+            obs: out,
+            env_order,
+            ..
+        } = acting;
         let mut fill = |shape: &[usize], values: &mut dyn Iterator<Item = f32>| {
-            let rows = match shape {
-                [n] if *n == d => 1,
-                [rows, n] if *n == d => *rows,
-                _ => return Err(shape_error(shape)),
+            let flat = match shape {
+                [n] if *n == d => Some((1, true)),
+                [rows, n] if *n == d => Some((*rows, false)),
+                _ => None,
             };
-            acting.obs.clear();
-            acting.obs.extend(values);
-            Ok((rows, shape.len() == 1))
+            if let Some(found) = flat {
+                out.clear();
+                out.extend(values);
+                return Ok(found);
+            }
+            // The env's own image layout: each row put channels-last.
+            let Some((env_shape, index)) = image else {
+                return Err(shape_error(shape));
+            };
+            let found = if shape == &env_shape[..] {
+                (1, true)
+            } else if shape.len() == env_shape.len() + 1 && shape[1..] == env_shape[..] {
+                (shape[0], false)
+            } else {
+                return Err(shape_error(shape));
+            };
+            env_order.clear();
+            env_order.extend(values);
+            out.clear();
+            out.resize(env_order.len(), 0.0);
+            for (row, src) in out.chunks_exact_mut(d).zip(env_order.chunks_exact(d)) {
+                for (v, &to) in src.iter().zip(index) {
+                    row[to] = *v;
+                }
+            }
+            Ok(found)
         };
         // The common dtypes read in place; anything else (lists, ints) is converted.
         let (rows, single) = if let Ok(a) = obs.extract::<PyReadonlyArrayDyn<'_, f32>>() {
@@ -117,8 +164,9 @@ impl Policy {
 
 #[pymethods]
 impl Policy {
-    /// The actions for `obs`, one observation `(obs_dim,)` or a batch `(n, obs_dim)`:
-    /// the most likely ones (`deterministic=True`) or sampled. Returns `(actions, None)`
+    /// The actions for `obs`, one observation `(obs_dim,)` or a batch `(n, obs_dim)`
+    /// (for an env whose observation is one image, also as the env gives it: `(4, 84, 84)`
+    /// or `(n, 4, 84, 84)`): the most likely ones (`deterministic=True`) or sampled. Returns `(actions, None)`
     /// as Stable-Baselines3's `predict` does: int64 indices for a Discrete space, float32
     /// values clipped to a Box space.
     #[pyo3(signature = (obs, deterministic=true))]

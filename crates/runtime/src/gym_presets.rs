@@ -1,11 +1,12 @@
 //! Presets for Gymnasium envs (`gym:ID`). The classic-control ids take the built-in twin's
 //! preset, so `gym:CartPole-v1` and `cartpole` train alike; the MuJoCo tasks start from
 //! rl-zoo3's PPO hyperparameters (its v4 entries: the v5 bodies and rewards are the same);
-//! an id without a preset gets SB3's PPO defaults.
+//! MinAtar's games (`MinAtar/Breakout-v1`, ...) take CleanRL's Atari recipe on the MinAtar
+//! agent's encoder; an id without a preset gets SB3's PPO defaults.
 
 use strata_algo::PpoConfig;
 use strata_ledger::AdmissionRules;
-use strata_nn::{Activation, NetworkConfig};
+use strata_nn::{Activation, Encoder, NetworkConfig};
 
 use crate::config::{
     EnvConfig, LedgerSettings, ReportSettings, RunConfig, RuntimeConfig, TrainConfig,
@@ -33,11 +34,21 @@ pub const GYM_PRESETS: &[&str] = &[
     "Hopper-v5",
     "Pusher-v5",
     "gymnasium_robotics:FetchReachDense-v4",
+    "MinAtar/Breakout-v1",
+    "MinAtar/SpaceInvaders-v1",
+    "MinAtar/Asterix-v1",
+    "MinAtar/Freeway-v1",
 ];
+
+/// Whether `id` is one of MinAtar's games (any version: `MinAtar/Seaquest-v0` too).
+fn is_minatar(id: &str) -> bool {
+    env_id(id).starts_with("MinAtar/")
+}
 
 /// The preset of `gym:ID` without a built-in twin (`name` is the whole env name).
 pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
     let mut config = match env_id(id) {
+        _ if is_minatar(id) => minatar(),
         "HalfCheetah-v5" => mujoco(half_cheetah()),
         "Hopper-v5" => mujoco(hopper()),
         "Pusher-v5" => mujoco(MujocoPreset::defaults()),
@@ -52,6 +63,10 @@ pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
 /// show` (kept beside [`gym_preset`]'s match; a test checks they agree).
 pub(crate) fn gym_preset_origin(id: &str) -> String {
     match env_id(id) {
+        _ if is_minatar(id) => "MinAtar: CleanRL's Atari PPO recipe (8 envs x 128 steps, 4 epochs \
+                               of 4 minibatches, learning rate 2.5e-4 annealed, clip 0.1) on \
+                               the MinAtar agent's encoder, the heads on its 128 features"
+            .into(),
         "HalfCheetah-v5" | "Hopper-v5" => {
             format!(
                 "rl-zoo3's tuned PPO for {} (its v4 entry: the same body and reward)",
@@ -179,6 +194,43 @@ fn fetch_reach() -> RunConfig {
     )
 }
 
+/// MinAtar's games: CleanRL's `ppo_atari` hyperparameters (8 envs x 128 steps, 4 epochs
+/// of 4 minibatches, learning rate 2.5e-4 annealed to 0, clip 0.1, value loss clipped,
+/// entropy 0.01, gradient norm 0.5) on the MinAtar reference agent's encoder (one 16-filter
+/// 3x3 convolution, 128 features) with the policy and value heads straight on it, as
+/// CleanRL's Atari agent has them on NatureCNN. 5M steps: where published PPO curves on
+/// MinAtar have separated from random play on every game.
+fn minatar() -> RunConfig {
+    assemble(
+        EnvConfig {
+            num_envs: 8,
+            ..EnvConfig::default()
+        },
+        5_000_000,
+        PpoConfig {
+            n_steps: 128,
+            batch_size: 256,
+            n_epochs: 4,
+            gamma: 0.99,
+            gae_lambda: 0.95,
+            learning_rate: 2.5e-4,
+            anneal_lr: true,
+            clip_range: 0.1,
+            clip_range_vf: Some(0.1),
+            ent_coef: 0.01,
+            vf_coef: 0.5,
+            max_grad_norm: Some(0.5),
+            ..PpoConfig::default()
+        },
+        NetworkConfig {
+            encoder: Encoder::MinatarCnn,
+            policy_hidden: Vec::new(),
+            value_hidden: Vec::new(),
+            ..NetworkConfig::default()
+        },
+    )
+}
+
 /// Any other id: SB3's PPO defaults in SB3's layout, one env x 2048 steps. The learning-
 /// parity suite (docs/parity.md) chose it: 8 envs x 256 steps per update learn as well on
 /// five of its tasks but not on Swimmer, where only fragments of 1024 steps or more do.
@@ -233,6 +285,7 @@ mod tests {
             "Hopper-v5",
             "Pusher-v5",
             "gymnasium_robotics:FetchReachDense-v4",
+            "MinAtar/Breakout-v1",
             "my_pkg.envs:make_env",
         ] {
             let name = format!("gym:{id}");
@@ -249,6 +302,19 @@ mod tests {
             "gymnasium_robotics:FetchReachDense-v4",
         );
         assert_eq!(fetch.env.num_envs, 8);
+        let breakout = gym_preset("gym:MinAtar/Breakout-v1", "MinAtar/Breakout-v1");
+        assert_eq!(breakout.network.encoder, Encoder::MinatarCnn);
+        assert!(breakout.network.policy_hidden.is_empty());
+        assert_eq!(
+            gym_preset("gym:MinAtar/Seaquest-v0", "MinAtar/Seaquest-v0"),
+            RunConfig {
+                env: EnvConfig {
+                    name: "gym:MinAtar/Seaquest-v0".into(),
+                    ..breakout.env.clone()
+                },
+                ..breakout
+            }
+        );
     }
 
     #[test]

@@ -27,6 +27,12 @@ fn gymnasium() -> bool {
     python_has("gymnasium")
 }
 
+/// This file's turn to run (see [`SERIAL`]), if the interpreter has gymnasium.
+fn serial_with_gymnasium() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    gymnasium().then_some(serial)
+}
+
 /// Processes whose parent is this one (zombies included: an unreaped child is left
 /// behind too), with their names.
 fn children() -> Vec<(u32, String)> {
@@ -70,10 +76,9 @@ fn quick(env: &str, seed: u64, budget: u64) -> RunConfig {
 
 #[test]
 fn gym_cartpole_learns_as_the_builtin_cartpole_does() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     // Start states come from different generators (NumPy's and ours), the dynamics are the
     // same to 1e-9 (tests/gymnasium_fixtures.rs): both solve, in similar numbers of steps.
     let mut steps = (Vec::new(), Vec::new());
@@ -116,10 +121,9 @@ fn with_fault(kind: FaultKind) -> RunConfig {
 }
 
 fn contained(kind: FaultKind, reasons: &[&str]) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let mut t = train_through(with_fault(kind));
     let invalid = &t.progress().invalid_fragments;
     assert_eq!(invalid.len(), 1, "{invalid:?}");
@@ -165,10 +169,9 @@ fn an_env_process_that_hangs_is_killed_and_costs_one_fragment() {
 
 #[test]
 fn the_process_split_does_not_change_a_deterministic_run() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let run = |per: usize| {
         let mut c = quick("gym:CartPole-v1", 4, 6 * 256);
         c.train.stop_when_solved = false;
@@ -186,10 +189,9 @@ fn the_process_split_does_not_change_a_deterministic_run() {
 
 #[test]
 fn a_resumed_gym_run_starts_fresh_episodes_and_checks_its_layout() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut c = quick("gym:CartPole-v1", 2, 4 * 256);
     c.train.stop_when_solved = false;
@@ -236,10 +238,10 @@ fn a_resumed_gym_run_starts_fresh_episodes_and_checks_its_layout() {
 }
 
 #[test]
-fn the_mujoco_and_fetch_presets_train_and_evaluate() {
+fn the_mujoco_fetch_and_minatar_presets_train_and_evaluate() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // The pinned environment (python/requirements-gym.txt) has both.
-    if !python_has("gymnasium, mujoco, gymnasium_robotics") {
+    // The pinned environment (python/requirements-gym.txt) has them all.
+    if !python_has("gymnasium, mujoco, gymnasium_robotics, minatar") {
         return;
     }
     for env in strata_runtime::GYM_PRESETS {
@@ -260,16 +262,25 @@ fn the_mujoco_and_fetch_presets_train_and_evaluate() {
             );
             assert!(eval.success_rate.is_some(), "Fetch reports is_success");
         }
+        if env.starts_with("MinAtar/") {
+            // Boolean pictures, channels-last, through the MinAtar agent's encoder.
+            let image = &layout.images[0];
+            assert_eq!((image.height, image.width), (10, 10), "{env}");
+            assert_eq!(image.scale, strata_env::gym::ImageScale::Unit, "{env}");
+            assert_eq!(
+                strata_runtime::describe_encoders(t.config()).unwrap(),
+                [format!("minatar_cnn on 10x10x{}", image.channels)]
+            );
+        }
     }
     assert!(children().is_empty(), "{:?}", children());
 }
 
 #[test]
 fn gym_samples_carry_the_six_provenance_fields_with_the_envs_own_clock() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut c = quick("gym:CartPole-v1", 3, 6 * 256);
     c.train.stop_when_solved = false;
@@ -351,10 +362,9 @@ def make_env(p=0.0):
 
 #[test]
 fn an_env_that_raises_now_and_then_trains_to_the_end_with_its_faults_counted() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     // About one fault per 10k steps over a 100k-step run: each costs one fragment and one
     // restarted process; the default budget lets the run go on.
@@ -393,10 +403,9 @@ fn an_env_that_raises_now_and_then_trains_to_the_end_with_its_faults_counted() {
 
 #[test]
 fn an_env_that_raises_at_every_step_stops_the_run_quickly_with_its_traceback() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let c = flaky_cartpole(tmp.path(), 1.0);
     let mut t = Trainer::new(c).unwrap();
@@ -432,10 +441,9 @@ fn pixel_task(kwargs: &[(&str, toml::Value)]) -> RunConfig {
 
 #[test]
 fn an_image_env_trains_with_the_cnn_its_picture_calls_for() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     // Channels-first, two channels: the CNN must see the square wherever the env puts
     // its axes. Guessing earns 4 an episode, seeing the square 8.
     let mut c = pixel_task(&[
@@ -461,10 +469,9 @@ fn an_image_env_trains_with_the_cnn_its_picture_calls_for() {
 
 #[test]
 fn normalising_image_observations_is_refused_by_name() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     let mut c = pixel_task(&[]);
     c.env.normalize_obs = true;
     let err = Trainer::new(c.clone()).err().unwrap().to_string();
@@ -480,10 +487,9 @@ fn normalising_image_observations_is_refused_by_name() {
 
 #[test]
 fn image_samples_are_summarised_per_channel_in_the_ledger() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !gymnasium() {
+    let Some(_serial) = serial_with_gymnasium() else {
         return;
-    }
+    };
     // A Dict of a 12x12 grey picture and a 2-value state: 1 + 2 summary values, not
     // 144 + 2.
     let dir = tempfile::tempdir().unwrap();

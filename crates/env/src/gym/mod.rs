@@ -180,7 +180,7 @@ pub struct GymLayout {
 
 /// An image inside a flattened observation: written channels-last (`height x width x
 /// channels`) from `offset`, whatever order the env gives it in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GymImage {
     /// Where it starts in the flattened observation.
@@ -195,6 +195,8 @@ pub struct GymImage {
     pub order: ChannelOrder,
     /// What its values mean.
     pub scale: ImageScale,
+    /// Its shape as the env gives it (`[4, 84, 84]` for a frame stack of grey frames).
+    pub shape: Vec<usize>,
 }
 
 impl GymImage {
@@ -206,6 +208,56 @@ impl GymImage {
     /// Whether it holds no values.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Where each value of the env's array lands in the channels-last image: entry `i`
+    /// is the channels-last index of the env array's `i`-th value (row-major).
+    pub fn channels_last_index(&self) -> Vec<usize> {
+        let (h, w, c) = (self.height, self.width, self.channels);
+        let mut to = vec![0; self.len()];
+        let mut i = 0;
+        let mut put = |y: usize, x: usize, k: usize| {
+            to[i] = (y * w + x) * c + k;
+            i += 1;
+        };
+        match self.order {
+            ChannelOrder::Hw | ChannelOrder::Hwc => (0..self.len()).for_each(|j| {
+                to[j] = j;
+            }),
+            ChannelOrder::Chw => {
+                for k in 0..c {
+                    for y in 0..h {
+                        for x in 0..w {
+                            put(y, x, k);
+                        }
+                    }
+                }
+            }
+            ChannelOrder::StackHwc | ChannelOrder::StackChw => {
+                let frames = self.shape.first().copied().unwrap_or(1).max(1);
+                let per = c / frames;
+                for s in 0..frames {
+                    if self.order == ChannelOrder::StackHwc {
+                        for y in 0..h {
+                            for x in 0..w {
+                                for k in 0..per {
+                                    put(y, x, s * per + k);
+                                }
+                            }
+                        }
+                    } else {
+                        for k in 0..per {
+                            for y in 0..h {
+                                for x in 0..w {
+                                    put(y, x, s * per + k);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        to
     }
 }
 
@@ -299,4 +351,57 @@ pub fn describe(target: &GymTarget, timeout: Duration) -> Result<GymLayout, GymE
     };
     cache.lock().insert(key, layout.clone());
     Ok(layout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(order: ChannelOrder, shape: &[usize], channels: usize) -> GymImage {
+        GymImage {
+            offset: 0,
+            height: 3,
+            width: 4,
+            channels,
+            order,
+            scale: ImageScale::Byte,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn env_arrays_map_onto_channels_last_images() {
+        // (c, h, w) = (2, 3, 4): value (k, y, x) lands at (y * 4 + x) * 2 + k.
+        let chw = image(ChannelOrder::Chw, &[2, 3, 4], 2).channels_last_index();
+        assert_eq!(chw[0], 0);
+        assert_eq!(chw[1], 2, "the next column, same channel");
+        assert_eq!(chw[12], 1, "channel 1's first pixel");
+        assert_eq!(chw[12 + 4 + 3], (4 + 3) * 2 + 1);
+        // (s, c, h, w) = (2, 2, 3, 4): frame s's channel k is channel s * 2 + k.
+        let stack = image(ChannelOrder::StackChw, &[2, 2, 3, 4], 4).channels_last_index();
+        assert_eq!(stack[24 + 12 + 5], (4 + 1) * 4 + 3);
+        // (s, h, w, c) = (2, 3, 4, 2).
+        let stack = image(ChannelOrder::StackHwc, &[2, 3, 4, 2], 4).channels_last_index();
+        assert_eq!(stack[24 + (4 + 1) * 2 + 1], (4 + 1) * 4 + 3);
+        for order in [
+            ChannelOrder::Chw,
+            ChannelOrder::StackChw,
+            ChannelOrder::StackHwc,
+        ] {
+            let shape = if order == ChannelOrder::Chw {
+                vec![4, 3, 4]
+            } else {
+                vec![2, 2, 3, 4]
+            };
+            let mut seen = image(order, &shape, 4).channels_last_index();
+            seen.sort_unstable();
+            assert_eq!(
+                seen,
+                (0..48).collect::<Vec<_>>(),
+                "{order:?}: a permutation"
+            );
+        }
+        let hwc = image(ChannelOrder::Hwc, &[3, 4, 2], 2).channels_last_index();
+        assert_eq!(hwc, (0..24).collect::<Vec<_>>());
+    }
 }
