@@ -52,6 +52,23 @@ def test_refusals_carry_the_gateways_messages(served):
     assert not e.value.retryable
 
 
+def test_byte_arrays_travel_as_their_bytes(served):
+    import numpy as np
+
+    _, token = served.agents[0]
+    agent = strata.Client(served.url, token)
+    episode = agent.start_episode()
+    obs = np.array([0, 1, 0, 2], np.uint8)
+    body = strata.client._observation(obs)
+    assert body == {"dtype": "uint8", "shape": [4], "base64": "AAEAAg=="}
+    action = agent.act(episode.episode_id, obs, env_seq=0)
+    report = agent.report(action.action_id, observation_after=obs, reward=1.0, env_seq=1)
+    assert report.status == "stored"
+    with pytest.raises(strata.GatewayError) as e:
+        agent.act(episode.episode_id, np.zeros((2, 2), np.uint8), env_seq=1)
+    assert e.value.status == 400 and "shape [2, 2]; the policy expects [4]" in e.value.message
+
+
 def test_kill_9_mid_load_loses_no_acknowledged_report_and_stores_none_twice(served):
     """Agents keep playing while the gateway is killed (SIGKILL) and restarted twice; the
     client's retries (same idempotency keys, same action ids) carry them through."""

@@ -1,6 +1,6 @@
 //! The JSON bodies of the HTTP API (documented in `openapi.json`, served at `/openapi.json`).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// How dangerous it is to execute an action twice; declared per action type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,12 +98,74 @@ pub struct Context {
     pub ui_top_level: Option<Vec<String>>,
 }
 
+/// An observation as a request carries it: a JSON array of numbers, or an array's bytes
+/// ([`EncodedArray`], compact for pictures).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Observation {
+    /// The values, flat (an image channels-last).
+    Values(Vec<f32>),
+    /// An array's raw bytes, base64-encoded.
+    Encoded(EncodedArray),
+}
+
+/// An array sent as its bytes: `[obs_dim]` values (images channels-last), or, for an env
+/// whose observation is one image, that image in the env's own shape (`[4, 84, 84]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncodedArray {
+    /// The element type.
+    pub dtype: ArrayDtype,
+    /// The array's shape.
+    pub shape: Vec<usize>,
+    /// Its elements, row-major (`float32` little-endian), in standard base64.
+    pub base64: String,
+}
+
+/// The element type of an [`EncodedArray`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrayDtype {
+    /// Bytes (pixels 0..=255).
+    Uint8,
+    /// 32-bit floats, little-endian.
+    Float32,
+}
+
+impl ArrayDtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ArrayDtype::Uint8 => 1,
+            ArrayDtype::Float32 => 4,
+        }
+    }
+}
+
+/// An array is values, an object is an encoded array: each with its own error messages
+/// (an untagged enum would say only that neither matched).
+impl<'de> Deserialize<'de> for Observation {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        if value.is_object() {
+            serde_json::from_value(value)
+                .map(Observation::Encoded)
+                .map_err(|e| D::Error::custom(format!("encoded observation: {e}")))
+        } else {
+            serde_json::from_value(value)
+                .map(Observation::Values)
+                .map_err(D::Error::custom)
+        }
+    }
+}
+
 /// `POST /v1/episodes/{id}/act`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActRequest {
     /// The observation to act on.
-    pub observation: Vec<f32>,
+    pub observation: Observation,
     /// The environment's own clock or sequence number.
     pub env_seq: u64,
     /// Unique per action: a retry with the same key gets the same answer.
@@ -210,7 +272,7 @@ pub struct ReportRequest {
     pub env_seq: Option<u64>,
     /// The observation after the action (required when executed).
     #[serde(default)]
-    pub observation_after: Option<Vec<f32>>,
+    pub observation_after: Option<Observation>,
     /// What was observed while it executed; the observation after counts once when absent.
     #[serde(default)]
     pub during_execution: Option<ExecObservations>,

@@ -449,7 +449,7 @@ impl<'a> SimAgent<'a> {
             outcome: Outcome::Executed,
             completed_at_ns: Some(strata_ledger::now_ns()),
             env_seq: Some(clock),
-            observation_after: Some(after),
+            observation_after: Some(Observation::Values(after)),
             during_execution: Some(ExecObservations {
                 count: exec.ticks[0],
                 hash: exec.hash[0],

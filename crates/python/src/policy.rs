@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rand::SeedableRng;
+use strata_env::gym::{GymLayout, ImageReorder};
 use strata_env::Space;
 use strata_nn::SampleRng;
 
@@ -34,9 +35,8 @@ struct Acting {
 pub(crate) struct Policy {
     acting: Mutex<Acting>,
     obs_dim: usize,
-    /// An env whose observation is one image: its shape as the env gives it, and where
-    /// each of its values lands channels-last.
-    image: Option<(Vec<usize>, Vec<usize>)>,
+    /// An env whose observation is one image: how to take it as the env gives it.
+    image: Option<ImageReorder>,
     action_space: Space,
     #[pyo3(get)]
     policy_version: u64,
@@ -50,12 +50,13 @@ pub(crate) struct Policy {
 impl Policy {
     fn new(policy: strata_runtime::Policy) -> PyResult<Self> {
         let spec = strata_runtime::env_spec(&policy.config).map_err(runtime_error)?;
-        let image = match policy.config.env.gym.layout.as_ref().map(|l| &l.images[..]) {
-            Some([image]) if image.len() == spec.obs_dim() => {
-                Some((image.shape.clone(), image.channels_last_index()))
-            }
-            _ => None,
-        };
+        let image = policy
+            .config
+            .env
+            .gym
+            .layout
+            .as_ref()
+            .and_then(GymLayout::image_reorder);
         Ok(Policy {
             obs_dim: spec.obs_dim(),
             image,
@@ -88,8 +89,8 @@ impl Policy {
         let d = self.obs_dim;
         let image = self.image.as_ref();
         let shape_error = |shape: &[usize]| {
-            let env_shape = image.map_or_else(String::new, |(s, _)| {
-                let dims: Vec<String> = s.iter().map(usize::to_string).collect();
+            let env_shape = image.map_or_else(String::new, |image| {
+                let dims: Vec<String> = image.env_shape.iter().map(usize::to_string).collect();
                 format!(", the env's ({0}) or (n, {0})", dims.join(", "))
             });
             PyValueError::new_err(format!(
@@ -113,26 +114,15 @@ impl Policy {
                 return Ok(found);
             }
             // The env's own image layout: each row put channels-last.
-            let Some((env_shape, index)) = image else {
-                return Err(shape_error(shape));
-            };
-            let found = if shape == &env_shape[..] {
-                (1, true)
-            } else if shape.len() == env_shape.len() + 1 && shape[1..] == env_shape[..] {
-                (shape[0], false)
-            } else {
+            let Some((image, rows)) = image.and_then(|i| Some((i, i.rows(shape)?))) else {
                 return Err(shape_error(shape));
             };
             env_order.clear();
             env_order.extend(values);
             out.clear();
             out.resize(env_order.len(), 0.0);
-            for (row, src) in out.chunks_exact_mut(d).zip(env_order.chunks_exact(d)) {
-                for (v, &to) in src.iter().zip(index) {
-                    row[to] = *v;
-                }
-            }
-            Ok(found)
+            image.apply(env_order, out);
+            Ok((rows, rows == 1 && shape.len() == image.env_shape.len()))
         };
         // The common dtypes read in place; anything else (lists, ints) is converted.
         let (rows, single) = if let Ok(a) = obs.extract::<PyReadonlyArrayDyn<'_, f32>>() {

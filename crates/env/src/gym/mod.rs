@@ -261,6 +261,63 @@ impl GymImage {
     }
 }
 
+/// How to put the observations of an env whose observation is one image, given as the
+/// env gives them (`[4, 84, 84]`), into Strata's channels-last rows: what `predict` and
+/// the gateway accept beside flat rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageReorder {
+    /// The image's shape as the env gives it.
+    pub env_shape: Vec<usize>,
+    /// Entry `i`: where the env array's `i`-th value lands in a row.
+    index: Vec<usize>,
+}
+
+impl ImageReorder {
+    /// The number of observations in an array of `shape` in the env's layout (`Some(1)`
+    /// for one, `Some(n)` for a batch `[n, ..env_shape]`), or `None`.
+    pub fn rows(&self, shape: &[usize]) -> Option<usize> {
+        if shape == self.env_shape.as_slice() {
+            Some(1)
+        } else if shape.len() == self.env_shape.len() + 1 && shape[1..] == self.env_shape[..] {
+            Some(shape[0])
+        } else {
+            None
+        }
+    }
+
+    /// Writes observations in the env's layout (`values`, whole observations) as rows
+    /// into `out` (the same length).
+    ///
+    /// # Panics
+    /// When the lengths differ or are not whole observations.
+    pub fn apply(&self, values: &[f32], out: &mut [f32]) {
+        let d = self.index.len();
+        assert!(
+            values.len() == out.len() && values.len().is_multiple_of(d),
+            "whole observations"
+        );
+        for (row, src) in out.chunks_exact_mut(d).zip(values.chunks_exact(d)) {
+            for (v, &to) in src.iter().zip(&self.index) {
+                row[to] = *v;
+            }
+        }
+    }
+}
+
+impl GymLayout {
+    /// How to reorder observations given as the env gives them, when the observation is
+    /// one image (and nothing else).
+    pub fn image_reorder(&self) -> Option<ImageReorder> {
+        match &self.images[..] {
+            [image] if image.len() == self.obs_dim => Some(ImageReorder {
+                env_shape: image.shape.clone(),
+                index: image.channels_last_index(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// How an env lays out an image's axes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChannelOrder {

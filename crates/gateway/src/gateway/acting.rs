@@ -8,6 +8,65 @@ impl Gateway {
         self.check_values(name, v, self.obs_dim)
     }
 
+    /// An observation's values, as a row: JSON numbers as they are; an encoded array
+    /// decoded, and put channels-last when it has the env's image shape.
+    pub(super) fn observation_row(
+        &self,
+        name: &str,
+        observation: Observation,
+    ) -> Result<Vec<f32>, RequestError> {
+        let encoded = match observation {
+            Observation::Values(values) => {
+                self.check_vector(name, &values)?;
+                return Ok(values);
+            }
+            Observation::Encoded(encoded) => encoded,
+        };
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded.base64.as_bytes())
+            .map_err(|e| RequestError::invalid(format!("{name}.base64: {e}")))?;
+        let count: usize = encoded.shape.iter().product();
+        let size = encoded.dtype.size();
+        if bytes.len() != count * size {
+            return Err(RequestError::invalid(format!(
+                "{name}: {} bytes for shape {:?} of {:?} (expected {})",
+                bytes.len(),
+                encoded.shape,
+                encoded.dtype,
+                count * size
+            )));
+        }
+        let values: Vec<f32> = match encoded.dtype {
+            ArrayDtype::Uint8 => bytes.iter().map(|&b| f32::from(b)).collect(),
+            ArrayDtype::Float32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        };
+        if encoded.shape == [self.obs_dim] {
+            self.check_vector(name, &values)?;
+            return Ok(values);
+        }
+        let reorder = self
+            .image_reorder
+            .as_ref()
+            .filter(|r| r.env_shape == encoded.shape);
+        let Some(reorder) = reorder else {
+            let image = self.image_reorder.as_ref().map_or_else(String::new, |r| {
+                format!(" or the env's image shape {:?}", r.env_shape)
+            });
+            return Err(RequestError::invalid(format!(
+                "{name}: shape {:?}; the policy expects [{}]{image}",
+                encoded.shape, self.obs_dim
+            )));
+        };
+        let mut row = vec![0.0; values.len()];
+        reorder.apply(&values, &mut row);
+        self.check_vector(name, &row)?;
+        Ok(row)
+    }
+
     /// A summary of observations: a value per observation value, one per image channel.
     pub(super) fn check_summary(&self, name: &str, v: &[f32]) -> Result<(), RequestError> {
         self.check_values(name, v, self.summary_dim())
@@ -65,7 +124,7 @@ impl Gateway {
         req: ActRequest,
     ) -> Result<ActResponse, RequestError> {
         self.counters.acts.fetch_add(1, Ordering::Relaxed);
-        self.check_vector("observation", &req.observation)?;
+        let observation = self.observation_row("observation", req.observation)?;
         if req.idempotency_key.is_empty() {
             return Err(RequestError::invalid("idempotency_key is empty"));
         }
@@ -111,7 +170,7 @@ impl Gateway {
             let mut rng = SampleRng::seed_from_u64(seed);
             let mut model = policy.model.lock();
             model.act(
-                &req.observation,
+                &observation,
                 &mut rng,
                 &[],
                 &mut action,
@@ -152,7 +211,7 @@ impl Gateway {
             episode: id,
             key: req.idempotency_key,
             action_type,
-            obs: req.observation,
+            obs: observation,
             log_prob: log_prob[0],
             value: value[0],
             env_seq: req.env_seq,

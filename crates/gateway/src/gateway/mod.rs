@@ -71,6 +71,8 @@ pub struct Gateway {
     obs_dim: usize,
     /// The images inside an observation (summarised per channel in the ledger).
     images: Vec<strata_env::ImageSpan>,
+    /// For an env whose observation is one image: how to take it in the env's own shape.
+    image_reorder: Option<strata_env::gym::ImageReorder>,
     action_dim: usize,
     pub(crate) ledger: Ledger,
     journal: Journal,

@@ -82,6 +82,13 @@ impl Gateway {
             config_hash,
             obs_dim: spec.obs_dim(),
             images: spec.images.clone(),
+            image_reorder: settings
+                .run
+                .env
+                .gym
+                .layout
+                .as_ref()
+                .and_then(strata_env::gym::GymLayout::image_reorder),
             action_dim,
             ledger,
             journal,

@@ -63,10 +63,10 @@ impl Gateway {
             let r = &state.release;
             (a, e, r.stable.max(r.candidate.unwrap_or(0)))
         };
-        let after = req.observation_after.as_ref().ok_or_else(|| {
+        let after = req.observation_after.clone().ok_or_else(|| {
             RequestError::invalid("observation_after is required for an executed action")
         })?;
-        self.check_vector("observation_after", after)?;
+        let after = &self.observation_row("observation_after", after)?;
         let reward = req
             .reward
             .ok_or_else(|| RequestError::invalid("reward is required for an executed action"))?;
