@@ -109,8 +109,10 @@ pub enum Observation {
     Encoded(EncodedArray),
 }
 
-/// An array sent as its bytes: `[obs_dim]` values (images channels-last), or, for an env
-/// whose observation is one image, that image in the env's own shape (`[4, 84, 84]`).
+/// An array of bytes sent as such: `[obs_dim]` values (images channels-last), or, for an
+/// env whose observation is one image, that image in the env's own shape (`[4, 84, 84]`).
+/// Only bytes: every byte string of the right length is a valid observation, so the
+/// served OpenAPI spec can state exactly what is accepted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EncodedArray {
@@ -118,7 +120,7 @@ pub struct EncodedArray {
     pub dtype: ArrayDtype,
     /// The array's shape.
     pub shape: Vec<usize>,
-    /// Its elements, row-major (`float32` little-endian), in standard base64.
+    /// Its bytes, row-major, in standard (padded) base64.
     pub base64: String,
 }
 
@@ -128,18 +130,6 @@ pub struct EncodedArray {
 pub enum ArrayDtype {
     /// Bytes (pixels 0..=255).
     Uint8,
-    /// 32-bit floats, little-endian.
-    Float32,
-}
-
-impl ArrayDtype {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            ArrayDtype::Uint8 => 1,
-            ArrayDtype::Float32 => 4,
-        }
-    }
 }
 
 /// An array is values, an object is an encoded array: each with its own error messages

@@ -27,23 +27,15 @@ impl Gateway {
             .decode(encoded.base64.as_bytes())
             .map_err(|e| RequestError::invalid(format!("{name}.base64: {e}")))?;
         let count: usize = encoded.shape.iter().product();
-        let size = encoded.dtype.size();
-        if bytes.len() != count * size {
+        if bytes.len() != count {
             return Err(RequestError::invalid(format!(
-                "{name}: {} bytes for shape {:?} of {:?} (expected {})",
+                "{name}: {} bytes for shape {:?} (expected {count})",
                 bytes.len(),
                 encoded.shape,
-                encoded.dtype,
-                count * size
             )));
         }
-        let values: Vec<f32> = match encoded.dtype {
-            ArrayDtype::Uint8 => bytes.iter().map(|&b| f32::from(b)).collect(),
-            ArrayDtype::Float32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        };
+        let ArrayDtype::Uint8 = encoded.dtype;
+        let values: Vec<f32> = bytes.iter().map(|&b| f32::from(b)).collect();
         if encoded.shape == [self.obs_dim] {
             self.check_vector(name, &values)?;
             return Ok(values);
@@ -70,6 +62,14 @@ impl Gateway {
     /// A summary of observations: a value per observation value, one per image channel.
     pub(super) fn check_summary(&self, name: &str, v: &[f32]) -> Result<(), RequestError> {
         self.check_values(name, v, self.summary_dim())
+    }
+
+    /// The shapes an encoded observation may have: `[obs_dim]`, and the env's image shape
+    /// when the observation is one image.
+    pub fn encoded_shapes(&self) -> Vec<Vec<usize>> {
+        let mut shapes = vec![vec![self.obs_dim]];
+        shapes.extend(self.image_reorder.iter().map(|r| r.env_shape.clone()));
+        shapes
     }
 
     /// Values in an observation summary.

@@ -250,12 +250,13 @@ fn encoded(dtype: &str, shape: &[usize], bytes: &[u8]) -> serde_json::Value {
 
 #[test]
 fn encoded_observations_act_as_their_values_and_bad_ones_are_named() {
-    let values = [0.0f32, 0.1, 0.0, -0.1];
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     // Two gateways of the same seed, the same key: the same observation, sent as numbers
     // or as bytes, gets the same action.
     let mut actions = Vec::new();
-    for observation in [json!(values), encoded("float32", &[4], &bytes)] {
+    for observation in [
+        json!([0.0, 1.0, 0.0, 2.0]),
+        encoded("uint8", &[4], &[0, 1, 0, 2]),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let g = open(dir.path());
         let ana = agent("agent-0");
@@ -269,6 +270,7 @@ fn encoded_observations_act_as_their_values_and_bad_ones_are_named() {
     assert_eq!(actions[0], actions[1]);
     let dir = tempfile::tempdir().unwrap();
     let g = open(dir.path());
+    assert_eq!(g.encoded_shapes(), [vec![4]], "cartpole has no image");
     let ana = agent("agent-0");
     let e = g.start_episode(&ana, request(json!({}))).unwrap();
     let invalid =
@@ -278,17 +280,26 @@ fn encoded_observations_act_as_their_values_and_bad_ones_are_named() {
         };
     let bad = json!({"dtype": "uint8", "shape": [4], "base64": "***"});
     assert!(invalid(bad).contains("observation.base64"));
-    assert!(invalid(encoded("uint8", &[4], &[1, 2, 3])).contains("3 bytes for shape [4]"));
+    let short = invalid(encoded("uint8", &[4], &[1, 2, 3]));
+    assert!(
+        short.contains("3 bytes for shape [4] (expected 4)"),
+        "{short}"
+    );
     let wrong = invalid(encoded("uint8", &[2, 2], &[1, 2, 3, 4]));
     assert!(
         wrong.contains("shape [2, 2]; the policy expects [4]"),
         "{wrong}"
     );
-    let nan: Vec<u8> = [0.0f32, f32::NAN, 0.0, 0.0]
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    assert!(invalid(encoded("float32", &[4], &nan)).contains("not a finite number"));
+    // Only bytes are taken encoded.
+    let float = serde_json::from_value::<ActRequest>(json!({
+        "observation": {"dtype": "float32", "shape": [1], "base64": "AAAAAA=="},
+        "env_seq": 1, "idempotency_key": "k"
+    }));
+    let message = float.unwrap_err().to_string();
+    assert!(
+        message.contains("encoded observation: unknown variant `float32`"),
+        "{message}"
+    );
 }
 
 #[test]
