@@ -40,6 +40,7 @@ mod matmul;
 mod mlp;
 mod mlp_actor_critic;
 mod network;
+mod recurrent;
 
 pub use activation::{fast_tanh, Activation};
 pub use actor_critic::{ActorCritic, Evaluation, NamedTensor, SampleRng};
@@ -54,6 +55,7 @@ pub use encoder::{ImageInput, PixelScale};
 pub use mlp::{Mlp, MlpCache};
 pub use mlp_actor_critic::MlpActorCritic;
 pub use network::{Encoder, Head, NetworkConfig, SdeHold};
+pub use recurrent::{CellKind, Recurrent, RecurrentCache};
 
 use thiserror::Error;
 

@@ -1,0 +1,377 @@
+//! Recurrent cores, LSTM and GRU, with PyTorch's equations and gate orders, run over
+//! fixed-length sequences of a batch of envs and back-propagated through time.
+//!
+//! A sequence is `steps x batch` rows, step-major. Each env's hidden state starts from the
+//! state given for the sequence (as stored when its first step was collected) and is reset
+//! to zero before every step that starts an episode, so one sequence may hold the end of
+//! one episode and the start of the next. Gradients stop at the sequence's first state
+//! (truncated back-propagation through time) and at every reset.
+//!
+//! Parameters live in one flat vector: the input weights `input x gates` (PyTorch's
+//! `weight_ih` transposed), the hidden weights `hidden x gates` (`weight_hh` transposed),
+//! then the input and hidden biases, each `gates` long. The gates are PyTorch's, in its
+//! order: input, forget, cell, output for an LSTM; reset, update, new for a GRU. The input
+//! projections of the whole sequence are one matrix product before the steps, their
+//! gradients one after.
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::init::orthogonal;
+use crate::kernels::add_rows;
+use crate::matmul::{matmul, View};
+
+/// Which recurrent cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellKind {
+    /// Long short-term memory: a hidden and a cell state.
+    Lstm,
+    /// Gated recurrent unit: a hidden state.
+    Gru,
+}
+
+/// A recurrent layer's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recurrent {
+    /// The cell.
+    pub kind: CellKind,
+    /// Values per input row.
+    pub input: usize,
+    /// Hidden units.
+    pub hidden: usize,
+}
+
+/// What a forward pass keeps for the backward pass, grown on demand and reused.
+#[derive(Clone, Debug, Default)]
+pub struct RecurrentCache {
+    steps: usize,
+    batch: usize,
+    /// The inputs, `steps x batch x input`.
+    xs: Vec<f32>,
+    starts: Vec<bool>,
+    /// Each step's gate activations (`batch x gates`).
+    gates: Vec<f32>,
+    /// GRU: each step's hidden projection of the new gate (`batch x hidden`).
+    hidden_new: Vec<f32>,
+    /// Each step's state before it, after any reset (`batch x state`).
+    before: Vec<f32>,
+    /// The outputs, `steps x batch x hidden`.
+    outputs: Vec<f32>,
+    /// The state after the last step (`batch x state`).
+    last: Vec<f32>,
+    d_gates_in: Vec<f32>,
+    d_gates_hidden: Vec<f32>,
+}
+
+impl RecurrentCache {
+    /// The outputs of the last forward pass (`steps x batch x hidden`).
+    pub fn outputs(&self) -> &[f32] {
+        &self.outputs
+    }
+
+    /// The state after the last step of the last forward pass (`batch x state`): what
+    /// the next sequence starts from.
+    pub fn last_state(&self) -> &[f32] {
+        &self.last
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl Recurrent {
+    /// Gate pre-activations per row: 4 x hidden (LSTM) or 3 x hidden (GRU).
+    pub fn gates(&self) -> usize {
+        self.hidden
+            * match self.kind {
+                CellKind::Lstm => 4,
+                CellKind::Gru => 3,
+            }
+    }
+
+    /// Values in one env's state: the hidden state, then (LSTM) the cell state.
+    pub fn state_size(&self) -> usize {
+        match self.kind {
+            CellKind::Lstm => 2 * self.hidden,
+            CellKind::Gru => self.hidden,
+        }
+    }
+
+    /// Number of parameters.
+    pub fn num_params(&self) -> usize {
+        (self.input + self.hidden + 2) * self.gates()
+    }
+
+    /// Offsets of the input weights, hidden weights, input biases, hidden biases.
+    fn offsets(&self) -> [usize; 4] {
+        let g = self.gates();
+        let w_hh = self.input * g;
+        let b_ih = w_hh + self.hidden * g;
+        [0, w_hh, b_ih, b_ih + g]
+    }
+
+    /// Orthogonal weights with gain 1 and zero biases, as CleanRL initialises its LSTM
+    /// (`orthogonal_` on PyTorch's `gates x input` and `gates x hidden` matrices).
+    pub fn init_orthogonal<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+        let g = self.gates();
+        let mut params = vec![0.0; self.num_params()];
+        let [w_ih, w_hh, ..] = self.offsets();
+        for (offset, fan_in) in [(w_ih, self.input), (w_hh, self.hidden)] {
+            let torch = orthogonal(g, fan_in, 1.0, rng);
+            for o in 0..g {
+                for i in 0..fan_in {
+                    params[offset + i * g + o] = torch[o * fan_in + i];
+                }
+            }
+        }
+        params
+    }
+
+    /// Runs `steps x batch` input rows through the cell from `state0` (`batch x state`),
+    /// zeroing an env's state before each step `starts` marks (`steps x batch`); returns
+    /// the outputs (the hidden states, `steps x batch x hidden`).
+    ///
+    /// # Panics
+    /// When a length disagrees with the shape.
+    pub fn forward<'c>(
+        &self,
+        params: &[f32],
+        xs: &[f32],
+        starts: &[bool],
+        state0: &[f32],
+        (steps, batch): (usize, usize),
+        cache: &'c mut RecurrentCache,
+    ) -> &'c [f32] {
+        let (h, g, s) = (self.hidden, self.gates(), self.state_size());
+        assert_eq!(params.len(), self.num_params(), "parameter vector length");
+        assert_eq!(xs.len(), steps * batch * self.input, "input length");
+        assert_eq!(starts.len(), steps * batch, "episode-start flags");
+        assert_eq!(state0.len(), batch * s, "initial state length");
+        let [w_ih, w_hh, b_ih, b_hh] = self.offsets();
+        let w_ih = &params[w_ih..w_hh];
+        let w_hh_m = &params[w_hh..b_ih];
+        let (b_ih, b_hh) = (&params[b_ih..b_hh], &params[b_hh..]);
+        cache.steps = steps;
+        cache.batch = batch;
+        cache.xs.clear();
+        cache.xs.extend_from_slice(xs);
+        cache.starts.clear();
+        cache.starts.extend_from_slice(starts);
+        // Input projections of every step at once; the hidden ones go step by step.
+        let rows = steps * batch;
+        cache.gates.resize(rows * g, 0.0);
+        matmul(
+            &mut cache.gates,
+            View::new(xs, rows, self.input),
+            View::new(w_ih, self.input, g),
+            false,
+        );
+        for row in cache.gates.chunks_exact_mut(g) {
+            row.iter_mut().zip(b_ih).for_each(|(v, b)| *v += b);
+        }
+        cache.hidden_new.resize(rows * h, 0.0);
+        cache.before.resize(rows * s, 0.0);
+        cache.outputs.resize(rows * h, 0.0);
+        cache.last.clear();
+        cache.last.extend_from_slice(state0);
+        let mut projected = vec![0.0; batch * g];
+        let mut hidden = vec![0.0; batch * h];
+        for t in 0..steps {
+            let span = t * batch..(t + 1) * batch;
+            let before = &mut cache.before[span.start * s..span.end * s];
+            before.copy_from_slice(&cache.last);
+            for (b, state) in before.chunks_exact_mut(s).enumerate() {
+                if starts[span.start + b] {
+                    state.fill(0.0);
+                }
+            }
+            for (dst, state) in hidden.chunks_exact_mut(h).zip(before.chunks_exact(s)) {
+                dst.copy_from_slice(&state[..h]);
+            }
+            matmul(
+                &mut projected,
+                View::new(&hidden, batch, h),
+                View::new(w_hh_m, h, g),
+                false,
+            );
+            let gates = &mut cache.gates[span.start * g..span.end * g];
+            let outputs = &mut cache.outputs[span.start * h..span.end * h];
+            let new = &mut cache.hidden_new[span.start * h..span.end * h];
+            for b in 0..batch {
+                let a = &mut gates[b * g..(b + 1) * g];
+                let p = &projected[b * g..(b + 1) * g];
+                let state = &before[b * s..(b + 1) * s];
+                let out = &mut cache.last[b * s..(b + 1) * s];
+                match self.kind {
+                    CellKind::Lstm => {
+                        for k in 0..g {
+                            let v = a[k] + p[k] + b_hh[k];
+                            a[k] = if (2 * h..3 * h).contains(&k) {
+                                v.tanh()
+                            } else {
+                                sigmoid(v)
+                            };
+                        }
+                        for j in 0..h {
+                            let (i, f, c, o) = (a[j], a[h + j], a[2 * h + j], a[3 * h + j]);
+                            let cell = f * state[h + j] + i * c;
+                            out[h + j] = cell;
+                            out[j] = o * cell.tanh();
+                        }
+                    }
+                    CellKind::Gru => {
+                        for j in 0..h {
+                            let r = sigmoid(a[j] + p[j] + b_hh[j]);
+                            let z = sigmoid(a[h + j] + p[h + j] + b_hh[h + j]);
+                            let hn = p[2 * h + j] + b_hh[2 * h + j];
+                            let n = (a[2 * h + j] + r * hn).tanh();
+                            (a[j], a[h + j], a[2 * h + j]) = (r, z, n);
+                            new[b * h + j] = hn;
+                            out[j] = (1.0 - z) * n + z * state[j];
+                        }
+                    }
+                }
+                outputs[b * h..(b + 1) * h].copy_from_slice(&out[..h]);
+            }
+        }
+        &cache.outputs
+    }
+
+    /// Back-propagates `d_outputs` (d loss / d outputs of the last forward pass) through
+    /// time, *adding* d loss / d params into `grads` and writing d loss / d inputs into
+    /// `d_xs`. Nothing flows into the sequence's first state or across a reset.
+    ///
+    /// # Panics
+    /// When lengths disagree with the cached forward pass.
+    pub fn backward(
+        &self,
+        params: &[f32],
+        cache: &mut RecurrentCache,
+        d_outputs: &[f32],
+        grads: &mut [f32],
+        d_xs: &mut Vec<f32>,
+    ) {
+        let (h, g, s) = (self.hidden, self.gates(), self.state_size());
+        let (steps, batch) = (cache.steps, cache.batch);
+        let rows = steps * batch;
+        assert_eq!(d_outputs.len(), rows * h, "output-gradient length");
+        assert_eq!(grads.len(), self.num_params(), "gradient vector length");
+        let [w_ih_at, w_hh_at, b_ih_at, b_hh_at] = self.offsets();
+        let w_ih = &params[w_ih_at..w_hh_at];
+        let w_hh = &params[w_hh_at..b_ih_at];
+        let RecurrentCache {
+            xs,
+            starts,
+            gates,
+            hidden_new,
+            before,
+            d_gates_in,
+            d_gates_hidden,
+            ..
+        } = cache;
+        d_gates_in.resize(rows * g, 0.0);
+        d_gates_hidden.resize(batch * g, 0.0);
+        // d loss / d state flowing back into step t from step t + 1.
+        let mut carry = vec![0.0; batch * s];
+        let mut hidden = vec![0.0; batch * h];
+        let mut d_hidden = vec![0.0; batch * h];
+        for t in (0..steps).rev() {
+            let span = t * batch..(t + 1) * batch;
+            let gates = &gates[span.start * g..span.end * g];
+            let before = &before[span.start * s..span.end * s];
+            let d_in = &mut d_gates_in[span.start * g..span.end * g];
+            for b in 0..batch {
+                let a = &gates[b * g..(b + 1) * g];
+                let state = &before[b * s..(b + 1) * s];
+                let d_out = &d_outputs[(span.start + b) * h..(span.start + b + 1) * h];
+                let c = &mut carry[b * s..(b + 1) * s];
+                let (di, dh) = (
+                    &mut d_in[b * g..(b + 1) * g],
+                    &mut d_gates_hidden[b * g..(b + 1) * g],
+                );
+                match self.kind {
+                    CellKind::Lstm => {
+                        for j in 0..h {
+                            let (i, f, cc, o) = (a[j], a[h + j], a[2 * h + j], a[3 * h + j]);
+                            let cell = f * state[h + j] + i * cc;
+                            let tc = cell.tanh();
+                            let d_h = d_out[j] + c[j];
+                            let d_cell = d_h * o * (1.0 - tc * tc) + c[h + j];
+                            di[j] = d_cell * cc * i * (1.0 - i);
+                            di[h + j] = d_cell * state[h + j] * f * (1.0 - f);
+                            di[2 * h + j] = d_cell * i * (1.0 - cc * cc);
+                            di[3 * h + j] = d_h * tc * o * (1.0 - o);
+                            // The cell state's own path back; the hidden one is added below.
+                            c[h + j] = d_cell * f;
+                            c[j] = 0.0;
+                        }
+                        dh.copy_from_slice(di);
+                    }
+                    CellKind::Gru => {
+                        let new = &hidden_new[(span.start + b) * h..(span.start + b + 1) * h];
+                        for j in 0..h {
+                            let (r, z, n) = (a[j], a[h + j], a[2 * h + j]);
+                            let d_h = d_out[j] + c[j];
+                            let d_n = d_h * (1.0 - z) * (1.0 - n * n);
+                            let d_z = d_h * (state[j] - n) * z * (1.0 - z);
+                            let d_r = d_n * new[j] * r * (1.0 - r);
+                            (di[j], di[h + j], di[2 * h + j]) = (d_r, d_z, d_n);
+                            (dh[j], dh[h + j], dh[2 * h + j]) = (d_r, d_z, d_n * r);
+                            c[j] = d_h * z;
+                        }
+                    }
+                }
+            }
+            // Hidden weights and biases; the gradient into the previous hidden state.
+            for (dst, state) in hidden.chunks_exact_mut(h).zip(before.chunks_exact(s)) {
+                dst.copy_from_slice(&state[..h]);
+            }
+            let (gw, rest) = grads[w_hh_at..].split_at_mut(b_ih_at - w_hh_at);
+            matmul(
+                gw,
+                View::new(&hidden, batch, h).t(),
+                View::new(d_gates_hidden, batch, g),
+                true,
+            );
+            add_rows(d_gates_hidden, &mut rest[b_hh_at - b_ih_at..]);
+            matmul(
+                &mut d_hidden,
+                View::new(d_gates_hidden, batch, g),
+                View::new(w_hh, h, g).t(),
+                false,
+            );
+            for b in 0..batch {
+                let c = &mut carry[b * s..(b + 1) * s];
+                if starts[span.start + b] {
+                    // The state was zeroed: nothing flows further back.
+                    c.fill(0.0);
+                } else {
+                    for (cj, dj) in c[..h].iter_mut().zip(&d_hidden[b * h..(b + 1) * h]) {
+                        *cj += dj;
+                    }
+                }
+            }
+        }
+        // Input weights and biases, and the inputs' gradient, over the whole sequence.
+        matmul(
+            &mut grads[w_ih_at..w_hh_at],
+            View::new(xs, rows, self.input).t(),
+            View::new(d_gates_in, rows, g),
+            true,
+        );
+        add_rows(d_gates_in, &mut grads[b_ih_at..b_hh_at]);
+        d_xs.resize(rows * self.input, 0.0);
+        matmul(
+            d_xs,
+            View::new(d_gates_in, rows, g),
+            View::new(w_ih, self.input, g).t(),
+            false,
+        );
+    }
+}
+
+#[cfg(test)]
+#[path = "recurrent_tests.rs"]
+mod tests;
