@@ -18,6 +18,7 @@
 mod config;
 mod gae;
 mod loss;
+mod obs_rows;
 mod ppo;
 mod steps;
 mod vtrace;
@@ -25,6 +26,7 @@ mod vtrace;
 pub use config::{InvalidConfig, PpoConfig};
 pub use gae::{compute_gae, GaeInput};
 pub use loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
+pub use obs_rows::ObsRows;
 pub use ppo::{explained_variance, IsWeightStats, Ppo, RolloutBuffer, UpdateStats};
 pub use steps::{StepColumns, Steps, StepsMut};
 pub use vtrace::compute_vtrace;

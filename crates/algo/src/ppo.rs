@@ -11,6 +11,7 @@ use strata_nn::{ActorCritic, Evaluation};
 
 use crate::gae::{compute_gae, GaeInput};
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
+use crate::obs_rows::ObsRows;
 use crate::steps::StepsMut;
 use crate::vtrace::compute_vtrace;
 use crate::PpoConfig;
@@ -26,8 +27,8 @@ pub struct RolloutBuffer {
     pub obs_dim: usize,
     /// Values per action.
     pub action_dim: usize,
-    /// Observations the actions were chosen at.
-    pub obs: Vec<f32>,
+    /// Observations the actions were chosen at (images as bytes: [`ObsRows`]).
+    pub obs: ObsRows,
     /// Actions as sampled (unclipped).
     pub actions: Vec<f32>,
     /// Log-probs of the actions when sampled.
@@ -74,13 +75,24 @@ crate::impl_step_columns!(RolloutBuffer);
 impl RolloutBuffer {
     /// A zeroed buffer.
     pub fn new(num_envs: usize, n_steps: usize, obs_dim: usize, action_dim: usize) -> Self {
+        Self::with_byte_spans(num_envs, n_steps, obs_dim, action_dim, &[])
+    }
+
+    /// A zeroed buffer keeping the observation values in `byte_spans` (images) as bytes.
+    pub fn with_byte_spans(
+        num_envs: usize,
+        n_steps: usize,
+        obs_dim: usize,
+        action_dim: usize,
+        byte_spans: &[std::ops::Range<usize>],
+    ) -> Self {
         let n = num_envs * n_steps;
         RolloutBuffer {
             num_envs,
             n_steps,
             obs_dim,
             action_dim,
-            obs: vec![0.0; n * obs_dim],
+            obs: ObsRows::new(n, obs_dim, byte_spans),
             actions: vec![0.0; n * action_dim],
             log_probs: vec![0.0; n],
             values: vec![0.0; n],
@@ -115,16 +127,15 @@ impl RolloutBuffer {
     pub fn make_proximal(&mut self, model: &mut dyn ActorCritic, max_weight: f32) -> IsWeightStats {
         const CHUNK: usize = 1024;
         let mut eval = Evaluation::default();
-        let (od, ad) = (self.obs_dim, self.action_dim);
+        let ad = self.action_dim;
         let mut stats = IsWeightStats::default();
         let (mut sum, mut above) = (0.0f64, 0usize);
+        let mut obs = Vec::new();
         for start in (0..self.len()).step_by(CHUNK) {
             let end = (start + CHUNK).min(self.len());
-            model.evaluate(
-                &self.obs[start * od..end * od],
-                &self.actions[start * ad..end * ad],
-                &mut eval,
-            );
+            obs.clear();
+            self.obs.extend_into(start..end, &mut obs);
+            model.evaluate(&obs, &self.actions[start * ad..end * ad], &mut eval);
             for (k, i) in (start..end).enumerate() {
                 let ratio = (eval.log_probs[k] - self.log_probs[i]).exp();
                 sum += f64::from(ratio);
@@ -319,8 +330,11 @@ impl Ppo {
 
     /// Gathers minibatch rows `idx` of the rollout into contiguous scratch buffers.
     fn gather(&mut self, rollout: &RolloutBuffer, idx: &[usize]) {
-        let (od, ad) = (rollout.obs_dim, rollout.action_dim);
+        let ad = rollout.action_dim;
         self.mb_obs.clear();
+        rollout
+            .obs
+            .gather_into(idx.iter().copied(), &mut self.mb_obs);
         self.mb_actions.clear();
         self.mb_log_probs.clear();
         self.mb_advantages.clear();
@@ -328,8 +342,6 @@ impl Ppo {
         self.mb_returns.clear();
         self.mb_weights.clear();
         for &k in idx {
-            self.mb_obs
-                .extend_from_slice(&rollout.obs[k * od..(k + 1) * od]);
             self.mb_actions
                 .extend_from_slice(&rollout.actions[k * ad..(k + 1) * ad]);
             self.mb_log_probs.push(rollout.log_probs[k]);
@@ -548,7 +560,7 @@ mod tests {
         let mut rollout = RolloutBuffer::new(64, 1, 1, 1);
 
         for _ in 0..30 {
-            let obs = rollout.obs.clone();
+            let obs = rollout.obs.as_dense().unwrap().to_vec();
             model.act(
                 &obs,
                 &mut rng,
@@ -582,7 +594,7 @@ mod tests {
             },
             1,
         );
-        let obs = rollout.obs.clone();
+        let obs = rollout.obs.as_dense().unwrap().to_vec();
         model.act(
             &obs,
             &mut rng,

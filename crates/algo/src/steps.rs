@@ -2,12 +2,14 @@
 //! reward), which a worker's fragment, a deployed agent's reported segment and the rollout
 //! each hold: one view of them, and one copy between any two.
 
+use crate::obs_rows::ObsRows;
+
 /// A read view of step columns: `obs_dim` observation and `action_dim` action values per
 /// row, one log-prob, value and reward.
 #[derive(Clone, Copy)]
 pub struct Steps<'a> {
     /// Observations, `obs_dim` per row.
-    pub obs: &'a [f32],
+    pub obs: &'a ObsRows,
     /// Actions as sampled, `action_dim` per row.
     pub actions: &'a [f32],
     /// Behaviour log-probs.
@@ -21,7 +23,7 @@ pub struct Steps<'a> {
 /// A write view of step columns.
 pub struct StepsMut<'a> {
     /// Observations, `obs_dim` per row.
-    pub obs: &'a mut [f32],
+    pub obs: &'a mut ObsRows,
     /// Actions as sampled, `action_dim` per row.
     pub actions: &'a mut [f32],
     /// Behaviour log-probs.
@@ -68,9 +70,9 @@ impl StepsMut<'_> {
         rows: usize,
         (obs_dim, action_dim): (usize, usize),
     ) {
-        let (od, ad) = (obs_dim, action_dim);
-        self.obs[to * od..(to + rows) * od]
-            .copy_from_slice(&src.obs[from * od..(from + rows) * od]);
+        let ad = action_dim;
+        assert_eq!(self.obs.dim(), obs_dim, "observation width");
+        self.obs.copy_rows_from(to, src.obs, from, rows);
         self.actions[to * ad..(to + rows) * ad]
             .copy_from_slice(&src.actions[from * ad..(from + rows) * ad]);
         for (dst, src) in [
@@ -89,7 +91,8 @@ mod tests {
 
     #[test]
     fn copies_rows_of_every_column_with_their_widths() {
-        let src_obs: Vec<f32> = (0..12).map(|i| i as f32).collect(); // 6 rows x 2
+        let mut src_obs = ObsRows::dense(6, 2);
+        src_obs.write(0, &(0..12).map(|i| i as f32).collect::<Vec<_>>());
         let src_act: Vec<f32> = (0..6).map(|i| 100.0 + i as f32).collect(); // 6 rows x 1
         let col = |k: f32| -> Vec<f32> { (0..6).map(|i| k + i as f32).collect() };
         let (lp, v, r) = (col(10.0), col(20.0), col(30.0));
@@ -101,7 +104,7 @@ mod tests {
             rewards: &r,
         };
         let (mut o, mut a, mut l, mut vv, mut rr) = (
-            vec![0.0; 8],
+            ObsRows::dense(4, 2),
             vec![0.0; 4],
             vec![0.0; 4],
             vec![0.0; 4],
@@ -115,7 +118,10 @@ mod tests {
             rewards: &mut rr,
         };
         dst.copy_from(1, src, 3, 2, (2, 1));
-        assert_eq!(o, [0.0, 0.0, 6.0, 7.0, 8.0, 9.0, 0.0, 0.0]);
+        assert_eq!(
+            o.as_dense().unwrap(),
+            [0.0, 0.0, 6.0, 7.0, 8.0, 9.0, 0.0, 0.0]
+        );
         assert_eq!(a, [0.0, 103.0, 104.0, 0.0]);
         assert_eq!((l[1], vv[2], rr[1]), (13.0, 24.0, 33.0));
         assert_eq!((l[0], l[3]), (0.0, 0.0));

@@ -4,20 +4,21 @@
 //! never parsed; the header is small.
 //!
 //! ```text
-//! u32 header length | header JSON | obs actions log_probs values rewards (f32)
-//! terminated truncated (u8) | final_obs next_obs (f32) | issued completed (i64)
+//! u32 header length | header JSON | obs: values (f32), image bytes (u8)
+//! actions log_probs values rewards (f32) | terminated truncated (u8)
+//! final_obs: values (f32), image bytes (u8) | next_obs (f32) | issued completed (i64)
 //! clock (u64) obs_count (u32) obs_hash (u64) obs_min obs_max obs_mean (f32)
 //! sampler_version (u64)
 //! ```
 
 use serde::{Deserialize, Serialize};
 use strata_env::{EpisodeEnd, NormalizerStats};
-use strata_runtime::transport::{Fragment, WorkerState};
+use strata_runtime::transport::{Fragment, ObsRows, WorkerState};
 
 use crate::ClusterError;
 
 /// Bumped whenever the layout changes; a learner refuses messages of another.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// Who made a fragment and what it is about.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -123,12 +124,18 @@ pub(crate) fn encode(
     };
     let rows = f.steps * f.envs;
     let mut out = start_framed(&header, rows * (4 * (6 + 6 * obs_dim) + 42));
-    for column in [&f.obs, &f.actions, &f.log_probs, &f.values, &f.rewards] {
+    let put_obs = |out: &mut Vec<u8>, obs: &ObsRows| {
+        let (floats, bytes) = obs.parts();
+        put_f32(out, floats);
+        out.extend_from_slice(bytes);
+    };
+    put_obs(&mut out, &f.obs);
+    for column in [&f.actions, &f.log_probs, &f.values, &f.rewards] {
         put_f32(&mut out, column);
     }
     out.extend(f.terminated.iter().map(|&b| u8::from(b)));
     out.extend(f.truncated.iter().map(|&b| u8::from(b)));
-    put_f32(&mut out, &f.final_obs);
+    put_obs(&mut out, &f.final_obs);
     put_f32(&mut out, &f.next_obs);
     let p = &f.provenance;
     put_u64(&mut out, p.issued_ns.iter().map(|&v| v as u64));
@@ -202,6 +209,18 @@ impl<'a> Reader<'a> {
             .map(|b| u64::from_le_bytes(b.try_into().expect("eight bytes"))))
     }
 
+    fn bytes(&mut self, what: &str, out: &mut [u8]) -> Result<(), ClusterError> {
+        out.copy_from_slice(self.take(what, out.len())?);
+        Ok(())
+    }
+
+    /// Observation rows: their float part, then their byte part.
+    fn obs(&mut self, what: &str, out: &mut ObsRows) -> Result<(), ClusterError> {
+        let (floats, bytes) = out.parts_mut();
+        self.f32s(what, floats)?;
+        self.bytes(what, bytes)
+    }
+
     fn flags(&mut self, what: &str, out: &mut [bool]) -> Result<(), ClusterError> {
         let chunk = self.take(what, out.len())?;
         for (v, &b) in out.iter_mut().zip(chunk) {
@@ -223,7 +242,8 @@ pub(crate) fn decode_into(
 ) -> Result<(), ClusterError> {
     let (od, ad) = (header.obs_dim, header.action_dim);
     if (header.steps, header.envs) != (f.steps, f.envs)
-        || f.obs.len() != f.steps * f.envs * od
+        || f.obs.rows() != f.steps * f.envs
+        || f.obs.dim() != od
         || f.actions.len() != f.steps * f.envs * ad
     {
         return Err(ClusterError::Wire(format!(
@@ -232,20 +252,20 @@ pub(crate) fn decode_into(
             header.envs,
             f.steps,
             f.envs,
-            f.obs.len() / (f.steps * f.envs).max(1),
+            f.obs.dim(),
             f.actions.len() / (f.steps * f.envs).max(1),
         )));
     }
     let (_, body) = split_framed("a fragment message", message)?;
     let mut r = Reader::new(body);
-    r.f32s("obs", &mut f.obs)?;
+    r.obs("obs", &mut f.obs)?;
     r.f32s("actions", &mut f.actions)?;
     r.f32s("log_probs", &mut f.log_probs)?;
     r.f32s("values", &mut f.values)?;
     r.f32s("rewards", &mut f.rewards)?;
     r.flags("terminated", &mut f.terminated)?;
     r.flags("truncated", &mut f.truncated)?;
-    r.f32s("final_obs", &mut f.final_obs)?;
+    r.obs("final_obs", &mut f.final_obs)?;
     r.f32s("next_obs", &mut f.next_obs)?;
     let rows = f.steps * f.envs;
     let p = &mut f.provenance;
@@ -305,17 +325,29 @@ mod tests {
     #[test]
     fn a_fragment_survives_its_message_and_a_damaged_one_is_named() {
         let (steps, envs, od, ad) = (5, 2, 3, 1);
-        let a = ExperienceBuffer::for_worker(3, 1, steps, envs, RowWidths::vector(od, ad), false);
+        // A value and a 2-value picture a row: the picture travels as bytes.
+        let widths = RowWidths {
+            byte_spans: std::iter::once(1..3).collect(),
+            ..RowWidths::vector(od, ad)
+        };
+        let a = ExperienceBuffer::for_worker(3, 1, steps, envs, widths.clone(), false);
         {
             let mut f = a.lock(slot(&a));
-            for (i, v) in f.obs.iter_mut().enumerate() {
-                *v = i as f32 * 0.5;
-            }
+            let values: Vec<f32> = (0..steps * envs * od)
+                .map(|i| {
+                    if i % od == 0 {
+                        i as f32 * 0.5
+                    } else {
+                        (i * 37 % 256) as f32
+                    }
+                })
+                .collect();
+            f.obs.write(0, &values);
             f.actions.fill(-1.25);
             f.rewards[3] = 7.0;
             f.terminated[4] = true;
             f.truncated[9] = true;
-            f.final_obs[5] = 2.0;
+            f.final_obs.write(1, &[2.0, 3.0, 4.0]);
             f.next_obs[1] = -3.0;
             f.provenance.issued_ns[2] = 1_700_000_000_000_000_123;
             f.provenance.completed_ns[2] = 1_700_000_000_000_000_456;
@@ -341,7 +373,7 @@ mod tests {
             (h.session, h.worker, h.incarnation, h.index, h.version),
             (9, 3, 1, 12, 40)
         );
-        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, RowWidths::vector(od, ad), false);
+        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, widths, false);
         decode_into(&message, &h, &mut b.lock(slot(&b))).unwrap();
         let (x, y) = (a.lock(slot(&a)), b.lock(slot(&b)));
         assert_eq!(x.obs, y.obs);

@@ -202,7 +202,7 @@ impl Learner {
         }
         let (od, ad) = (self.core.model().obs_dim(), segments[0].action_dim);
         debug_assert_eq!(od, segments[0].obs_dim);
-        let mut buf = RolloutBuffer::new(1, rows, od, ad);
+        let mut buf = RolloutBuffer::with_byte_spans(1, rows, od, ad, segments[0].byte_spans());
         let mut groups = Vec::with_capacity(segments.len());
         let mut at = 0;
         for s in &segments {

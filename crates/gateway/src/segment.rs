@@ -1,5 +1,8 @@
 //! What the gateway hands its learner: segments of reported steps.
 
+use std::ops::Range;
+
+use strata_algo::ObsRows;
 use strata_ledger::Bucket;
 
 /// Consecutive reported steps of one trajectory.
@@ -15,7 +18,7 @@ pub struct Segment {
     pub(crate) action_dim: usize,
     /// Sample ids, in order.
     pub sample_ids: Vec<u64>,
-    obs: Vec<f32>,
+    obs: ObsRows,
     actions: Vec<f32>,
     log_probs: Vec<f32>,
     values: Vec<f32>,
@@ -29,13 +32,13 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// An empty segment.
+    /// An empty segment, keeping the observation values in `byte_spans` (images) as bytes.
     pub fn new(
         trajectory: u64,
         version: u64,
         bucket: &Bucket,
-        obs_dim: usize,
-        action_dim: usize,
+        (obs_dim, action_dim): (usize, usize),
+        byte_spans: &[Range<usize>],
     ) -> Self {
         Segment {
             trajectory,
@@ -44,7 +47,7 @@ impl Segment {
             obs_dim,
             action_dim,
             sample_ids: Vec::new(),
-            obs: Vec::new(),
+            obs: ObsRows::new(0, obs_dim, byte_spans),
             actions: Vec::new(),
             log_probs: Vec::new(),
             values: Vec::new(),
@@ -65,6 +68,11 @@ impl Segment {
         self.sample_ids.is_empty()
     }
 
+    /// The parts of its observations kept as bytes.
+    pub fn byte_spans(&self) -> &[Range<usize>] {
+        self.obs.byte_spans()
+    }
+
     /// Adds a step.
     #[allow(clippy::too_many_arguments)]
     pub fn push(
@@ -78,7 +86,7 @@ impl Segment {
         completed_at_ns: i64,
     ) {
         self.sample_ids.push(sample_id);
-        self.obs.extend_from_slice(obs);
+        self.obs.push(obs);
         self.actions.extend_from_slice(action);
         self.log_probs.push(log_prob);
         self.values.push(value);

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
+use strata_algo::ObsRows;
 use strata_env::{EpisodeEnd, NormalizerStats, VecEnvSnapshot};
 use strata_nn::SampleRng;
 
@@ -32,8 +33,8 @@ pub struct Fragment {
     pub steps: usize,
     /// Envs of the owning worker.
     pub envs: usize,
-    /// Observations acted on.
-    pub obs: Vec<f32>,
+    /// Observations acted on (images as bytes).
+    pub obs: ObsRows,
     /// Actions as sampled (unclipped).
     pub actions: Vec<f32>,
     /// Behaviour log-probs.
@@ -46,8 +47,8 @@ pub struct Fragment {
     pub terminated: Vec<bool>,
     /// Time-limit truncations.
     pub truncated: Vec<bool>,
-    /// Final observations of truncated episodes (other rows stale).
-    pub final_obs: Vec<f32>,
+    /// Final observations of truncated episodes (other rows stale; images as bytes).
+    pub final_obs: ObsRows,
     /// Observations after the last step.
     pub next_obs: Vec<f32>,
     /// Policy version that produced every step.
@@ -115,10 +116,12 @@ impl StepProvenance {
 strata_algo::impl_step_columns!(Fragment);
 
 /// Values per row in a fragment's columns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowWidths {
     /// An observation's.
     pub obs: usize,
+    /// The parts of an observation kept as bytes (its images).
+    pub byte_spans: Vec<std::ops::Range<usize>>,
     /// An observation summary's ([`strata_env::EnvSpec::summary_dim`]).
     pub summary: usize,
     /// An action's.
@@ -130,6 +133,7 @@ impl RowWidths {
     pub fn of(spec: &strata_env::EnvSpec) -> Self {
         RowWidths {
             obs: spec.obs_dim(),
+            byte_spans: byte_spans(spec),
             summary: spec.summary_dim(),
             action: spec.action_dim(),
         }
@@ -140,27 +144,37 @@ impl RowWidths {
     pub fn vector(obs: usize, action: usize) -> Self {
         RowWidths {
             obs,
+            byte_spans: Vec::new(),
             summary: obs,
             action,
         }
     }
 }
 
+/// The parts of an env's observation rows that buffers keep as bytes: its images, whose
+/// values are whole numbers in 0..=255.
+pub fn byte_spans(spec: &strata_env::EnvSpec) -> Vec<std::ops::Range<usize>> {
+    spec.images
+        .iter()
+        .map(|i| i.offset..i.offset + i.len())
+        .collect()
+}
+
 impl Fragment {
-    fn new(steps: usize, envs: usize, widths: RowWidths) -> Self {
+    fn new(steps: usize, envs: usize, widths: &RowWidths) -> Self {
         let (obs_dim, action_dim) = (widths.obs, widths.action);
         let rows = steps * envs;
         Fragment {
             steps,
             envs,
-            obs: vec![0.0; rows * obs_dim],
+            obs: ObsRows::new(rows, obs_dim, &widths.byte_spans),
             actions: vec![0.0; rows * action_dim],
             log_probs: vec![0.0; rows],
             values: vec![0.0; rows],
             rewards: vec![0.0; rows],
             terminated: vec![false; rows],
             truncated: vec![false; rows],
-            final_obs: vec![0.0; rows * obs_dim],
+            final_obs: ObsRows::new(rows, obs_dim, &widths.byte_spans),
             next_obs: vec![0.0; envs * obs_dim],
             version: 0,
             index: 0,
@@ -186,6 +200,8 @@ pub struct SlotId {
 /// All slots, allocated once. Worker `w` owns slots `w * per_worker .. (w + 1) * per_worker`.
 pub struct ExperienceBuffer {
     slots: Vec<Mutex<Fragment>>,
+    /// Bytes the slots' observations take.
+    obs_bytes: usize,
     /// Per slot: a complete fragment waits in it (for the live view's fill only).
     ready: Vec<AtomicBool>,
     per_worker: usize,
@@ -206,10 +222,15 @@ impl ExperienceBuffer {
         widths: RowWidths,
         debug: bool,
     ) -> Self {
+        let slots: Vec<Fragment> = (0..workers * per_worker)
+            .map(|_| Fragment::new(steps, envs_per_worker, &widths))
+            .collect();
         ExperienceBuffer {
-            slots: (0..workers * per_worker)
-                .map(|_| Mutex::new(Fragment::new(steps, envs_per_worker, widths)))
-                .collect(),
+            obs_bytes: slots
+                .iter()
+                .map(|f| f.obs.memory_bytes() + f.final_obs.memory_bytes())
+                .sum(),
+            slots: slots.into_iter().map(Mutex::new).collect(),
             ready: (0..workers * per_worker)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
@@ -269,6 +290,12 @@ impl ExperienceBuffer {
         (worker * per..(worker + 1) * per).map(move |index| SlotId { worker, index })
     }
 
+    /// Bytes the slots' observations take (observations acted on and final ones), fixed
+    /// when the buffer is made: what keeping images as bytes saves shows here.
+    pub fn obs_memory_bytes(&self) -> usize {
+        self.obs_bytes
+    }
+
     /// Locks a slot for writing (worker) or reading (learner). Ownership is by hand-off,
     /// so the lock is never contended; it only makes the hand-off visible to the compiler.
     ///
@@ -284,6 +311,26 @@ impl ExperienceBuffer {
             slot.worker
         );
         self.slots[self.local(slot)].lock()
+    }
+
+    /// In debug mode, checks that the observation rows `written` landed at row `row` of
+    /// `dst` unchanged.
+    ///
+    /// # Panics
+    /// When the read-back differs or the rows are out of bounds.
+    pub fn check_obs_write(&self, dst: &ObsRows, row: usize, written: &[f32]) {
+        if self.debug {
+            let rows = written.len() / dst.dim().max(1);
+            assert!(
+                row + rows <= dst.rows(),
+                "buffer write of observations out of bounds: rows {row}..{} of {}",
+                row + rows,
+                dst.rows()
+            );
+            let mut back = Vec::with_capacity(written.len());
+            dst.extend_into(row..row + rows, &mut back);
+            assert_eq!(back, written, "buffer read-back of observations differs");
+        }
     }
 
     /// In debug mode, checks that `written` landed at `dst[offset..]` unchanged.

@@ -104,8 +104,8 @@ impl Collector {
                 for i in 0..m {
                     if f.truncated[src + i] && !f.terminated[src + i] {
                         self.final_rows.push(dst + i);
-                        self.final_obs
-                            .extend_from_slice(&f.final_obs[(src + i) * od..(src + i + 1) * od]);
+                        f.final_obs
+                            .extend_into(src + i..src + i + 1, &mut self.final_obs);
                     }
                 }
             }

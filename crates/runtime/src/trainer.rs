@@ -159,7 +159,13 @@ impl Trainer {
         let wiring = Wiring::start(&config, initial, starts, launcher)?;
         let mut trainer = Trainer {
             config_hash,
-            rollout: RolloutBuffer::new(n, config.ppo.n_steps, spec.obs_dim(), spec.action_dim()),
+            rollout: RolloutBuffer::with_byte_spans(
+                n,
+                config.ppo.n_steps,
+                spec.obs_dim(),
+                spec.action_dim(),
+                &crate::buffer::byte_spans(&spec),
+            ),
             core,
             threshold: spec.reward_threshold,
             progress,
@@ -239,6 +245,16 @@ impl Trainer {
     pub(crate) fn publish_eval(&self, version: u64, mean_return: f64) {
         let mut view = self.live.lock();
         view.snapshot.last_eval = Some((version, mean_return));
+    }
+
+    /// Bytes the observations of one update take: in the rollout PPO trains on, and in
+    /// the experience buffer's fragment slots (observations and final observations).
+    /// Images are kept as bytes in both.
+    pub fn obs_memory_bytes(&self) -> (usize, usize) {
+        (
+            self.rollout.obs.memory_bytes(),
+            self.collector.wiring.buffer.obs_memory_bytes(),
+        )
     }
 
     /// The run's config.

@@ -15,3 +15,4 @@ pub use crate::launcher::{local, run_worker, LocalThreads, WorkerLauncher};
 pub use crate::policy_store::MemoryPolicyStore;
 pub use crate::telemetry::{Activity, Heartbeat};
 pub use crate::worker::{Holding, WorkerCommand, WorkerError, WorkerEvent, WorkerSetup};
+pub use strata_algo::ObsRows;

@@ -595,8 +595,8 @@ fn record_step(
         .check_write("rewards", &f.rewards, rows.start, &batch.rewards);
     for i in 0..ctx.gm {
         if batch.truncated[i] && !batch.terminated[i] {
-            let row = (rows.start + i) * od;
-            f.final_obs[row..row + od].copy_from_slice(&batch.final_obs[i * od..(i + 1) * od]);
+            f.final_obs
+                .write(rows.start + i, &batch.final_obs[i * od..(i + 1) * od]);
         }
     }
     f.episodes
@@ -620,21 +620,16 @@ fn fill_local(
     steps: usize,
     timing: &mut (f64, f64),
 ) -> Result<bool, WorkerError> {
-    let (m, od, ad) = (ctx.m, ctx.od, ctx.ad);
+    let (m, ad) = (ctx.m, ctx.ad);
     for t in 0..steps {
         ctx.heartbeat.beat(Activity::Collecting);
         if exit_requested(ctx.commands) {
             return Ok(false);
         }
-        let (rows, orow, arow) = (
-            t * m..(t + 1) * m,
-            t * m * od..(t + 1) * m * od,
-            t * m * ad..(t + 1) * m * ad,
-        );
+        let (rows, arow) = (t * m..(t + 1) * m, t * m * ad..(t + 1) * m * ad);
         let t0 = Instant::now();
-        f.obs[orow.clone()].copy_from_slice(obs);
-        ctx.buffer
-            .check_write("observations", &f.obs, orow.start, obs);
+        f.obs.write(rows.start, obs);
+        ctx.buffer.check_obs_write(&f.obs, rows.start, obs);
         model.act(
             obs,
             rng,
@@ -671,11 +666,11 @@ fn fill_central(
     wait_timeout: Duration,
     timing: &mut (f64, f64),
 ) -> Result<bool, WorkerError> {
-    let (m, gm, od, ad) = (ctx.m, ctx.gm, ctx.od, ctx.ad);
+    let (m, gm, ad) = (ctx.m, ctx.gm, ctx.ad);
     let write_obs = |f: &mut Fragment, t: usize, g: usize, o: &[f32]| {
         let row = t * m + g * gm;
-        f.obs[row * od..(row + gm) * od].copy_from_slice(o);
-        ctx.buffer.check_write("observations", &f.obs, row * od, o);
+        f.obs.write(row, o);
+        ctx.buffer.check_obs_write(&f.obs, row, o);
     };
     for g in 0..envs.len() {
         write_obs(f, 0, g, &obs[g]);

@@ -461,7 +461,14 @@ fn an_image_env_trains_with_the_cnn_its_picture_calls_for() {
         strata_runtime::describe_encoders(&resolved).unwrap(),
         ["minatar_cnn on 12x12x2"]
     );
-    let s = train_through(c).summary();
+    let t = train_through(c);
+    // The 288 pixel values of a row take a byte each, in the rollout (2048 rows) and in
+    // every fragment slot (observations and final observations).
+    let (rollout, fragments) = t.obs_memory_bytes();
+    assert_eq!(rollout, 2048 * 288);
+    assert_eq!(fragments % (2 * 2048 * 288), 0, "{fragments}");
+    let s = t.summary();
+    drop(t);
     let last = s.final_mean_return.unwrap();
     assert!(last >= 7.0, "mean return {last} (guessing earns 4)");
     assert!(children().is_empty(), "{:?}", children());

@@ -29,7 +29,13 @@ impl Gateway {
     ) -> usize {
         let mut rows = self.rows.lock();
         let seg = rows.entry(trajectory).or_insert_with(|| {
-            Segment::new(trajectory, version, bucket, self.obs_dim, self.action_dim)
+            Segment::new(
+                trajectory,
+                version,
+                bucket,
+                (self.obs_dim, self.action_dim),
+                &self.byte_spans(),
+            )
         });
         seg.push(
             r.sample_id,
