@@ -35,7 +35,7 @@ import sys
 import time
 import traceback
 
-PROTOCOL = 2
+PROTOCOL = 3
 # The protocol's bytes (crates/env/src/gym/protocol.rs spells the same): commands posted
 # in the header and sent on the command socket, one-byte replies on the reply socket.
 COMMAND_STEP = b"S"
@@ -45,17 +45,21 @@ REPLY_DONE = b"K"
 REPLY_FAILED = b"E"
 MAGIC = 0x47525453  # "STRG" little-endian
 HEADER = 64
-# Header words after magic, protocol, k, obs and action widths (byte offsets).
-SPIN_NS, CMD_CODE, CMD_SEQ, DONE_SEQ, FAILED = 20, 24, 32, 40, 48
+# Header words after magic, protocol, k, the observations' float width and the action
+# width (byte offsets); the observations' byte width (their images) is the word at 56.
+SPIN_NS, CMD_CODE, CMD_SEQ, DONE_SEQ, FAILED, OBS_BYTES = 20, 24, 32, 40, 48, 56
 ERROR_BYTES = 64 * 1024  # a failed command's traceback: u32 length, then UTF-8
 ERROR_TEXT_MAX = 60 * 1024
 # Stale wake-up bytes (of commands seen while spinning) are drained every so many commands.
 DRAIN_EVERY = 256
-# name, dtype, values per env ("obs": observation width, "act": action width)
+# name, dtype, values per env ("obs": the observation's values outside images, "pix": its
+# image values, "act": action width)
 REGION_ARRAYS = [
     ("actions", "f4", "act"),
     ("obs", "f4", "obs"),
+    ("obs_pixels", "u1", "pix"),
     ("final_obs", "f4", "obs"),
+    ("final_pixels", "u1", "pix"),
     ("rewards", "f8", 1),
     ("clock", "u8", 1),
     ("seeds", "u8", 1),
@@ -69,11 +73,12 @@ def align(n):
     return (n + 63) // 64 * 64
 
 
-def region_views(np, buf, k, obs_dim, act_dim):
-    """Numpy views of the region's arrays (rows per env for the vector-valued ones)."""
+def region_views(np, buf, k, widths):
+    """Numpy views of the region's arrays (rows per env for the vector-valued ones);
+    `widths` maps "obs", "pix" and "act" to their widths."""
     views, offset = {}, HEADER
     for name, dtype, per in REGION_ARRAYS:
-        width = {"obs": obs_dim, "act": act_dim}.get(per, per)
+        width = widths.get(per, per)
         view = np.frombuffer(buf, dtype=np.dtype(dtype), count=k * width, offset=offset)
         views[name] = view.reshape(k, width) if isinstance(per, str) else view
         offset = align(offset + k * width * np.dtype(dtype).itemsize)
@@ -85,11 +90,14 @@ def region_views(np, buf, k, obs_dim, act_dim):
 
 
 class Flat:
-    """How one space is flattened into f32 values: width, description, writer, and the
-    images inside it (offsets relative to this space's start)."""
+    """How one space is flattened: its values outside images as f32 (`fdim` of them),
+    its image values as bytes (`bdim`), `dim` in all; a description; a writer of one
+    value into a float row and a byte row; the images (offsets in the whole row, relative
+    to this space's start)."""
 
-    def __init__(self, dim, text, write, images=()):
-        self.dim, self.text, self.write, self.images = dim, text, write, list(images)
+    def __init__(self, fdim, text, write, images=(), bdim=0):
+        self.fdim, self.bdim, self.dim = fdim, bdim, fdim + bdim
+        self.text, self.write, self.images = text, write, list(images)
 
 
 def channels_order(shape):
@@ -149,25 +157,25 @@ def flattener(np, spaces, space):
     if image is not None:
         h, w, c, order, axes, scale = image
 
-        def write(out, value):
-            out[:] = np.asarray(value).transpose(axes).reshape(-1)
+        def write(out, pixels, value):
+            pixels[:] = np.asarray(value).transpose(axes).reshape(-1)
 
         text = f"Image{tuple(space.shape)}"
         found = {"offset": 0, "height": h, "width": w, "channels": c, "order": order,
                  "scale": scale, "shape": [int(n) for n in space.shape]}
-        return Flat(h * w * c, text, write, [found])
+        return Flat(0, text, write, [found], bdim=h * w * c)
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         n = int(np.prod(space.shape))
         kind = "Box" if isinstance(space, spaces.Box) else "MultiBinary"
 
-        def write(out, value):
+        def write(out, pixels, value):
             out[:] = np.asarray(value).reshape(-1)
 
         return Flat(n, f"{kind}{tuple(space.shape)}", write)
     if isinstance(space, spaces.Discrete):
         n, start = int(space.n), int(space.start)
 
-        def write(out, value):
+        def write(out, pixels, value):
             out[:] = 0.0
             out[int(value) - start] = 1.0
 
@@ -177,7 +185,7 @@ def flattener(np, spaces, space):
         starts = [int(v) for v in np.asarray(space.start).reshape(-1)]
         offsets = np.cumsum([0] + nvec[:-1])
 
-        def write(out, value):
+        def write(out, pixels, value):
             out[:] = 0.0
             flat = np.asarray(value).reshape(-1)
             for off, v, s in zip(offsets, flat, starts):
@@ -187,19 +195,20 @@ def flattener(np, spaces, space):
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         keyed = isinstance(space, spaces.Dict)
         items = list(space.spaces.items()) if keyed else list(enumerate(space.spaces))
-        parts, offset, images = [], 0, []
+        # Offsets in the whole row, in the float row and in the byte row.
+        parts, offset, fo, bo, images = [], 0, 0, 0, []
         for key, sub in items:
             flat = flattener(np, spaces, sub)
-            parts.append((key, offset, flat))
+            parts.append((key, fo, bo, flat))
             images += [dict(i, offset=i["offset"] + offset) for i in flat.images]
-            offset += flat.dim
+            offset, fo, bo = offset + flat.dim, fo + flat.fdim, bo + flat.bdim
 
-        def write(out, value):
-            for key, off, flat in parts:
-                flat.write(out[off : off + flat.dim], value[key])
+        def write(out, pixels, value):
+            for key, f, b, flat in parts:
+                flat.write(out[f : f + flat.fdim], pixels[b : b + flat.bdim], value[key])
 
-        inner = ", ".join(f"{k}={f.text}" if keyed else f.text for k, _, f in parts)
-        return Flat(offset, f"{'Dict' if keyed else 'Tuple'}({inner})", write, images)
+        inner = ", ".join(f"{k}={f.text}" if keyed else f.text for k, _, _, f in parts)
+        return Flat(fo, f"{'Dict' if keyed else 'Tuple'}({inner})", write, images, bdim=bo)
     raise TypeError(f"observation space {space} cannot be flattened (Box, Discrete, "
                     "MultiBinary, MultiDiscrete, Dict or Tuple of them)")
 
@@ -451,17 +460,18 @@ def serve(args, np, gym, make, kwargs):
             raise ValueError(f"the env's {key} is {got.get(key)!r}, the run expects "
                              f"{expected.get(key)!r} (its spaces changed since the config "
                              "recorded them)")
-    obs_dim = got["obs_dim"]
     act_dim = len(got["action"]["Box"]["low"]) if "Box" in got["action"] else 1
     flat = flattener(np, gym.spaces, envs[0].observation_space)
     _, to_action = action_layout(np, gym.spaces, envs[0].action_space)
     buf = mmap.mmap(args.shm_fd, 0)
-    header = struct.unpack_from("<5I", buf, 0)
-    if header != (MAGIC, PROTOCOL, k, obs_dim, act_dim):
+    header = struct.unpack_from("<5I", buf, 0) + struct.unpack_from("<I", buf, OBS_BYTES)
+    if header != (MAGIC, PROTOCOL, k, flat.fdim, act_dim, flat.bdim):
         raise ValueError(f"shared region header {header} does not match protocol "
-                         f"{PROTOCOL} with {k} envs, obs {obs_dim}, action {act_dim}")
-    v = region_views(np, buf, k, obs_dim, act_dim)
+                         f"{PROTOCOL} with {k} envs, obs {flat.fdim} floats and "
+                         f"{flat.bdim} bytes, action {act_dim}")
+    v = region_views(np, buf, k, {"obs": flat.fdim, "pix": flat.bdim, "act": act_dim})
     actions, obs, final_obs = v["actions"], v["obs"], v["final_obs"]
+    pixels, final_pixels = v["obs_pixels"], v["final_pixels"]
     rewards, clock, seeds = v["rewards"], v["clock"], v["seeds"]
     terminated, truncated, success = v["terminated"], v["truncated"], v["success"]
     fault = json.loads(args.fault) if args.fault else None
@@ -478,18 +488,18 @@ def serve(args, np, gym, make, kwargs):
             terminated[i] = te
             truncated[i] = tr
             if te or tr:
-                flat.write(final_obs[i], o)
+                flat.write(final_obs[i], final_pixels[i], o)
                 s = info.get("is_success") if isinstance(info, dict) else None
                 success[i] = 0 if s is None else (2 if s else 1)
                 o, _ = env.reset()
-            flat.write(obs[i], o)
+            flat.write(obs[i], pixels[i], o)
         if fault is not None and steps == fault["at_step"]:
             inject(fault, np, obs[0])
 
     def reset_all():
         for i in range(k):
             o, _ = reset_seeded(envs[i], int(seeds[i]))
-            flat.write(obs[i], o)
+            flat.write(obs[i], pixels[i], o)
             terminated[i] = truncated[i] = success[i] = 0
 
     commands = {ord(COMMAND_STEP): step_all, ord(COMMAND_RESET): reset_all}

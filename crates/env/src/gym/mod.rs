@@ -30,6 +30,7 @@
 mod process;
 mod protocol;
 mod region;
+mod rows;
 mod vec_env;
 
 use std::collections::HashMap;

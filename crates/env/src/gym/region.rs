@@ -13,7 +13,7 @@ use memmap2::MmapMut;
 /// Identifies a Strata region ("STRG", little-endian).
 const MAGIC: u32 = 0x4752_5453;
 /// Bumped whenever the layout changes; the worker refuses a region of another version.
-pub(crate) const PROTOCOL: u32 = 2;
+pub(crate) const PROTOCOL: u32 = 3;
 const HEADER: usize = 64;
 /// The header's words after magic, protocol, k, obs and action widths (all little-endian):
 /// how long the worker may spin for a command (ns, 0: never), the command's code, the
@@ -24,13 +24,17 @@ const CMD_CODE: usize = 24;
 const CMD_SEQ: usize = 32;
 const DONE_SEQ: usize = 40;
 const FAILED: usize = 48;
+/// The observations' byte width (their image values), after the commands' words.
+const OBS_BYTES: usize = 56;
 
 /// Where each array lives, in bytes from the start of the region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Offsets {
     actions: usize,
     obs: usize,
+    obs_pixels: usize,
     final_obs: usize,
+    final_pixels: usize,
     rewards: usize,
     clock: usize,
     seeds: usize,
@@ -50,9 +54,9 @@ fn align(n: usize) -> usize {
 }
 
 impl Offsets {
-    /// The layout for `k` envs with `obs_dim` observation and `act_dim` action values,
-    /// in the order of the worker's `REGION_ARRAYS`.
-    fn new(k: usize, obs_dim: usize, act_dim: usize) -> Self {
+    /// The layout for `k` envs with observations of `obs.0` floats and `obs.1` bytes and
+    /// `act_dim` action values, in the order of the worker's `REGION_ARRAYS`.
+    fn new(k: usize, (obs_dim, obs_bytes): (usize, usize), act_dim: usize) -> Self {
         let mut at = HEADER;
         let mut next = |bytes: usize| {
             let here = at;
@@ -61,7 +65,9 @@ impl Offsets {
         };
         let actions = next(k * act_dim * 4);
         let obs = next(k * obs_dim * 4);
+        let obs_pixels = next(k * obs_bytes);
         let final_obs = next(k * obs_dim * 4);
+        let final_pixels = next(k * obs_bytes);
         let rewards = next(k * 8);
         let clock = next(k * 8);
         let seeds = next(k * 8);
@@ -72,7 +78,9 @@ impl Offsets {
         Offsets {
             actions,
             obs,
+            obs_pixels,
             final_obs,
+            final_pixels,
             rewards,
             clock,
             seeds,
@@ -88,7 +96,9 @@ impl Offsets {
 /// What an env's step left in the region, borrowed while the process is idle.
 pub(crate) struct StepView<'a> {
     pub(crate) obs: &'a [f32],
+    pub(crate) obs_pixels: &'a [u8],
     pub(crate) final_obs: &'a [f32],
+    pub(crate) final_pixels: &'a [u8],
     pub(crate) rewards: &'a [f64],
     pub(crate) clock: &'a [u64],
     pub(crate) terminated: &'a [u8],
@@ -107,17 +117,25 @@ pub(crate) struct Region {
     map: MmapMut,
     at: Offsets,
     k: usize,
+    /// An observation's floats (its values outside images).
     obs_dim: usize,
+    /// An observation's bytes (its image values).
+    obs_bytes: usize,
     act_dim: usize,
 }
 
 impl Region {
-    /// Creates a zeroed region for `k` envs and writes its header.
+    /// Creates a zeroed region for `k` envs whose observations are `obs.0` floats and
+    /// `obs.1` bytes, and writes its header.
     ///
     /// # Errors
     /// When the memory file cannot be created, sized or mapped.
-    pub(crate) fn create(k: usize, obs_dim: usize, act_dim: usize) -> std::io::Result<Self> {
-        let at = Offsets::new(k, obs_dim, act_dim);
+    pub(crate) fn create(
+        k: usize,
+        (obs_dim, obs_bytes): (usize, usize),
+        act_dim: usize,
+    ) -> std::io::Result<Self> {
+        let at = Offsets::new(k, (obs_dim, obs_bytes), act_dim);
         // Named after the trainer's process, so what is left of a trainer can be told
         // apart from another's (`/proc/*/maps` shows `memfd:strata-gym-PID`).
         let name = format!("strata-gym-{}", std::process::id());
@@ -134,12 +152,14 @@ impl Region {
         {
             map[i * 4..i * 4 + 4].copy_from_slice(&value.to_le_bytes());
         }
+        map[OBS_BYTES..OBS_BYTES + 4].copy_from_slice(&(obs_bytes as u32).to_le_bytes());
         Ok(Region {
             file,
             map,
             at,
             k,
             obs_dim,
+            obs_bytes,
             act_dim,
         })
     }
@@ -226,17 +246,22 @@ impl Region {
         self.slice_mut(at, n)
     }
 
-    /// The current observations, `k * obs_dim`.
-    pub(crate) fn obs(&self) -> &[f32] {
-        self.slice(self.at.obs, self.k * self.obs_dim)
+    /// The current observations: `k` rows of floats, `k` rows of bytes.
+    pub(crate) fn obs(&self) -> (&[f32], &[u8]) {
+        (
+            self.slice(self.at.obs, self.k * self.obs_dim),
+            self.slice(self.at.obs_pixels, self.k * self.obs_bytes),
+        )
     }
 
     /// Everything the last step wrote.
     pub(crate) fn step_view(&self) -> StepView<'_> {
-        let (k, d) = (self.k, self.obs_dim);
+        let (k, d, b) = (self.k, self.obs_dim, self.obs_bytes);
         StepView {
             obs: self.slice(self.at.obs, k * d),
+            obs_pixels: self.slice(self.at.obs_pixels, k * b),
             final_obs: self.slice(self.at.final_obs, k * d),
+            final_pixels: self.slice(self.at.final_pixels, k * b),
             rewards: self.slice(self.at.rewards, k),
             clock: self.slice(self.at.clock, k),
             terminated: self.slice(self.at.terminated, k),
@@ -259,11 +284,13 @@ mod tests {
 
     #[test]
     fn arrays_are_aligned_and_disjoint() {
-        let at = Offsets::new(3, 17, 6);
+        let at = Offsets::new(3, (17, 100), 6);
         let starts = [
             at.actions,
             at.obs,
+            at.obs_pixels,
             at.final_obs,
+            at.final_pixels,
             at.rewards,
             at.clock,
             at.seeds,
@@ -280,13 +307,14 @@ mod tests {
 
     #[test]
     fn a_region_starts_with_its_header_and_holds_what_is_written() {
-        let mut region = Region::create(2, 3, 1).unwrap();
+        let mut region = Region::create(2, (3, 4), 1).unwrap();
         assert_eq!(&region.map[0..4], &MAGIC.to_le_bytes());
         assert_eq!(&region.map[12..16], &3u32.to_le_bytes());
         region.actions_mut().copy_from_slice(&[1.0, 2.0]);
         region.seeds_mut().copy_from_slice(&[7, 9]);
         assert_eq!(region.slice::<f32>(region.at.actions, 2), &[1.0, 2.0]);
         assert_eq!(region.slice::<u64>(region.at.seeds, 2), &[7, 9]);
-        assert_eq!(region.obs(), &[0.0; 6]);
+        assert_eq!(region.obs(), (&[0.0; 6][..], &[0u8; 8][..]));
+        assert_eq!(&region.map[OBS_BYTES..OBS_BYTES + 4], &4u32.to_le_bytes());
     }
 }

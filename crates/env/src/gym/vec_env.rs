@@ -7,6 +7,7 @@ use rand::{RngCore, SeedableRng};
 
 use super::process::EnvProcess;
 use super::region::Region;
+use super::rows::RowSplit;
 use super::{GymError, GymLayout, GymTarget};
 use crate::vector::{check_actions, clip_action};
 use crate::{
@@ -112,6 +113,8 @@ pub struct GymVecEnv {
     broken: Vec<usize>,
     num_envs: usize,
     obs_dim: usize,
+    /// How a row crosses the region (images as bytes).
+    split: RowSplit,
     act_dim: usize,
     elapsed: Vec<u32>,
     episode_return: Vec<f64>,
@@ -155,6 +158,7 @@ impl GymVecEnv {
             broken: Vec::new(),
             num_envs,
             obs_dim,
+            split: RowSplit::new(obs_dim, &layout.images),
             act_dim,
             elapsed: vec![0; num_envs],
             episode_return: vec![0.0; num_envs],
@@ -186,8 +190,9 @@ impl GymVecEnv {
 
     /// Starts (without waiting for it) a process stepping `k` envs, with `fault` injected.
     fn spawn_process(&self, k: usize, fault: Option<&FaultPlan>) -> Result<EnvProcess, GymError> {
-        let region = Region::create(k, self.obs_dim, self.act_dim)
-            .map_err(|e| GymError::Region(e.to_string()))?;
+        let widths = (self.split.float_width(), self.split.byte_width());
+        let region =
+            Region::create(k, widths, self.act_dim).map_err(|e| GymError::Region(e.to_string()))?;
         let mut extra = vec![
             "--envs".to_string(),
             k.to_string(),
@@ -286,8 +291,9 @@ impl GymVecEnv {
     fn read_obs(&self, obs: &mut [f32]) {
         let d = self.obs_dim;
         for m in &self.members {
-            let region = m.region();
-            obs[m.first * d..(m.first + m.k) * d].copy_from_slice(region.obs());
+            let (floats, bytes) = m.region().obs();
+            self.split
+                .join(floats, bytes, &mut obs[m.first * d..(m.first + m.k) * d]);
         }
     }
 
@@ -338,12 +344,14 @@ impl VecEnv for GymVecEnv {
         self.round(Command::Step)?;
         out.episodes.clear();
         let d = self.obs_dim;
+        let (fw, bw) = (self.split.float_width(), self.split.byte_width());
         for mi in 0..self.members.len() {
             let (first, k) = (self.members[mi].first, self.members[mi].k);
             let region = self.members[mi].region();
             let view = region.step_view();
             let rows = first * d..(first + k) * d;
-            out.obs[rows.clone()].copy_from_slice(view.obs);
+            self.split
+                .join(view.obs, view.obs_pixels, &mut out.obs[rows.clone()]);
             let mut bad = None;
             for j in 0..k {
                 let i = first + j;
@@ -351,10 +359,17 @@ impl VecEnv for GymVecEnv {
                     view.rewards[j],
                     view.terminated[j] != 0 || view.truncated[j] != 0,
                 );
-                let row = &view.obs[j * d..(j + 1) * d];
                 // What the step ended on: the final observation when the env was reset.
+                if done {
+                    self.split.join(
+                        &view.final_obs[j * fw..(j + 1) * fw],
+                        &view.final_pixels[j * bw..(j + 1) * bw],
+                        &mut out.final_obs[i * d..(i + 1) * d],
+                    );
+                }
+                let row = &out.obs[i * d..(i + 1) * d];
                 let (seen, also): (&[f32], &[f32]) = if done {
-                    (&view.final_obs[j * d..(j + 1) * d], row)
+                    (&out.final_obs[i * d..(i + 1) * d], row)
                 } else {
                     (row, &[])
                 };
@@ -378,7 +393,6 @@ impl VecEnv for GymVecEnv {
                 self.elapsed[i] += 1;
                 self.episode_return[i] += reward;
                 if done {
-                    out.final_obs[i * d..(i + 1) * d].copy_from_slice(seen);
                     out.episodes.push(EpisodeEnd {
                         env: i,
                         episode_return: self.episode_return[i],
@@ -482,9 +496,15 @@ impl VecEnv for GymVecEnv {
             .iter()
             .find(|m| (m.first..m.first + m.k).contains(&env))
             .expect("env index in range");
-        let region = m.region();
+        let (floats, bytes) = m.region().obs();
         let j = env - m.first;
-        obs.copy_from_slice(&region.obs()[j * d..(j + 1) * d]);
+        let (fw, bw) = (self.split.float_width(), self.split.byte_width());
+        debug_assert_eq!(obs.len(), d);
+        self.split.join(
+            &floats[j * fw..(j + 1) * fw],
+            &bytes[j * bw..(j + 1) * bw],
+            obs,
+        );
     }
 }
 
