@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 use crate::conv::{Conv2d, ImageShape};
-use crate::init::orthogonal;
+use crate::init::{orthogonal, orthogonal_transposed};
 use crate::kernels::{activation_backward, add_rows, bias_activation};
 use crate::matmul::{add_partials, matmul, par_matmul, par_matmul_tn, View};
 use rayon::prelude::*;
@@ -355,12 +355,7 @@ impl Cnn {
         }
         // The fully connected layer is stored `in x out`, torch's transpose.
         let (fan_in, fan_out, offset) = (self.flat, self.features(), self.fc_offset);
-        let w = orthogonal(fan_out, fan_in, gain, rng);
-        for o in 0..fan_out {
-            for i in 0..fan_in {
-                params[offset + i * fan_out + o] = w[o * fan_in + i];
-            }
-        }
+        orthogonal_transposed(&mut params[offset..], (fan_in, fan_out), gain, rng);
         params
     }
 

@@ -3,6 +3,23 @@
 use rand::Rng;
 use rand_distr::StandardNormal;
 
+/// An orthogonal `fan_out x fan_in` matrix as PyTorch's `orthogonal_` makes it for a
+/// layer's weights, written transposed (`fan_in x fan_out`, the layout Strata's matrix
+/// products read) into `dst`.
+pub(crate) fn orthogonal_transposed<R: Rng + ?Sized>(
+    dst: &mut [f32],
+    (fan_in, fan_out): (usize, usize),
+    gain: f32,
+    rng: &mut R,
+) {
+    let torch = orthogonal(fan_out, fan_in, gain, rng);
+    for o in 0..fan_out {
+        for i in 0..fan_in {
+            dst[i * fan_out + o] = torch[o * fan_in + i];
+        }
+    }
+}
+
 /// An `rows x cols` row-major matrix with orthonormal rows (if `rows <= cols`) or columns,
 /// scaled by `gain`.
 pub(crate) fn orthogonal<R: Rng + ?Sized>(

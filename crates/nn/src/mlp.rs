@@ -6,7 +6,7 @@
 use rand::Rng;
 
 use crate::activation::Activation;
-use crate::init::orthogonal;
+use crate::init::orthogonal_transposed;
 use crate::kernels::{activation_backward, add_rows, bias_activation};
 use crate::matmul::{matmul, View};
 
@@ -106,13 +106,8 @@ impl Mlp {
                 hidden_gain
             };
             // torch stores `out x in`; we store its transpose, `in x out`.
-            let w = orthogonal(fan_out, fan_in, gain, rng);
             let off = self.offsets[l];
-            for o in 0..fan_out {
-                for i in 0..fan_in {
-                    params[off + i * fan_out + o] = w[o * fan_in + i];
-                }
-            }
+            orthogonal_transposed(&mut params[off..], (fan_in, fan_out), gain, rng);
         }
         params
     }

@@ -17,7 +17,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::init::orthogonal;
+use crate::init::orthogonal_transposed;
 use crate::kernels::add_rows;
 use crate::matmul::{matmul, View};
 
@@ -119,12 +119,7 @@ impl Recurrent {
         let mut params = vec![0.0; self.num_params()];
         let [w_ih, w_hh, ..] = self.offsets();
         for (offset, fan_in) in [(w_ih, self.input), (w_hh, self.hidden)] {
-            let torch = orthogonal(g, fan_in, 1.0, rng);
-            for o in 0..g {
-                for i in 0..fan_in {
-                    params[offset + i * g + o] = torch[o * fan_in + i];
-                }
-            }
+            orthogonal_transposed(&mut params[offset..], (fan_in, g), 1.0, rng);
         }
         params
     }
