@@ -64,27 +64,6 @@ impl ObsRows {
         Self::new(rows, dim, &[])
     }
 
-    /// Empty rows with the same layout.
-    pub fn empty_like(&self) -> Self {
-        ObsRows {
-            floats: Vec::new(),
-            bytes: Vec::new(),
-            ..self.clone_layout()
-        }
-    }
-
-    fn clone_layout(&self) -> Self {
-        ObsRows {
-            dim: self.dim,
-            byte_spans: self.byte_spans.clone(),
-            float_spans: self.float_spans.clone(),
-            float_width: self.float_width,
-            byte_width: self.byte_width,
-            floats: Vec::new(),
-            bytes: Vec::new(),
-        }
-    }
-
     /// The parts of a row kept as bytes.
     pub fn byte_spans(&self) -> &[Range<usize>] {
         &self.byte_spans
@@ -288,7 +267,7 @@ mod tests {
         rows.gather_into([2, 0], &mut out);
         assert_eq!(out, [row(2), row(0)].concat());
         // Appending, and copying between stores of either layout.
-        let mut grown = rows.empty_like();
+        let mut grown = ObsRows::new(0, 8, &pixels);
         grown.push(&row(5));
         grown.push(&[row(6), row(7)].concat());
         assert_eq!(grown.rows(), 3);

@@ -126,6 +126,15 @@ impl EnvSpec {
         let channels: usize = self.images.iter().map(|i| i.channels).sum();
         self.obs_dim() - pixels + channels
     }
+
+    /// Where the images lie in an observation row: the values that are whole bytes, which
+    /// buffers and the shared region keep as such.
+    pub fn image_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        self.images
+            .iter()
+            .map(|i| i.offset..i.offset + i.len())
+            .collect()
+    }
 }
 
 #[cfg(test)]

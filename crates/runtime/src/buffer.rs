@@ -133,7 +133,7 @@ impl RowWidths {
     pub fn of(spec: &strata_env::EnvSpec) -> Self {
         RowWidths {
             obs: spec.obs_dim(),
-            byte_spans: byte_spans(spec),
+            byte_spans: spec.image_ranges(),
             summary: spec.summary_dim(),
             action: spec.action_dim(),
         }
@@ -149,15 +149,6 @@ impl RowWidths {
             action,
         }
     }
-}
-
-/// The parts of an env's observation rows that buffers keep as bytes: its images, whose
-/// values are whole numbers in 0..=255.
-pub fn byte_spans(spec: &strata_env::EnvSpec) -> Vec<std::ops::Range<usize>> {
-    spec.images
-        .iter()
-        .map(|i| i.offset..i.offset + i.len())
-        .collect()
 }
 
 impl Fragment {

@@ -164,7 +164,7 @@ impl Trainer {
                 config.ppo.n_steps,
                 spec.obs_dim(),
                 spec.action_dim(),
-                &crate::buffer::byte_spans(&spec),
+                &spec.image_ranges(),
             ),
             core,
             threshold: spec.reward_threshold,

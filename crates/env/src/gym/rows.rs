@@ -4,8 +4,6 @@
 
 use std::ops::Range;
 
-use super::GymImage;
-
 /// The split of a row of `dim` values into float and byte parts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RowSplit {
@@ -17,12 +15,9 @@ pub(crate) struct RowSplit {
 }
 
 impl RowSplit {
-    /// Rows of `dim` values holding `images` (ordered, apart) as bytes.
-    pub(crate) fn new(dim: usize, images: &[GymImage]) -> Self {
-        let bytes: Vec<Range<usize>> = images
-            .iter()
-            .map(|i| i.offset..i.offset + i.len())
-            .collect();
+    /// Rows of `dim` values whose values in `bytes` (ordered, apart: the images,
+    /// [`crate::EnvSpec::image_ranges`]) cross as bytes.
+    pub(crate) fn new(dim: usize, bytes: Vec<Range<usize>>) -> Self {
         let mut floats = Vec::new();
         let mut at = 0;
         for span in &bytes {
@@ -86,21 +81,11 @@ impl RowSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gym::{ChannelOrder, ImageScale};
 
     #[test]
     fn rows_are_joined_in_their_order() {
-        // [2 values | a 2x1x1 image | 1 value]
-        let image = GymImage {
-            offset: 2,
-            height: 2,
-            width: 1,
-            channels: 1,
-            order: ChannelOrder::Hw,
-            scale: ImageScale::Byte,
-            shape: vec![2, 1],
-        };
-        let split = RowSplit::new(5, &[image]);
+        // [2 values | a 2-value image | 1 value]
+        let split = RowSplit::new(5, std::iter::once(2..4).collect());
         assert_eq!((split.float_width(), split.byte_width()), (3, 2));
         let mut out = vec![0.0; 10];
         split.join(&[0.5, -1.0, 7.0, 1.5, 2.5, 3.5], &[9, 255, 0, 1], &mut out);

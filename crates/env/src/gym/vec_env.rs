@@ -140,6 +140,7 @@ impl GymVecEnv {
     ) -> Result<Self, EnvError> {
         let spec = layout.spec(name);
         let (obs_dim, act_dim) = (spec.obs_dim(), spec.action_dim());
+        let split = RowSplit::new(obs_dim, spec.image_ranges());
         let per = match options.envs_per_process {
             0 => num_envs.max(1),
             n => n,
@@ -158,7 +159,7 @@ impl GymVecEnv {
             broken: Vec::new(),
             num_envs,
             obs_dim,
-            split: RowSplit::new(obs_dim, &layout.images),
+            split,
             act_dim,
             elapsed: vec![0; num_envs],
             episode_return: vec![0.0; num_envs],

@@ -72,17 +72,9 @@ impl Gateway {
         shapes
     }
 
-    /// The parts of an observation a segment keeps as bytes (its images).
-    pub(super) fn byte_spans(&self) -> Vec<std::ops::Range<usize>> {
-        self.images
-            .iter()
-            .map(|i| i.offset..i.offset + i.len())
-            .collect()
-    }
-
     /// Values in an observation summary.
     pub fn summary_dim(&self) -> usize {
-        strata_env::ExecSummary::with_images(0, self.obs_dim, &self.images).dim
+        self.summary_dim
     }
 
     fn check_values(&self, name: &str, v: &[f32], expected: usize) -> Result<(), RequestError> {

@@ -34,7 +34,7 @@ impl Gateway {
                 version,
                 bucket,
                 (self.obs_dim, self.action_dim),
-                &self.byte_spans(),
+                &self.image_ranges,
             )
         });
         seg.push(

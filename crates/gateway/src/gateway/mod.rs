@@ -71,6 +71,10 @@ pub struct Gateway {
     obs_dim: usize,
     /// The images inside an observation (summarised per channel in the ledger).
     images: Vec<strata_env::ImageSpan>,
+    /// Values in an observation summary ([`strata_env::EnvSpec::summary_dim`]).
+    summary_dim: usize,
+    /// Where the images lie in a row: what segments keep as bytes.
+    image_ranges: Vec<std::ops::Range<usize>>,
     /// For an env whose observation is one image: how to take it in the env's own shape.
     image_reorder: Option<strata_env::gym::ImageReorder>,
     action_dim: usize,

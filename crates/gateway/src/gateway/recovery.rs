@@ -82,6 +82,8 @@ impl Gateway {
             config_hash,
             obs_dim: spec.obs_dim(),
             images: spec.images.clone(),
+            summary_dim: spec.summary_dim(),
+            image_ranges: spec.image_ranges(),
             image_reorder: settings
                 .run
                 .env
