@@ -125,14 +125,13 @@ def alive(pid):
     return state != "Z"
 
 
-def start_endless_training(run, eval_episodes=0):
-    """A child Python training CartPole in Gymnasium env processes until interrupted, once
-    it has checkpointed and its env processes run; returns it and those processes."""
+def start_endless_training(run, env="gym:CartPole-v1", config=None):
+    """A child Python training `env` in Gymnasium env processes until interrupted, once it
+    has checkpointed and its env processes run; returns it and those processes."""
+    config = {"train.checkpoint_every": 256, "report.eval_episodes": 0, **(config or {})}
     program = textwrap.dedent(f"""
         import strata
-        strata.train("gym:CartPole-v1", run_dir={str(run)!r}, max_steps=10**9,
-                     config={{"train.checkpoint_every": 256,
-                              "report.eval_episodes": {eval_episodes}}},
+        strata.train({env!r}, run_dir={str(run)!r}, max_steps=10**9, config={config!r},
                      progress=False)
     """)
     child = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.PIPE, text=True)
@@ -172,9 +171,15 @@ def test_ctrl_c_stops_with_a_checkpoint_and_no_env_process_left(tmp_path, gymnas
 
 
 def test_a_second_ctrl_c_leaves_at_once_and_no_env_process_is_left(tmp_path, gymnasium):
-    run = tmp_path / "run"
-    # The orderly stop ends with an evaluation of 200 episodes: seconds, time for the second.
-    child, envs = start_endless_training(run, eval_episodes=200)
+    run, slow = tmp_path / "run", tmp_path / "slow"
+    # Once `slow` exists each env step takes 20 ms, so the orderly stop's final evaluation
+    # (200 episodes of at least 8 steps) takes over 30 s: the second Ctrl-C lands during
+    # it however loaded the machine is.
+    child, envs = start_endless_training(
+        run, env="gym:strata_test_envs:make_slow_when_flagged",
+        config={"runtime.python_path": [str(REPO / "crates/env/tests/python")],
+                "env.gym.kwargs": {"flag": str(slow)}, "report.eval_episodes": 200})
+    slow.touch()
     child.send_signal(signal.SIGINT)
     # The second once the first is being handled (both at once would be seen as one).
     said, deadline = "", time.monotonic() + 60
@@ -184,9 +189,11 @@ def test_a_second_ctrl_c_leaves_at_once_and_no_env_process_is_left(tmp_path, gym
             if not line:
                 break
             said += line
+    second = time.monotonic()
     child.send_signal(signal.SIGINT)
     err = said + wait_for_exit(child)
     assert child.returncode != 0 and err.count("KeyboardInterrupt") == 1, err
+    assert time.monotonic() - second < 20, "left at once, not after the orderly stop"
     deadline = time.monotonic() + 10
     while any(alive(p) for p in envs) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -1,5 +1,8 @@
 """Small Gymnasium envs for Strata's tests of env processes (made by factory name:
 `gym:strata_test_envs:make_dict_env`, with this directory on runtime.python_path)."""
+import os
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -102,3 +105,23 @@ def make_pixel_env(stack=0, **kwargs):
     if stack:
         env = gym.wrappers.FrameStackObservation(env, stack)
     return env
+
+
+class SlowWhenFlagged(gym.Wrapper):
+    """CartPole whose steps take `delay` seconds each once the file `flag` exists: a test
+    makes whatever the run does next (finishing an update, evaluating) as long as it needs,
+    whatever the machine's load."""
+
+    def __init__(self, flag, delay=0.02):
+        super().__init__(gym.make("CartPole-v1"))
+        self.flag = flag
+        self.delay = delay
+
+    def step(self, action):
+        if os.path.exists(self.flag):
+            time.sleep(self.delay)
+        return self.env.step(action)
+
+
+def make_slow_when_flagged(**kwargs):
+    return SlowWhenFlagged(**kwargs)
