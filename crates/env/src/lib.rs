@@ -35,7 +35,7 @@ mod space;
 pub mod tasks;
 mod vector;
 
-pub use classic::{Acrobot, CartPole, MountainCarContinuous, Pendulum};
+pub use classic::{Acrobot, CartPole, Masked, MountainCarContinuous, Pendulum};
 pub use error::EnvError;
 pub use latency::ExecSummary;
 pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward};

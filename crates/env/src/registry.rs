@@ -1,8 +1,8 @@
 //! Built-in environments by name.
 
 use crate::{
-    Acrobot, ArmReach, CartPole, Env, EnvError, EnvSpec, MountainCarContinuous, Pendulum, UiForm,
-    VecEnv, Vectorized,
+    Acrobot, ArmReach, CartPole, Env, EnvError, EnvSpec, Masked, MountainCarContinuous, Pendulum,
+    UiForm, VecEnv, Vectorized,
 };
 
 /// Names accepted by [`make_env`] and [`make_vec_env`].
@@ -15,6 +15,8 @@ pub fn env_names() -> &'static [&'static str] {
         "arm-reach",
         "arm-reach-moving",
         "ui-form",
+        "cartpole-novel",
+        "pendulum-novel",
     ]
 }
 
@@ -38,6 +40,8 @@ pub fn make_env(name: &str) -> Result<Box<dyn Env>, EnvError> {
         "arm-reach" => Box::new(ArmReach::new(false)),
         "arm-reach-moving" => Box::new(ArmReach::new(true)),
         "ui-form" => Box::new(UiForm::default()),
+        "cartpole-novel" => Box::new(Masked::cartpole_no_vel()),
+        "pendulum-novel" => Box::new(Masked::pendulum_no_vel()),
         _ => return Err(unknown(name)),
     })
 }
@@ -72,6 +76,8 @@ pub fn make_vec_env_with_latency(
         "arm-reach" => vectorized(ArmReach::new(false), num_envs, latency_ticks),
         "arm-reach-moving" => vectorized(ArmReach::new(true), num_envs, latency_ticks),
         "ui-form" => vectorized(UiForm::default(), num_envs, latency_ticks),
+        "cartpole-novel" => vectorized(Masked::cartpole_no_vel(), num_envs, latency_ticks),
+        "pendulum-novel" => vectorized(Masked::pendulum_no_vel(), num_envs, latency_ticks),
         _ => return Err(unknown(name)),
     })
 }

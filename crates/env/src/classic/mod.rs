@@ -4,10 +4,12 @@
 
 mod acrobot;
 mod cartpole;
+mod masked;
 mod mountain_car_continuous;
 mod pendulum;
 
 pub use acrobot::Acrobot;
 pub use cartpole::CartPole;
+pub use masked::Masked;
 pub use mountain_car_continuous::MountainCarContinuous;
 pub use pendulum::Pendulum;
