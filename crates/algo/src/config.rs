@@ -42,6 +42,15 @@ pub struct PpoConfig {
     /// at 0. Past the bounds every action is clipped to the same value, so the policy
     /// gradient no longer pulls the mean back and it can drift away for good.
     pub bound_coef: f64,
+    /// A recurrent policy trains on sequences of this many steps, each a fixed slice of
+    /// an env's fragment (back-propagation through time is truncated at its start); 0 is
+    /// the whole fragment (`n_steps`). Left out of the config when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sequence_length: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Default for PpoConfig {
@@ -63,6 +72,7 @@ impl Default for PpoConfig {
             norm_adv: true,
             target_kl: None,
             bound_coef: 0.0,
+            sequence_length: 0,
         }
     }
 }
@@ -154,6 +164,46 @@ impl PpoConfig {
             if !(kl.is_finite() && kl > 0.0) {
                 return err("target_kl", &kl, "must be a positive number");
             }
+        }
+        Ok(())
+    }
+
+    /// Steps per training sequence of a recurrent policy: `sequence_length`, or the whole
+    /// fragment when 0.
+    pub fn sequence_steps(&self) -> usize {
+        if self.sequence_length == 0 {
+            self.n_steps
+        } else {
+            self.sequence_length
+        }
+    }
+
+    /// Checks the sequence rule of a recurrent policy: sequences tile each fragment, and
+    /// a minibatch holds whole sequences.
+    ///
+    /// # Errors
+    /// [`InvalidConfig`] naming `ppo.sequence_length` or `ppo.batch_size`.
+    pub fn validate_sequences(&self) -> Result<(), InvalidConfig> {
+        let len = self.sequence_steps();
+        if !self.n_steps.is_multiple_of(len) {
+            return Err(InvalidConfig::new(
+                "ppo.sequence_length",
+                self.sequence_length,
+                format!(
+                    "must divide ppo.n_steps = {} (sequences tile each env's fragment)",
+                    self.n_steps
+                ),
+            ));
+        }
+        if !self.batch_size.is_multiple_of(len) {
+            return Err(InvalidConfig::new(
+                "ppo.batch_size",
+                self.batch_size,
+                format!(
+                    "must be a multiple of the sequence length, {len}, with a recurrent \
+                     core (a minibatch holds whole sequences)"
+                ),
+            ));
         }
         Ok(())
     }

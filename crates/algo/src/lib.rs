@@ -20,6 +20,7 @@ mod gae;
 mod loss;
 mod obs_rows;
 mod ppo;
+mod sequences;
 mod steps;
 mod vtrace;
 
@@ -28,5 +29,6 @@ pub use gae::{compute_gae, GaeInput};
 pub use loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 pub use obs_rows::ObsRows;
 pub use ppo::{explained_variance, IsWeightStats, Ppo, RolloutBuffer, UpdateStats};
+pub use sequences::{sequence_count, SequenceBatch};
 pub use steps::{StepColumns, Steps, StepsMut};
 pub use vtrace::compute_vtrace;

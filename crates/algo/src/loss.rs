@@ -34,6 +34,10 @@ pub struct LossInput<'a> {
     /// Off-policy weights `pi_prox / pi_behaviour` per sample (decoupled PPO); `None` means
     /// on-policy (all 1).
     pub weights: Option<&'a [f32]>,
+    /// Which rows count (a sequence minibatch carries rows admission dropped, for the
+    /// recurrent state's sake): the others get no gradient and stay out of every mean.
+    /// `None`: all.
+    pub real: Option<&'a [bool]>,
 }
 
 /// Coefficients of the loss.
@@ -59,10 +63,15 @@ pub fn ppo_loss(
     d_values: &mut [f32],
 ) -> LossTerms {
     let n = input.new_log_probs.len();
-    let inv_n = 1.0 / n as f32;
+    let counted = input.real.map_or(n, |r| r.iter().filter(|x| **x).count());
+    let inv_n = 1.0 / counted.max(1) as f32;
     let mut terms = LossTerms::default();
     let (lo, hi) = (1.0 - c.clip_range, 1.0 + c.clip_range);
     for i in 0..n {
+        if input.real.is_some_and(|r| !r[i]) {
+            (d_log_probs[i], d_entropy[i], d_values[i]) = (0.0, 0.0, 0.0);
+            continue;
+        }
         let log_ratio = input.new_log_probs[i] - input.old_log_probs[i];
         let ratio = log_ratio.exp();
         let adv = input.advantages[i] * input.weights.map_or(1.0, |w| w[i]);
@@ -181,6 +190,7 @@ mod tests {
                 returns: &ret,
                 entropy: &ent,
                 weights: w,
+                real: None,
             };
             let (mut dl, mut de, mut dv) = ([0.0; 6], [0.0; 6], [0.0; 6]);
             ppo_loss(&input, c, &mut dl, &mut de, &mut dv);
@@ -253,6 +263,7 @@ mod tests {
             returns: &[0.0, 0.0],
             entropy: &[0.5, 0.5],
             weights: None,
+            real: None,
         };
         let c = LossCoefficients {
             clip_range: 0.2,
@@ -293,5 +304,59 @@ mod tests {
                 d[j]
             );
         }
+    }
+
+    #[test]
+    fn rows_that_do_not_count_change_nothing() {
+        let c = LossCoefficients {
+            clip_range: 0.2,
+            clip_range_vf: Some(0.3),
+            vf_coef: 0.5,
+            ent_coef: 0.01,
+        };
+        let all = LossInput {
+            new_log_probs: &[-0.3, -2.0, -1.1],
+            old_log_probs: &[-0.5, -0.2, -1.0],
+            advantages: &[1.0, 5.0, -0.7],
+            new_values: &[0.2, 9.0, -0.4],
+            old_values: &[0.1, 0.0, -0.3],
+            returns: &[0.5, -9.0, 0.0],
+            entropy: &[0.6, 0.1, 0.4],
+            weights: None,
+            real: Some(&[true, false, true]),
+        };
+        let kept = |x: &[f32]| [x[0], x[2]];
+        let (lp, olp, adv) = (
+            kept(all.new_log_probs),
+            kept(all.old_log_probs),
+            kept(all.advantages),
+        );
+        let (v, ov, ret, ent) = (
+            kept(all.new_values),
+            kept(all.old_values),
+            kept(all.returns),
+            kept(all.entropy),
+        );
+        let two = LossInput {
+            new_log_probs: &lp,
+            old_log_probs: &olp,
+            advantages: &adv,
+            new_values: &v,
+            old_values: &ov,
+            returns: &ret,
+            entropy: &ent,
+            weights: None,
+            real: None,
+        };
+        let (mut dl, mut de, mut dv) = ([9.0; 3], [9.0; 3], [9.0; 3]);
+        let masked = ppo_loss(&all, c, &mut dl, &mut de, &mut dv);
+        let (mut dl2, mut de2, mut dv2) = ([0.0; 2], [0.0; 2], [0.0; 2]);
+        let plain = ppo_loss(&two, c, &mut dl2, &mut de2, &mut dv2);
+        assert_eq!(masked, plain);
+        assert_eq!((dl[1], de[1], dv[1]), (0.0, 0.0, 0.0));
+        assert_eq!(
+            [dl[0], dl[2], dv[0], dv[2], de[0]],
+            [dl2[0], dl2[1], dv2[0], dv2[1], de2[0]]
+        );
     }
 }

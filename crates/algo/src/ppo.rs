@@ -7,11 +7,12 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
-use strata_nn::{ActorCritic, Evaluation};
+use strata_nn::{ActorCritic, Evaluation, Sequences};
 
 use crate::gae::{compute_gae, GaeInput};
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 use crate::obs_rows::ObsRows;
+use crate::sequences::{has_admitted_step, sequence_count, SequenceBatch};
 use crate::steps::StepsMut;
 use crate::vtrace::compute_vtrace;
 use crate::PpoConfig;
@@ -55,6 +56,12 @@ pub struct RolloutBuffer {
     pub advantages: Vec<f32>,
     /// Value targets.
     pub returns: Vec<f32>,
+    /// Values of a recurrent policy's state per env (0 for a feed-forward one).
+    pub state_len: usize,
+    /// Each row's recurrent state before its step, as collected (`len x state_len`).
+    pub states: Vec<f32>,
+    /// Whether each row starts an episode (a recurrent policy zeroes its state there).
+    pub starts: Vec<bool>,
 }
 
 impl RolloutBuffer {
@@ -105,7 +112,21 @@ impl RolloutBuffer {
             admission: vec![1.0; n],
             advantages: vec![0.0; n],
             returns: vec![0.0; n],
+            state_len: 0,
+            states: Vec::new(),
+            starts: Vec::new(),
         }
+    }
+
+    /// The buffer with room for a recurrent policy's `state_len` values of state per row
+    /// and the episode-start flags.
+    #[must_use]
+    pub fn with_memory(mut self, state_len: usize) -> Self {
+        let n = self.len();
+        self.state_len = state_len;
+        self.states = vec![0.0; n * state_len];
+        self.starts = vec![false; if state_len > 0 { n } else { 0 }];
+        self
     }
 
     /// Transitions held.
@@ -131,11 +152,28 @@ impl RolloutBuffer {
         let mut stats = IsWeightStats::default();
         let (mut sum, mut above) = (0.0f64, 0usize);
         let mut obs = Vec::new();
-        for start in (0..self.len()).step_by(CHUNK) {
-            let end = (start + CHUNK).min(self.len());
+        // A recurrent policy runs each env's fragment as one sequence from its stored
+        // first state.
+        let chunk = if self.state_len > 0 {
+            self.len()
+        } else {
+            CHUNK
+        };
+        for start in (0..self.len()).step_by(chunk.max(1)) {
+            let end = (start + chunk).min(self.len());
             obs.clear();
             self.obs.extend_into(start..end, &mut obs);
-            model.evaluate(&obs, &self.actions[start * ad..end * ad], &mut eval);
+            let actions = &self.actions[start * ad..end * ad];
+            if self.state_len > 0 {
+                let sequences = Sequences {
+                    steps: self.n_steps,
+                    starts: &self.starts,
+                    state0: &self.states[..self.num_envs * self.state_len],
+                };
+                model.evaluate_sequences(&obs, actions, sequences, &mut eval);
+            } else {
+                model.evaluate(&obs, actions, &mut eval);
+            }
             for (k, i) in (start..end).enumerate() {
                 let ratio = (eval.log_probs[k] - self.log_probs[i]).exp();
                 sum += f64::from(ratio);
@@ -266,14 +304,10 @@ pub struct UpdateStats {
 pub struct Ppo {
     config: PpoConfig,
     rng: Xoshiro256PlusPlus,
+    /// Rows (feed-forward) or sequences (recurrent) to draw minibatches from.
     indices: Vec<usize>,
-    mb_obs: Vec<f32>,
-    mb_actions: Vec<f32>,
-    mb_log_probs: Vec<f32>,
-    mb_advantages: Vec<f32>,
-    mb_values: Vec<f32>,
-    mb_returns: Vec<f32>,
-    mb_weights: Vec<f32>,
+    mb: Minibatch,
+    sequences: SequenceBatch,
     d_log_probs: Vec<f32>,
     d_entropy: Vec<f32>,
     d_values: Vec<f32>,
@@ -290,13 +324,8 @@ impl Ppo {
             config,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             indices: Vec::new(),
-            mb_obs: Vec::new(),
-            mb_actions: Vec::new(),
-            mb_log_probs: Vec::new(),
-            mb_advantages: Vec::new(),
-            mb_values: Vec::new(),
-            mb_returns: Vec::new(),
-            mb_weights: Vec::new(),
+            mb: Minibatch::default(),
+            sequences: SequenceBatch::default(),
             d_log_probs: Vec::new(),
             d_entropy: Vec::new(),
             d_values: Vec::new(),
@@ -326,34 +355,6 @@ impl Ppo {
     /// Restores the shuffling RNG.
     pub fn set_rng(&mut self, rng: Xoshiro256PlusPlus) {
         self.rng = rng;
-    }
-
-    /// Gathers minibatch rows `idx` of the rollout into contiguous scratch buffers.
-    fn gather(&mut self, rollout: &RolloutBuffer, idx: &[usize]) {
-        let ad = rollout.action_dim;
-        self.mb_obs.clear();
-        rollout
-            .obs
-            .gather_into(idx.iter().copied(), &mut self.mb_obs);
-        self.mb_actions.clear();
-        self.mb_log_probs.clear();
-        self.mb_advantages.clear();
-        self.mb_values.clear();
-        self.mb_returns.clear();
-        self.mb_weights.clear();
-        for &k in idx {
-            self.mb_actions
-                .extend_from_slice(&rollout.actions[k * ad..(k + 1) * ad]);
-            self.mb_log_probs.push(rollout.log_probs[k]);
-            self.mb_advantages.push(rollout.advantages[k]);
-            self.mb_values.push(rollout.values[k]);
-            self.mb_returns.push(rollout.returns[k]);
-            self.mb_weights
-                .push(rollout.weights[k] * rollout.admission[k]);
-        }
-        if self.config.norm_adv && idx.len() > 1 {
-            normalize(&mut self.mb_advantages);
-        }
     }
 
     /// Trains `model` on `rollout` (advantages already computed). `progress_remaining` goes
@@ -395,31 +396,65 @@ impl Ppo {
         let (mut forward, mut backward, mut optimizer) =
             (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         self.indices.clear();
-        // Dropped samples never enter a minibatch.
-        self.indices
-            .extend((0..total).filter(|&i| rollout.admission[i] > 0.0));
+        // A recurrent policy trains on whole sequences ([`crate::sequences`]).
+        let sequence_len = (rollout.state_len > 0).then(|| c.sequence_steps());
+        let per_minibatch = match sequence_len {
+            None => {
+                // Dropped samples never enter a minibatch.
+                self.indices
+                    .extend((0..total).filter(|&i| rollout.admission[i] > 0.0));
+                batch_size
+            }
+            Some(len) => {
+                self.indices.extend(
+                    (0..sequence_count(rollout, len))
+                        .filter(|&k| has_admitted_step(rollout, len, k)),
+                );
+                (batch_size / len).max(1)
+            }
+        };
+        let norm_adv = c.norm_adv;
         model.zero_grad();
         'epochs: for _ in 0..n_epochs {
             self.indices.shuffle(&mut self.rng);
             let indices = std::mem::take(&mut self.indices);
-            for idx in indices.chunks(batch_size) {
-                self.gather(rollout, idx);
+            for ids in indices.chunks(per_minibatch) {
                 let t0 = Instant::now();
-                model.evaluate(&self.mb_obs, &self.mb_actions, &mut self.evaluation);
+                let real = match sequence_len {
+                    None => {
+                        self.mb.gather(rollout, ids, None, norm_adv);
+                        model.evaluate(&self.mb.obs, &self.mb.actions, &mut self.evaluation);
+                        None
+                    }
+                    Some(len) => {
+                        let seq = &mut self.sequences;
+                        seq.fill(rollout, ids, len);
+                        self.mb
+                            .gather(rollout, &seq.rows, Some(&seq.real), norm_adv);
+                        model.evaluate_sequences(
+                            &self.mb.obs,
+                            &self.mb.actions,
+                            seq.sequences(),
+                            &mut self.evaluation,
+                        );
+                        Some(&seq.real[..])
+                    }
+                };
                 let t1 = Instant::now();
-                let n = idx.len();
+                let n = self.mb.log_probs.len();
                 self.d_log_probs.resize(n, 0.0);
                 self.d_entropy.resize(n, 0.0);
                 self.d_values.resize(n, 0.0);
                 let input = LossInput {
                     new_log_probs: &self.evaluation.log_probs,
-                    old_log_probs: &self.mb_log_probs,
-                    advantages: &self.mb_advantages,
+                    old_log_probs: &self.mb.log_probs,
+                    advantages: &self.mb.advantages,
                     new_values: &self.evaluation.values,
-                    old_values: &self.mb_values,
-                    returns: &self.mb_returns,
+                    old_values: &self.mb.values,
+                    returns: &self.mb.returns,
                     entropy: &self.evaluation.entropy,
-                    weights: Some(&self.mb_weights),
+                    weights: Some(&self.mb.weights),
+                    real,
                 };
                 let terms = ppo_loss(
                     &input,
@@ -485,15 +520,70 @@ impl Ppo {
     }
 }
 
-/// `(x - mean) / (std + 1e-8)` with the unbiased std, as SB3 and CleanRL do.
-fn normalize(values: &mut [f32]) {
-    let n = values.len() as f64;
-    let mean = values.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
-    let var = values
-        .iter()
-        .map(|v| (f64::from(*v) - mean).powi(2))
-        .sum::<f64>()
-        / (n - 1.0);
+/// One minibatch's columns, gathered contiguous.
+#[derive(Default)]
+struct Minibatch {
+    obs: Vec<f32>,
+    actions: Vec<f32>,
+    log_probs: Vec<f32>,
+    advantages: Vec<f32>,
+    values: Vec<f32>,
+    returns: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+impl Minibatch {
+    /// Gathers rows `idx` of the rollout; normalises the advantages over the rows `real`
+    /// marks (all when `None`) when `norm_adv`.
+    fn gather(
+        &mut self,
+        rollout: &RolloutBuffer,
+        idx: &[usize],
+        real: Option<&[bool]>,
+        norm_adv: bool,
+    ) {
+        let ad = rollout.action_dim;
+        self.obs.clear();
+        rollout.obs.gather_into(idx.iter().copied(), &mut self.obs);
+        self.actions.clear();
+        self.log_probs.clear();
+        self.advantages.clear();
+        self.values.clear();
+        self.returns.clear();
+        self.weights.clear();
+        for &k in idx {
+            self.actions
+                .extend_from_slice(&rollout.actions[k * ad..(k + 1) * ad]);
+            self.log_probs.push(rollout.log_probs[k]);
+            self.advantages.push(rollout.advantages[k]);
+            self.values.push(rollout.values[k]);
+            self.returns.push(rollout.returns[k]);
+            self.weights.push(rollout.weights[k] * rollout.admission[k]);
+        }
+        if norm_adv {
+            normalize(&mut self.advantages, real);
+        }
+    }
+}
+
+/// `(x - mean) / (std + 1e-8)` with the unbiased std, as SB3 and CleanRL do, over the
+/// values `real` marks (all when `None`); fewer than two are left as they are.
+fn normalize(values: &mut [f32], real: Option<&[bool]>) {
+    let counts = |i: usize| real.is_none_or(|r| r[i]);
+    let n = (0..values.len()).filter(|&i| counts(i)).count();
+    if n < 2 {
+        return;
+    }
+    let n = n as f64;
+    let kept = || {
+        values
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| counts(*i))
+            .map(|(_, v)| f64::from(*v))
+    };
+    let mean = kept().sum::<f64>() / n;
+    let var = kept().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
     let std = var.sqrt() + 1e-8;
     for v in values.iter_mut() {
         *v = ((f64::from(*v) - mean) / std) as f32;
@@ -519,7 +609,7 @@ pub fn explained_variance(predicted: &[f32], targets: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_nn::{Head, MlpActorCritic, NetworkConfig, SampleRng};
+    use strata_nn::{Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
 
     #[test]
     fn explained_variance_of_perfect_and_useless_predictions() {
@@ -532,7 +622,7 @@ mod tests {
     #[test]
     fn normalised_advantages_have_zero_mean_unit_std() {
         let mut v = [1.0_f32, 5.0, -2.0, 7.0, 0.5];
-        normalize(&mut v);
+        normalize(&mut v, None);
         let mean: f32 = v.iter().sum::<f32>() / 5.0;
         let var: f32 = v.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / 4.0;
         assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-5);
@@ -563,6 +653,7 @@ mod tests {
             let obs = rollout.obs.as_dense().unwrap().to_vec();
             model.act(
                 &obs,
+                Memory::none(),
                 &mut rng,
                 &[],
                 &mut rollout.actions,
@@ -597,6 +688,7 @@ mod tests {
         let obs = rollout.obs.as_dense().unwrap().to_vec();
         model.act(
             &obs,
+            Memory::none(),
             &mut rng,
             &[],
             &mut rollout.actions,

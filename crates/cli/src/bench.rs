@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use strata_algo::PpoConfig;
 use strata_env::{make_vec_env, StepBatch};
-use strata_nn::{ActorCritic, Evaluation, Head, MlpActorCritic, NetworkConfig, SampleRng};
+use strata_nn::{ActorCritic, Evaluation, Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
 use strata_runtime::{preset, Inference, Mode, RunConfig, Summary, Trainer};
 
 /// Reference figures measured on this machine class (2 cores), for the ratios.
@@ -240,7 +240,7 @@ fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
     let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
     let t0 = Instant::now();
     for _ in 0..reps * 20 {
-        model.act(one, &mut rng, &[], &mut a, &mut lp, &mut v);
+        model.act(one, Memory::none(), &mut rng, &[], &mut a, &mut lp, &mut v);
     }
     let single = t0.elapsed().as_secs_f64() / (reps * 20) as f64;
     let ms = 1e3 / reps as f64;

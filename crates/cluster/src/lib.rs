@@ -166,6 +166,13 @@ pub fn prepare_learner_counted(
             "runtime.inference = \"central\" batches the workers of one process; with worker processes use \"worker\"".into(),
         ));
     }
+    if !config.network.core.is_none() {
+        return Err(ClusterError::Config(format!(
+            "network.core = \"{}\": recurrent policies train on one machine for now (the \
+             cluster's fragments do not carry recurrent states yet); use `strata train`",
+            config.network.core.name()
+        )));
+    }
     config.validate()?;
     resolve_env(&mut config)?;
     if config.train.checkpoint_every == 0 {

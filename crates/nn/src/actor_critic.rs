@@ -33,19 +33,59 @@ pub struct Evaluation {
     pub means: Vec<f32>,
 }
 
+/// The recurrent state of the rows a model acts on: each row's state (`rows x`
+/// [`ActorCritic::state_len`], advanced in place by one step) and whether its episode
+/// starts at this row (its state is zeroed first). Empty for a feed-forward model.
+pub struct Memory<'a> {
+    /// Each row's state, replaced by the state after this step.
+    pub state: &'a mut [f32],
+    /// Whether each row starts an episode.
+    pub starts: &'a [bool],
+}
+
+impl Memory<'static> {
+    /// No memory: what a feed-forward model acts with.
+    pub fn none() -> Self {
+        Memory {
+            state: &mut [],
+            starts: &[],
+        }
+    }
+}
+
+/// A training minibatch of whole sequences: `steps x batch` rows, step-major (row
+/// `t * batch + b` is step `t` of sequence `b`), each sequence starting from its stored
+/// state and zeroing it before every step that starts an episode.
+#[derive(Clone, Copy, Debug)]
+pub struct Sequences<'a> {
+    /// Steps per sequence.
+    pub steps: usize,
+    /// Whether each row starts an episode (`steps x batch`).
+    pub starts: &'a [bool],
+    /// Each sequence's state before its first step (`batch x` [`ActorCritic::state_len`]).
+    pub state0: &'a [f32],
+}
+
 /// What PPO needs from a model. A GPU backend implements this; PPO does not change.
 pub trait ActorCritic: Send {
     /// Observation width.
     fn obs_dim(&self) -> usize;
     /// The action head.
     fn head(&self) -> Head;
+    /// Values of recurrent state per env (0 for a feed-forward model).
+    fn state_len(&self) -> usize {
+        0
+    }
     /// Samples an action per observation row; writes actions, their log-probs and values.
     /// `sde_noise` holds each row's gSDE exploration matrix
     /// ([`NetworkConfig::sde_noise_len`] standard normals a row); empty draws a fresh one
     /// per row and step (and is ignored without gSDE).
+    /// `memory` carries a recurrent model's state ([`Memory::none`] for a feed-forward one).
+    #[allow(clippy::too_many_arguments)]
     fn act(
         &mut self,
         obs: &[f32],
+        memory: Memory<'_>,
         rng: &mut SampleRng,
         sde_noise: &[f32],
         actions: &mut [f32],
@@ -60,19 +100,34 @@ pub trait ActorCritic: Send {
         &mut self,
         obs: &[f32],
         parts: &[usize],
+        memory: Memory<'_>,
         rngs: &mut [SampleRng],
         sde_noise: &[f32],
         actions: &mut [f32],
         log_probs: &mut [f32],
         values: &mut [f32],
     );
-    /// The most likely action per row (evaluation).
-    fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]);
-    /// Value estimates per row.
-    fn values(&mut self, obs: &[f32], out: &mut [f32]);
+    /// The most likely action per row (evaluation), advancing `memory`.
+    fn act_greedy(&mut self, obs: &[f32], memory: Memory<'_>, actions: &mut [f32]);
+    /// Value estimates per row, advancing `memory`.
+    fn values(&mut self, obs: &[f32], memory: Memory<'_>, out: &mut [f32]);
     /// Training forward pass over a minibatch: log-probs of `actions`, entropies, values.
-    /// Keeps what [`ActorCritic::backward`] needs.
+    /// Keeps what [`ActorCritic::backward`] needs. A recurrent model takes each row as a
+    /// sequence of one step from a zero state; it trains with
+    /// [`ActorCritic::evaluate_sequences`].
     fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation);
+    /// [`ActorCritic::evaluate`] over whole sequences, each from its stored state (a
+    /// feed-forward model ignores the sequences).
+    fn evaluate_sequences(
+        &mut self,
+        obs: &[f32],
+        actions: &[f32],
+        sequences: Sequences<'_>,
+        out: &mut Evaluation,
+    ) {
+        let _ = sequences;
+        self.evaluate(obs, actions, out);
+    }
     /// Adds to the gradients the back-propagation of per-sample loss gradients w.r.t.
     /// log-prob, entropy and value of the last [`ActorCritic::evaluate`].
     /// `d_means` is the gradient w.r.t. the Gaussian means of the last evaluated minibatch,

@@ -7,13 +7,13 @@
 //!
 //! ```
 //! use rand::SeedableRng;
-//! use strata_nn::{ActorCritic, Head, MlpActorCritic, NetworkConfig, SampleRng};
+//! use strata_nn::{ActorCritic, Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
 //! let mut rng = SampleRng::seed_from_u64(0);
 //! let mut model = MlpActorCritic::new(4, Head::Categorical { n: 2 },
 //!     &NetworkConfig::default(), &mut rng);
 //! let obs = [0.0_f32; 8];
 //! let (mut a, mut lp, mut v) = ([0.0; 2], [0.0; 2], [0.0; 2]);
-//! model.act(&obs, &mut rng, &[], &mut a, &mut lp, &mut v);
+//! model.act(&obs, Memory::none(), &mut rng, &[], &mut a, &mut lp, &mut v);
 //! assert!(a.iter().all(|x| *x == 0.0 || *x == 1.0));
 //! ```
 //!
@@ -41,9 +41,10 @@ mod mlp;
 mod mlp_actor_critic;
 mod network;
 mod recurrent;
+mod recurrent_core;
 
 pub use activation::{fast_tanh, Activation};
-pub use actor_critic::{ActorCritic, Evaluation, NamedTensor, SampleRng};
+pub use actor_critic::{ActorCritic, Evaluation, Memory, NamedTensor, SampleRng, Sequences};
 pub use adam::Adam;
 pub use cnn::{Cnn, CnnArch, CnnCache, ConvSpec, ImageTooSmall, Pixels};
 pub use conv::{Conv2d, ImageShape};
@@ -56,6 +57,7 @@ pub use mlp::{Mlp, MlpCache};
 pub use mlp_actor_critic::MlpActorCritic;
 pub use network::{Encoder, Head, NetworkConfig, SdeHold};
 pub use recurrent::{CellKind, Recurrent, RecurrentCache};
+pub use recurrent_core::Core;
 
 use thiserror::Error;
 

@@ -3,7 +3,7 @@
 //! Observations holding images first go through an encoder the two networks share (a CNN
 //! per image), as SB3's and CleanRL's CNN policies do.
 
-use crate::actor_critic::{ActorCritic, Evaluation, NamedTensor, SampleRng};
+use crate::actor_critic::{ActorCritic, Evaluation, Memory, NamedTensor, SampleRng, Sequences};
 use crate::adam::Adam;
 use crate::cnn::ImageTooSmall;
 use crate::distribution::{
@@ -13,6 +13,7 @@ use crate::distribution::{
 use crate::encoder::{ImageInput, SharedEncoder};
 use crate::mlp::{Mlp, MlpCache};
 use crate::network::{Head, NetworkConfig};
+use crate::recurrent_core::CoreSide;
 use crate::NnError;
 
 /// Batches at least this large run the policy and value networks on two threads (when the
@@ -262,48 +263,136 @@ fn join(parallel: bool, a: impl FnOnce() + Send, b: impl FnOnce() + Send) {
     }
 }
 
-/// The shared image encoder with the gradients its features receive from each side.
-struct EncoderSide {
-    encoder: SharedEncoder,
-    d_policy: Vec<f32>,
-    d_value: Vec<f32>,
-}
-
 /// [`ActorCritic`] over two [`Mlp`]s on the CPU, after a shared image encoder when the
 /// observations hold images. Large batches (training minibatches) run the policy and value
 /// networks side by side on the calling rayon pool's threads; the result is the same bit
 /// for bit either way.
 pub struct MlpActorCritic {
     obs_dim: usize,
-    encoder: Option<EncoderSide>,
+    front: Front,
     policy: PolicySide,
     value: ValueSide,
     head: Head,
-    /// `[policy | value | log_std | encoder]`.
+    /// `[policy | value | log_std | encoder | core]`.
     params: Vec<f32>,
     grads: Vec<f32>,
     adam: Adam,
+    log_std_len: usize,
+    /// Gradients w.r.t. what the policy and value networks read, when an encoder or a
+    /// core is in front of them.
+    d_policy_in: Vec<f32>,
+    d_value_in: Vec<f32>,
 }
 
-/// Where each block of parameters ends: `[policy | value | log_std | encoder]`.
+/// What runs before the policy and value networks: the image encoder and the recurrent
+/// core, each optional, with the core's state scratch.
+struct Front {
+    encoder: Option<SharedEncoder>,
+    core: Option<CoreSide>,
+    /// The rows' states before a step (copied from the caller's [`Memory`], or zeros).
+    state_in: Vec<f32>,
+    /// Episode-start flags of independent rows (all set).
+    all_start: Vec<bool>,
+}
+
+/// How the core steps through a batch.
+enum CoreRun<'a> {
+    /// Each row alone, from a zero state.
+    Rows,
+    /// One step per row, advancing the caller's states.
+    Step(Memory<'a>),
+    /// Whole sequences from their stored states.
+    Sequences(Sequences<'a>),
+}
+
+impl Front {
+    /// Runs `obs` through the encoder and the core; returns what the policy and the value
+    /// networks read.
+    fn forward<'a>(
+        &'a mut self,
+        (encoder_params, core_params): (&[f32], &[f32]),
+        obs: &'a [f32],
+        rows: usize,
+        run: CoreRun<'_>,
+    ) -> (&'a [f32], &'a [f32]) {
+        let Front {
+            encoder,
+            core,
+            state_in,
+            all_start,
+        } = self;
+        let input: &'a [f32] = match encoder {
+            Some(e) => e.forward(encoder_params, obs, rows),
+            None => obs,
+        };
+        let Some(core) = core else {
+            return (input, input);
+        };
+        let width = core.state_len();
+        match run {
+            CoreRun::Rows => {
+                state_in.clear();
+                state_in.resize(rows * width, 0.0);
+                all_start.clear();
+                all_start.resize(rows, true);
+                core.forward(core_params, input, all_start, (state_in, None), 1)
+            }
+            CoreRun::Step(Memory { state, starts }) => {
+                assert_eq!(
+                    (state.len(), starts.len()),
+                    (rows * width, rows),
+                    "a recurrent model acts with each row's state and episode-start flag"
+                );
+                state_in.clear();
+                state_in.extend_from_slice(state);
+                core.forward(core_params, input, starts, (state_in, Some(state)), 1)
+            }
+            CoreRun::Sequences(seq) => core.forward(
+                core_params,
+                input,
+                seq.starts,
+                (seq.state0, None),
+                seq.steps,
+            ),
+        }
+    }
+
+    /// Back-propagates the gradients w.r.t. what the networks read through the core and
+    /// the encoder of the last forward pass.
+    fn backward(
+        &mut self,
+        (encoder_params, core_params): (&[f32], &[f32]),
+        (encoder_grads, core_grads): (&mut [f32], &mut [f32]),
+        d_policy: &mut [f32],
+        d_value: &[f32],
+    ) {
+        let d_input: &[f32] = match &mut self.core {
+            Some(core) => core.backward(core_params, d_policy, d_value, core_grads),
+            None => {
+                // Both networks read the same features: their gradients add.
+                for (p, v) in d_policy.iter_mut().zip(d_value) {
+                    *p += v;
+                }
+                d_policy
+            }
+        };
+        if let Some(encoder) = &mut self.encoder {
+            encoder.backward(encoder_params, d_input, encoder_grads);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.encoder.is_none() && self.core.is_none()
+    }
+}
+
+/// Where each block of parameters ends: `[policy | value | log_std | encoder | core]`.
 #[derive(Clone, Copy)]
 struct Split {
     policy: usize,
     value: usize,
     log_std: usize,
-}
-
-/// Encodes `obs` when there is an encoder; otherwise the observations are the input.
-fn encode<'a>(
-    encoder: &'a mut Option<EncoderSide>,
-    params: &[f32],
-    obs: &'a [f32],
-    batch: usize,
-) -> &'a [f32] {
-    match encoder {
-        Some(side) => side.encoder.forward(params, obs, batch),
-        None => obs,
-    }
+    encoder: usize,
 }
 
 impl MlpActorCritic {
@@ -344,7 +433,9 @@ impl MlpActorCritic {
         config: &NetworkConfig,
         rng: &mut SampleRng,
     ) -> Self {
-        let input = encoder.as_ref().map_or(obs_dim, SharedEncoder::features);
+        let features = encoder.as_ref().map_or(obs_dim, SharedEncoder::features);
+        let core = CoreSide::new(config, features);
+        let input = core.as_ref().map_or(features, CoreSide::output);
         let sizes = |hidden: &[usize], out: usize| {
             let mut s = vec![input];
             s.extend_from_slice(hidden);
@@ -368,17 +459,22 @@ impl MlpActorCritic {
             let n = if sde_len > 0 { sde_len } else { dim };
             params.extend(std::iter::repeat_n(config.log_std_init as f32, n));
         }
+        let log_std_len = params.len() - policy.num_params() - value.num_params();
         if let Some(encoder) = &encoder {
             params.extend(encoder.init_orthogonal(rng));
+        }
+        if let Some(core) = &core {
+            params.extend(core.init_orthogonal(rng));
         }
         let n = params.len();
         MlpActorCritic {
             obs_dim,
-            encoder: encoder.map(|encoder| EncoderSide {
+            front: Front {
                 encoder,
-                d_policy: Vec::new(),
-                d_value: Vec::new(),
-            }),
+                core,
+                state_in: Vec::new(),
+                all_start: Vec::new(),
+            },
             policy: PolicySide {
                 mlp: policy,
                 head,
@@ -396,20 +492,27 @@ impl MlpActorCritic {
             params,
             grads: vec![0.0; n],
             adam: Adam::new(n, 1e-5),
+            log_std_len,
+            d_policy_in: Vec::new(),
+            d_value_in: Vec::new(),
         }
     }
 
     fn split(&self) -> Split {
         let policy = self.policy.mlp.num_params();
         let value = policy + self.value.mlp.num_params();
-        let encoder = self
-            .encoder
-            .as_ref()
-            .map_or(0, |side| side.encoder.num_params());
+        let log_std = value + self.log_std_len;
+        let encoder = log_std
+            + self
+                .front
+                .encoder
+                .as_ref()
+                .map_or(0, SharedEncoder::num_params);
         Split {
             policy,
             value,
-            log_std: self.params.len() - encoder,
+            log_std,
+            encoder,
         }
     }
 
@@ -433,9 +536,15 @@ impl MlpActorCritic {
     /// What encodes each image, for people (`nature_cnn on 84x84x4`); empty without an
     /// encoder.
     pub fn encoders(&self) -> Vec<String> {
-        self.encoder
+        self.front
+            .encoder
             .as_ref()
-            .map_or_else(Vec::new, |side| side.encoder.describe())
+            .map_or_else(Vec::new, SharedEncoder::describe)
+    }
+
+    /// The recurrent core for people (`lstm 64x1 (policy), lstm 64x1 (value)`), or `None`.
+    pub fn core(&self) -> Option<String> {
+        self.front.core.as_ref().map(CoreSide::describe)
     }
 
     fn parallel(batch: usize) -> bool {
@@ -449,6 +558,60 @@ impl MlpActorCritic {
     }
 }
 
+impl MlpActorCritic {
+    /// The training forward pass, the core stepping as `run` says.
+    fn evaluate_with(
+        &mut self,
+        obs: &[f32],
+        actions: &[f32],
+        run: CoreRun<'_>,
+        out: &mut Evaluation,
+    ) {
+        let batch = self.batch_of(obs);
+        let split = self.split();
+        let (policy_params, rest) = self.params.split_at(split.policy);
+        let (value_params, rest) = rest.split_at(split.value - split.policy);
+        let (log_std, front_params) = rest.split_at(split.log_std - split.value);
+        let (policy_input, value_input) = self.front.forward(
+            front_params.split_at(split.encoder - split.log_std),
+            obs,
+            batch,
+            run,
+        );
+        let (policy, value) = (&mut self.policy, &mut self.value);
+        let Evaluation {
+            log_probs,
+            entropy,
+            values,
+            means,
+        } = out;
+        join(
+            Self::parallel(batch),
+            || {
+                policy.evaluate(
+                    PolicyParams {
+                        net: policy_params,
+                        log_std,
+                    },
+                    policy_input,
+                    actions,
+                    log_probs,
+                    entropy,
+                    means,
+                )
+            },
+            || value.forward(value_params, value_input, values),
+        );
+    }
+}
+
+impl Split {
+    /// The encoder's and the core's parameters.
+    fn front_params(self, params: &[f32]) -> (&[f32], &[f32]) {
+        params[self.log_std..].split_at(self.encoder - self.log_std)
+    }
+}
+
 impl ActorCritic for MlpActorCritic {
     fn obs_dim(&self) -> usize {
         self.obs_dim
@@ -458,9 +621,14 @@ impl ActorCritic for MlpActorCritic {
         self.head
     }
 
+    fn state_len(&self) -> usize {
+        self.front.core.as_ref().map_or(0, CoreSide::state_len)
+    }
+
     fn act(
         &mut self,
         obs: &[f32],
+        memory: Memory<'_>,
         rng: &mut SampleRng,
         sde_noise: &[f32],
         actions: &mut [f32],
@@ -471,6 +639,7 @@ impl ActorCritic for MlpActorCritic {
         self.act_split(
             obs,
             &[batch],
+            memory,
             std::slice::from_mut(rng),
             sde_noise,
             actions,
@@ -483,6 +652,7 @@ impl ActorCritic for MlpActorCritic {
         &mut self,
         obs: &[f32],
         parts: &[usize],
+        memory: Memory<'_>,
         rngs: &mut [SampleRng],
         sde_noise: &[f32],
         actions: &mut [f32],
@@ -497,10 +667,15 @@ impl ActorCritic for MlpActorCritic {
         );
         assert_eq!(parts.len(), rngs.len(), "one RNG per part");
         let split = self.split();
-        let input = encode(&mut self.encoder, &self.params[split.log_std..], obs, batch);
+        let (policy_input, value_input) = self.front.forward(
+            split.front_params(&self.params),
+            obs,
+            batch,
+            CoreRun::Step(memory),
+        );
         self.policy.mlp.forward(
             &self.params[..split.policy],
-            input,
+            policy_input,
             batch,
             &mut self.policy.cache,
         );
@@ -557,17 +732,22 @@ impl ActorCritic for MlpActorCritic {
         }
         let v = self.value.mlp.forward(
             &self.params[split.policy..split.value],
-            input,
+            value_input,
             batch,
             &mut self.value.cache,
         );
         values[..batch].copy_from_slice(v);
     }
 
-    fn act_greedy(&mut self, obs: &[f32], actions: &mut [f32]) {
+    fn act_greedy(&mut self, obs: &[f32], memory: Memory<'_>, actions: &mut [f32]) {
         let batch = self.batch_of(obs);
         let split = self.split();
-        let input = encode(&mut self.encoder, &self.params[split.log_std..], obs, batch);
+        let (input, _) = self.front.forward(
+            split.front_params(&self.params),
+            obs,
+            batch,
+            CoreRun::Step(memory),
+        );
         let out = self.policy.mlp.forward(
             &self.params[..split.policy],
             input,
@@ -584,10 +764,15 @@ impl ActorCritic for MlpActorCritic {
         }
     }
 
-    fn values(&mut self, obs: &[f32], out: &mut [f32]) {
+    fn values(&mut self, obs: &[f32], memory: Memory<'_>, out: &mut [f32]) {
         let batch = self.batch_of(obs);
         let split = self.split();
-        let input = encode(&mut self.encoder, &self.params[split.log_std..], obs, batch);
+        let (_, input) = self.front.forward(
+            split.front_params(&self.params),
+            obs,
+            batch,
+            CoreRun::Step(memory),
+        );
         let v = self.value.mlp.forward(
             &self.params[split.policy..split.value],
             input,
@@ -598,36 +783,17 @@ impl ActorCritic for MlpActorCritic {
     }
 
     fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation) {
-        let batch = self.batch_of(obs);
-        let split = self.split();
-        let (policy_params, rest) = self.params.split_at(split.policy);
-        let (value_params, rest) = rest.split_at(split.value - split.policy);
-        let (log_std, encoder_params) = rest.split_at(split.log_std - split.value);
-        let obs = encode(&mut self.encoder, encoder_params, obs, batch);
-        let (policy, value) = (&mut self.policy, &mut self.value);
-        let Evaluation {
-            log_probs,
-            entropy,
-            values,
-            means,
-        } = out;
-        join(
-            Self::parallel(batch),
-            || {
-                policy.evaluate(
-                    PolicyParams {
-                        net: policy_params,
-                        log_std,
-                    },
-                    obs,
-                    actions,
-                    log_probs,
-                    entropy,
-                    means,
-                )
-            },
-            || value.forward(value_params, obs, values),
-        );
+        self.evaluate_with(obs, actions, CoreRun::Rows, out);
+    }
+
+    fn evaluate_sequences(
+        &mut self,
+        obs: &[f32],
+        actions: &[f32],
+        sequences: Sequences<'_>,
+        out: &mut Evaluation,
+    ) {
+        self.evaluate_with(obs, actions, CoreRun::Sequences(sequences), out);
     }
 
     fn backward(
@@ -640,14 +806,15 @@ impl ActorCritic for MlpActorCritic {
         let split = self.split();
         let (policy_params, rest) = self.params.split_at(split.policy);
         let (value_params, rest) = rest.split_at(split.value - split.policy);
-        let (log_std, encoder_params) = rest.split_at(split.log_std - split.value);
+        let (log_std, front_params) = rest.split_at(split.log_std - split.value);
         let (policy_grads, rest) = self.grads.split_at_mut(split.policy);
         let (value_grads, rest) = rest.split_at_mut(split.value - split.policy);
-        let (log_std_grads, encoder_grads) = rest.split_at_mut(split.log_std - split.value);
+        let (log_std_grads, front_grads) = rest.split_at_mut(split.log_std - split.value);
         let (policy, value) = (&mut self.policy, &mut self.value);
-        let (d_policy, d_value) = match &mut self.encoder {
-            Some(side) => (Some(&mut side.d_policy), Some(&mut side.d_value)),
-            None => (None, None),
+        let (d_policy, d_value) = if self.front.is_empty() {
+            (None, None)
+        } else {
+            (Some(&mut self.d_policy_in), Some(&mut self.d_value_in))
         };
         join(
             Self::parallel(d_log_probs.len()),
@@ -669,13 +836,15 @@ impl ActorCritic for MlpActorCritic {
             },
             || value.backward(value_params, d_values, value_grads, d_value),
         );
-        if let Some(side) = &mut self.encoder {
-            // Both networks read the same features: their gradients add.
-            for (p, v) in side.d_policy.iter_mut().zip(&side.d_value) {
-                *p += v;
-            }
-            side.encoder
-                .backward(encoder_params, &side.d_policy, encoder_grads);
+        if !self.front.is_empty() {
+            let at = split.encoder - split.log_std;
+            let (encoder_params, core_params) = front_params.split_at(at);
+            self.front.backward(
+                (encoder_params, core_params),
+                front_grads.split_at_mut(at),
+                &mut self.d_policy_in,
+                &self.d_value_in,
+            );
         }
     }
 
@@ -731,8 +900,11 @@ impl ActorCritic for MlpActorCritic {
                 data: self.params[split.value..split.log_std].to_vec(),
             });
         }
-        if let Some(side) = &self.encoder {
-            out.extend(side.encoder.tensors(&self.params[split.log_std..]));
+        if let Some(encoder) = &self.front.encoder {
+            out.extend(encoder.tensors(&self.params[split.log_std..split.encoder]));
+        }
+        if let Some(core) = &self.front.core {
+            out.extend(core.tensors(&self.params[split.encoder..]));
         }
         let n = self.params.len();
         out.push(NamedTensor {
@@ -813,3 +985,7 @@ impl ActorCritic for MlpActorCritic {
 #[cfg(test)]
 #[path = "mlp_actor_critic_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "mlp_actor_critic_core_tests.rs"]
+mod core_tests;

@@ -25,7 +25,15 @@ impl LossProbe {
             vec![0.0; batch],
             vec![0.0; batch],
         );
-        model.act(&obs, rng, &[], &mut actions, &mut lp, &mut v);
+        model.act(
+            &obs,
+            Memory::none(),
+            rng,
+            &[],
+            &mut actions,
+            &mut lp,
+            &mut v,
+        );
         let mut weights =
             || -> Vec<f32> { (0..batch).map(|_| rng.random_range(-1.0..1.0)).collect() };
         let (wl, we, wv) = (weights(), weights(), weights());
@@ -139,7 +147,7 @@ fn sde_noise_held_fixed_gives_actions_linear_in_the_features() {
     let noise = [0.5_f32, -1.0, 2.0, 0.1];
     let act = |m: &mut MlpActorCritic, noise: &[f32], rng: &mut SampleRng| {
         let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
-        m.act(&obs, rng, noise, &mut a, &mut lp, &mut v);
+        m.act(&obs, Memory::none(), rng, noise, &mut a, &mut lp, &mut v);
         a[0]
     };
     let first = act(&mut model, &noise, &mut rng);
@@ -149,7 +157,7 @@ fn sde_noise_held_fixed_gives_actions_linear_in_the_features() {
         act(&mut model, &[], &mut rng)
     );
     let mut greedy = [0.0];
-    model.act_greedy(&obs, &mut greedy);
+    model.act_greedy(&obs, Memory::none(), &mut greedy);
     assert!(
         (first - greedy[0]).abs() > 1e-6,
         "the noise moved the action"
@@ -198,13 +206,38 @@ fn split_acting_equals_acting_on_each_part_with_its_rng() {
         let noise: Vec<f32> = (0..5 * per_row).map(|i| (i as f32 * 0.11).cos()).collect();
         let mut rngs = [SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2)];
         let (mut a, mut lp, mut v) = (vec![0.0; 10], vec![0.0; 5], vec![0.0; 5]);
-        m.act_split(&obs, &[2, 3], &mut rngs, &noise, &mut a, &mut lp, &mut v);
+        m.act_split(
+            &obs,
+            &[2, 3],
+            Memory::none(),
+            &mut rngs,
+            &noise,
+            &mut a,
+            &mut lp,
+            &mut v,
+        );
         let (mut r1, mut r2) = (SampleRng::seed_from_u64(1), SampleRng::seed_from_u64(2));
         let (mut a1, mut lp1, mut v1) = (vec![0.0; 4], vec![0.0; 2], vec![0.0; 2]);
         let (n1, n2) = noise.split_at(2 * per_row);
-        m.act(&obs[..6], &mut r1, n1, &mut a1, &mut lp1, &mut v1);
+        m.act(
+            &obs[..6],
+            Memory::none(),
+            &mut r1,
+            n1,
+            &mut a1,
+            &mut lp1,
+            &mut v1,
+        );
         let (mut a2, mut lp2, mut v2) = (vec![0.0; 6], vec![0.0; 3], vec![0.0; 3]);
-        m.act(&obs[6..], &mut r2, n2, &mut a2, &mut lp2, &mut v2);
+        m.act(
+            &obs[6..],
+            Memory::none(),
+            &mut r2,
+            n2,
+            &mut a2,
+            &mut lp2,
+            &mut v2,
+        );
         assert_eq!(&a[..4], &a1[..], "sde {sde}");
         assert_eq!(&a[4..], &a2[..], "sde {sde}");
         assert_eq!(&lp[..2], &lp1[..], "sde {sde}");
@@ -230,7 +263,7 @@ fn ppo_initialisation_gives_near_uniform_policy() {
 }
 
 /// A row of `[2 values | 6x5x2 byte image | 1 value | 5x5x1 image in [0, 1]]`.
-fn mixed_images() -> (usize, Vec<ImageInput>) {
+pub(super) fn mixed_images() -> (usize, Vec<ImageInput>) {
     use crate::conv::ImageShape;
     use crate::encoder::PixelScale;
     let shape = |height, width, channels| ImageShape {
@@ -253,7 +286,7 @@ fn mixed_images() -> (usize, Vec<ImageInput>) {
     (88, images)
 }
 
-fn mixed_rows(
+pub(super) fn mixed_rows(
     rng: &mut SampleRng,
     images: &[ImageInput],
     obs_dim: usize,
@@ -347,8 +380,8 @@ fn byte_images_are_scaled_and_image_models_round_trip() {
         }
     }
     let (mut a, mut b) = (vec![0.0; 8], vec![0.0; 8]);
-    bytes.act_greedy(&obs, &mut a);
-    scaled.act_greedy(&divided, &mut b);
+    bytes.act_greedy(&obs, Memory::none(), &mut a);
+    scaled.act_greedy(&divided, Memory::none(), &mut b);
     for (x, y) in a.iter().zip(&b) {
         assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
     }

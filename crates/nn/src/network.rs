@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::activation::Activation;
 use crate::cnn::CnnArch;
 use crate::conv::ImageShape;
+use crate::recurrent_core::Core;
 
 /// Network architecture, from the run config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,6 +35,35 @@ pub struct NetworkConfig {
     /// How long a gSDE exploration matrix is held: a `fragment` (SB3's default of one
     /// rollout) or a whole `episode`, which explores like a perturbed policy per episode.
     pub sde_hold: SdeHold,
+    /// A recurrent core between the encoder (or the observation) and the policy and value
+    /// networks: `lstm`, `gru` or `none`. Left out of the config when `none`.
+    #[serde(skip_serializing_if = "Core::is_none")]
+    pub core: Core,
+    /// Hidden units of each recurrent layer (written out when not 64).
+    #[serde(skip_serializing_if = "is_default_core_size")]
+    pub core_size: usize,
+    /// Stacked recurrent layers (written out when not 1).
+    #[serde(skip_serializing_if = "is_one")]
+    pub core_layers: usize,
+    /// Whether the policy and value networks read one core (as Sample Factory) instead of
+    /// one each (as sb3-contrib's default); written out when shared.
+    #[serde(skip_serializing_if = "is_false")]
+    pub core_shared: bool,
+}
+
+/// `network.core_size` unless set.
+const DEFAULT_CORE_SIZE: usize = 64;
+
+fn is_default_core_size(size: &usize) -> bool {
+    *size == DEFAULT_CORE_SIZE
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The encoder of image observations, as `network.encoder` names it.
@@ -95,6 +125,35 @@ pub enum SdeHold {
 }
 
 impl NetworkConfig {
+    /// Values of recurrent state per env (0 without a core): every layer's state (hidden,
+    /// and an LSTM's cell) for the policy's core, and the value's unless shared.
+    pub fn state_len(&self) -> usize {
+        let per_layer = match self.core {
+            Core::None => return 0,
+            Core::Lstm => 2 * self.core_size,
+            Core::Gru => self.core_size,
+        };
+        per_layer * self.core_layers.max(1) * if self.core_shared { 1 } else { 2 }
+    }
+
+    /// The recurrent core for people (`lstm of 64 units, 1 layer, one for the policy and
+    /// one for the value`), or `None` without one.
+    pub fn describe_core(&self) -> Option<String> {
+        self.core.cell()?;
+        Some(format!(
+            "{} of {} units, {} layer{}, {}",
+            self.core.name(),
+            self.core_size,
+            self.core_layers,
+            if self.core_layers == 1 { "" } else { "s" },
+            if self.core_shared {
+                "shared by the policy and value networks"
+            } else {
+                "one for the policy and one for the value network"
+            }
+        ))
+    }
+
     /// Standard normals per env in a gSDE exploration matrix (`latent x dim`); 0 without
     /// gSDE or for a categorical head. `input` is what the policy network takes: the
     /// observation's width, or the encoder's features.
@@ -119,6 +178,10 @@ impl Default for NetworkConfig {
             ortho_init: true,
             sde: false,
             sde_hold: SdeHold::Fragment,
+            core: Core::None,
+            core_size: DEFAULT_CORE_SIZE,
+            core_layers: 1,
+            core_shared: false,
         }
     }
 }

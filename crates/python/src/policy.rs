@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use rand::SeedableRng;
 use strata_env::gym::{GymLayout, ImageReorder};
 use strata_env::Space;
-use strata_nn::SampleRng;
+use strata_nn::{Memory, SampleRng};
 
 use crate::runtime_error;
 
@@ -159,11 +159,20 @@ impl Policy {
     /// or `(n, 4, 84, 84)`): the most likely ones (`deterministic=True`) or sampled. Returns `(actions, None)`
     /// as Stable-Baselines3's `predict` does: int64 indices for a Discrete space, float32
     /// values clipped to a Box space.
-    #[pyo3(signature = (obs, deterministic=true))]
+    ///
+    /// A recurrent policy (`network.core`) also takes and returns its memory, with
+    /// Stable-Baselines3's signature: `state` is what the last call returned for these
+    /// envs (`None` at first: zero states), a float32 array with a row per observation;
+    /// `episode_start` marks the observations that begin an episode (their state is
+    /// zeroed first). It returns `(actions, state)`, the state to pass with the next
+    /// observations. A feed-forward policy returns `None` for the state.
+    #[pyo3(signature = (obs, state=None, episode_start=None, deterministic=true))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         obs: &Bound<'py, PyAny>,
+        state: Option<&Bound<'py, PyAny>>,
+        episode_start: Option<&Bound<'py, PyAny>>,
         deterministic: bool,
     ) -> PyResult<(Bound<'py, PyAny>, Option<Py<PyAny>>)> {
         let mut guard = loop {
@@ -179,13 +188,55 @@ impl Policy {
         let ad = self.action_dim();
         acting.actions.resize(rows * ad, 0.0);
         let model = acting.policy.model.as_mut();
+        let width = model.state_len();
+        let mut memory_state = Vec::new();
+        let mut starts = Vec::new();
+        if width > 0 {
+            memory_state = match state {
+                None => vec![0.0; rows * width],
+                Some(s) if s.is_none() => vec![0.0; rows * width],
+                Some(s) => {
+                    let a: PyArrayLikeDyn<'_, f32, AllowTypeChange> = s.extract()?;
+                    let values = a.as_array().iter().copied().collect::<Vec<f32>>();
+                    if values.len() != rows * width {
+                        return Err(PyValueError::new_err(format!(
+                            "state has {} values; this policy keeps {width} per observation, \
+                             {} for these {rows} (pass what the last predict returned, or None)",
+                            values.len(),
+                            rows * width
+                        )));
+                    }
+                    values
+                }
+            };
+            starts = match episode_start {
+                None => vec![false; rows],
+                Some(e) if e.is_none() => vec![false; rows],
+                Some(e) => {
+                    let a: PyArrayLikeDyn<'_, bool, AllowTypeChange> = e.extract()?;
+                    let flags = a.as_array().iter().copied().collect::<Vec<bool>>();
+                    if flags.len() != rows {
+                        return Err(PyValueError::new_err(format!(
+                            "episode_start has {} flags for {rows} observations",
+                            flags.len()
+                        )));
+                    }
+                    flags
+                }
+            };
+        }
+        let memory = Memory {
+            state: &mut memory_state,
+            starts: &starts,
+        };
         if deterministic {
-            model.act_greedy(&acting.obs, &mut acting.actions);
+            model.act_greedy(&acting.obs, memory, &mut acting.actions);
         } else {
             acting.log_probs.resize(rows, 0.0);
             acting.values.resize(rows, 0.0);
             model.act(
                 &acting.obs,
+                memory,
                 &mut acting.rng,
                 &[],
                 &mut acting.actions,
@@ -215,7 +266,16 @@ impl Policy {
                 }
             }
         };
-        Ok((out, None))
+        if width == 0 {
+            return Ok((out, None));
+        }
+        let array = numpy::PyArray1::from_vec(py, memory_state);
+        let state = if single {
+            array.into_any()
+        } else {
+            array.reshape([rows, width])?.into_any()
+        };
+        Ok((out, Some(state.unbind())))
     }
 
     /// Observation width.

@@ -22,6 +22,13 @@ pub struct WorkerState {
     /// Per env group: the gSDE exploration matrices in use (empty without gSDE).
     #[serde(default)]
     pub sde_noise: Vec<Vec<f32>>,
+    /// A recurrent policy's state for each env's next step, in env order (empty for a
+    /// feed-forward policy).
+    #[serde(default)]
+    pub memory: Vec<f32>,
+    /// Whether each env's next step starts an episode (empty for a feed-forward policy).
+    #[serde(default)]
+    pub starts: Vec<bool>,
     /// Fragments completed.
     pub fragments: u64,
 }
@@ -51,6 +58,10 @@ pub struct Fragment {
     pub final_obs: ObsRows,
     /// Observations after the last step.
     pub next_obs: Vec<f32>,
+    /// A recurrent policy's state before each step, `rows x state` (empty without one).
+    pub states: Vec<f32>,
+    /// Whether each step starts an episode (empty without a recurrent policy).
+    pub starts: Vec<bool>,
     /// Policy version that produced every step.
     pub version: u64,
     /// The worker's fragment counter.
@@ -126,6 +137,8 @@ pub struct RowWidths {
     pub summary: usize,
     /// An action's.
     pub action: usize,
+    /// A recurrent policy's state (0 for a feed-forward one).
+    pub state: usize,
 }
 
 impl RowWidths {
@@ -136,6 +149,7 @@ impl RowWidths {
             byte_spans: spec.image_ranges(),
             summary: spec.summary_dim(),
             action: spec.action_dim(),
+            state: 0,
         }
     }
 
@@ -147,6 +161,7 @@ impl RowWidths {
             byte_spans: Vec::new(),
             summary: obs,
             action,
+            state: 0,
         }
     }
 }
@@ -167,6 +182,8 @@ impl Fragment {
             truncated: vec![false; rows],
             final_obs: ObsRows::new(rows, obs_dim, &widths.byte_spans),
             next_obs: vec![0.0; envs * obs_dim],
+            states: vec![0.0; rows * widths.state],
+            starts: vec![false; if widths.state > 0 { rows } else { 0 }],
             version: 0,
             index: 0,
             episodes: Vec::with_capacity(rows),

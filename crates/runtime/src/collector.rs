@@ -39,6 +39,8 @@ pub(crate) struct Collector {
     /// Rollout rows of truncated (not terminated) steps, and their final observations.
     pub(crate) final_rows: Vec<usize>,
     pub(crate) final_obs: Vec<f32>,
+    /// A recurrent policy's state after each of those steps (empty without one).
+    pub(crate) final_states: Vec<f32>,
     /// Lengths of the episodes that ended in the batch.
     pub(crate) episode_lengths: Vec<u32>,
     /// Policy lag of each worker's fragment.
@@ -57,6 +59,7 @@ impl Collector {
             worker_states: vec![None; workers],
             final_rows: Vec::with_capacity(wiring.config.env.num_envs),
             final_obs: Vec::new(),
+            final_states: Vec::new(),
             episode_lengths: Vec::new(),
             lags: Vec::with_capacity(workers),
             fragments: Vec::with_capacity(workers),
@@ -85,6 +88,7 @@ impl Collector {
         self.lags.clear();
         self.final_rows.clear();
         self.final_obs.clear();
+        self.final_states.clear();
         self.fragments.clear();
         rollout.weights.fill(1.0);
         let mut delta = NormalizerStats::default();
@@ -101,11 +105,28 @@ impl Collector {
                 r.steps_mut().copy_from(dst, f.steps(), src, m, (od, ad));
                 r.terminated[dst..dst + m].copy_from_slice(&f.terminated[src..src + m]);
                 r.truncated[dst..dst + m].copy_from_slice(&f.truncated[src..src + m]);
+                let s = r.state_len;
+                if s > 0 {
+                    r.states[dst * s..(dst + m) * s]
+                        .copy_from_slice(&f.states[src * s..(src + m) * s]);
+                    r.starts[dst..dst + m].copy_from_slice(&f.starts[src..src + m]);
+                }
                 for i in 0..m {
                     if f.truncated[src + i] && !f.terminated[src + i] {
                         self.final_rows.push(dst + i);
                         f.final_obs
                             .extend_into(src + i..src + i + 1, &mut self.final_obs);
+                        if s > 0 {
+                            // The state after this step: what the next step stored before
+                            // its reset, or the worker's carried state after the last.
+                            let after = if t + 1 < f.steps {
+                                &f.states[(src + m + i) * s..(src + m + i + 1) * s]
+                            } else {
+                                let end = f.end_state.as_ref().expect("a complete fragment");
+                                &end.memory[i * s..(i + 1) * s]
+                            };
+                            self.final_states.extend_from_slice(after);
+                        }
                     }
                 }
             }

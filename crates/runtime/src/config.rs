@@ -461,6 +461,29 @@ impl RunConfig {
             );
         }
         let r = &self.runtime;
+        if !self.network.core.is_none() {
+            if self.network.core_size == 0 || self.network.core_layers == 0 {
+                return bad(
+                    "network.core_size",
+                    &format!(
+                        "{} x {} layers",
+                        self.network.core_size, self.network.core_layers
+                    ),
+                    "a recurrent core needs at least 1 unit and 1 layer",
+                );
+            }
+            self.ppo
+                .validate_sequences()
+                .map_err(RuntimeError::InvalidConfig)?;
+            if r.inference == Inference::Central {
+                return bad(
+                    "runtime.inference",
+                    &"central",
+                    "does not carry a recurrent core's states yet; use \"worker\" with \
+                     network.core",
+                );
+            }
+        }
         if r.workers == 0 || r.workers > 1024 {
             return bad("runtime.workers", &r.workers, "must be between 1 and 1024");
         }

@@ -3,7 +3,7 @@
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use strata_env::{derive_seed, NormalizerStats, StepBatch, VecEnv};
-use strata_nn::{ActorCritic, SampleRng};
+use strata_nn::{ActorCritic, Memory, SampleRng};
 
 use crate::checkpoint::Policy;
 use crate::factory::build_eval_envs;
@@ -142,12 +142,20 @@ fn run_episodes(
     let mut rng = SampleRng::seed_from_u64(derive_seed(seed, 1));
     let ad = spec.action_dim();
     let (mut actions, mut log_probs, mut values) = (vec![0.0; n * ad], vec![0.0; n], vec![0.0; n]);
+    // A recurrent policy's state per env, zeroed where an episode starts.
+    let mut state = vec![0.0; n * model.state_len()];
+    let mut starts = vec![true; n];
     while returns.len() < episodes {
+        let memory = Memory {
+            state: &mut state,
+            starts: &starts,
+        };
         if greedy {
-            model.act_greedy(&obs, &mut actions);
+            model.act_greedy(&obs, memory, &mut actions);
         } else {
             model.act(
                 &obs,
+                memory,
                 &mut rng,
                 &[],
                 &mut actions,
@@ -165,6 +173,9 @@ fn run_episodes(
             }
         }
         obs.copy_from_slice(&batch.obs);
+        for (i, start) in starts.iter_mut().enumerate() {
+            *start = batch.terminated[i] || batch.truncated[i];
+        }
     }
     let k = returns.len() as f64;
     let mean = returns.iter().sum::<f64>() / k;

@@ -275,7 +275,10 @@ impl HostedWorker {
             slots,
             config.ppo.n_steps,
             config.env.num_envs / config.runtime.workers,
-            RowWidths::of(&env),
+            RowWidths {
+                state: config.network.state_len(),
+                ..RowWidths::of(&env)
+            },
             config.runtime.debug_buffer,
         ));
         let (events_tx, events) = sync_channel(slots);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rand::SeedableRng;
-use strata_nn::{ActorCritic, SampleRng};
+use strata_nn::{ActorCritic, Memory, SampleRng};
 
 use crate::factory::build_model;
 use crate::policy_store::{MemoryPolicyStore, StoreError};
@@ -348,9 +348,12 @@ fn serve(s: ServerSetup) -> Result<(), InferenceError> {
                 actions.resize(rows * action_dim, 0.0);
                 log_probs.resize(rows, 0.0);
                 values.resize(rows, 0.0);
+                // Central inference serves feed-forward policies (the config refuses a
+                // recurrent core with it).
                 models[index].1.act_split(
                     &batch_obs,
                     &parts,
+                    Memory::none(),
                     &mut rngs,
                     &batch_noise,
                     &mut actions,

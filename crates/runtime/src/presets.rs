@@ -3,7 +3,7 @@
 
 use strata_algo::PpoConfig;
 use strata_ledger::AdmissionRules;
-use strata_nn::NetworkConfig;
+use strata_nn::{Activation, Core, NetworkConfig};
 
 use crate::config::{
     EnvConfig, LedgerSettings, ReportSettings, RunConfig, RuntimeConfig, TrainConfig,
@@ -67,6 +67,7 @@ pub fn preset_origin(env: &str) -> Option<String> {
     }
     let source = match env {
         "cartpole" | "pendulum" | "acrobot" | "mountaincar-continuous" => "rl-zoo3's tuned values",
+        "cartpole-novel" | "pendulum-novel" => "rl-zoo3's tuned `ppo_lstm` values",
         _ => "tuned for it here",
     };
     builtin_preset(env).map(|_| format!("the built-in `{env}` preset ({source})"))
@@ -238,9 +239,77 @@ fn builtin_preset(env: &str) -> Option<RunConfig> {
                 NetworkConfig::default(),
             )
         }
+        // rl-zoo3's `ppo_lstm` CartPoleNoVel-v1: 8 envs x 32 steps, minibatch 256, 20
+        // epochs, gamma 0.98, lambda 0.8, lr and clip annealed from 1e-3 and 0.2,
+        // observations normalised, an LSTM of 64 for the policy and one for the value,
+        // then a ReLU layer of 64 each, no orthogonal init. Sequences are the whole
+        // 32-step fragment.
+        "cartpole-novel" => {
+            let (mut env, train) = base(8, true, 100_000);
+            env.normalize_reward = false;
+            assemble(
+                env,
+                train,
+                PpoConfig {
+                    n_steps: 32,
+                    batch_size: 256,
+                    n_epochs: 20,
+                    gamma: 0.98,
+                    gae_lambda: 0.8,
+                    learning_rate: 1e-3,
+                    anneal_lr: true,
+                    clip_range: 0.2,
+                    anneal_clip_range: true,
+                    ent_coef: 0.0,
+                    ..PpoConfig::default()
+                },
+                lstm_network(),
+            )
+        }
+        // rl-zoo3's `ppo_lstm` PendulumNoVel-v1: normalised, 4 envs x 1024 steps, 10
+        // epochs, gamma 0.9, lambda 0.95, lr 1e-3, the same LSTM network as CartPoleNoVel,
+        // plain Gaussian exploration as in our Pendulum preset (the zoo resamples gSDE
+        // noise every 4 steps) and its annealed rate. Minibatches of 64 steps are two
+        // sequences of 32.
+        "pendulum-novel" => {
+            let (env, train) = base(4, true, 200_000);
+            assemble(
+                env,
+                train,
+                PpoConfig {
+                    n_steps: 1024,
+                    batch_size: 64,
+                    n_epochs: 10,
+                    gamma: 0.9,
+                    gae_lambda: 0.95,
+                    learning_rate: 1e-3,
+                    anneal_lr: true,
+                    clip_range: 0.2,
+                    ent_coef: 0.0,
+                    sequence_length: 32,
+                    ..PpoConfig::default()
+                },
+                lstm_network(),
+            )
+        }
         _ => return None,
     };
     Some(config)
+}
+
+/// rl-zoo3's recurrent network for the masked-velocity tasks: an LSTM of 64 units for
+/// the policy and another for the value (sb3-contrib's `enable_critic_lstm`), then one
+/// ReLU layer of 64 each, no orthogonal init.
+fn lstm_network() -> NetworkConfig {
+    NetworkConfig {
+        core: Core::Lstm,
+        core_size: 64,
+        policy_hidden: vec![64],
+        value_hidden: vec![64],
+        activation: Activation::Relu,
+        ortho_init: false,
+        ..NetworkConfig::default()
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use strata_algo::RolloutBuffer;
 use strata_env::NormalizerStats;
-use strata_nn::ActorCritic;
+use strata_nn::{ActorCritic, Memory};
 
 use crate::buffer::WorkerState;
 use crate::checkpoint::{read_checkpoint, TrainerState};
@@ -40,6 +40,9 @@ pub struct Trainer {
     pub(crate) collector: Collector,
     scratch_obs: Vec<f32>,
     scratch_values: Vec<f32>,
+    /// Recurrent states and episode-start flags for the bootstrap values.
+    scratch_state: Vec<f32>,
+    scratch_starts: Vec<bool>,
     /// The sample ledger, when the run keeps one.
     ledger: Option<LedgerLink>,
     /// What the live view shows of the learner, refreshed after every update.
@@ -165,7 +168,8 @@ impl Trainer {
                 spec.obs_dim(),
                 spec.action_dim(),
                 &spec.image_ranges(),
-            ),
+            )
+            .with_memory(config.network.state_len()),
             core,
             threshold: spec.reward_threshold,
             progress,
@@ -173,6 +177,8 @@ impl Trainer {
             collector: Collector::new(wiring),
             scratch_obs: Vec::new(),
             scratch_values: Vec::new(),
+            scratch_state: Vec::new(),
+            scratch_starts: Vec::new(),
             ledger: None,
             live: Arc::new(Mutex::new(LearnerView::default())),
             dropped_samples: 0,
@@ -381,23 +387,47 @@ impl Trainer {
         let c = &self.collector;
         if !c.final_rows.is_empty() {
             self.scratch_values.resize(c.final_rows.len(), 0.0);
+            // A recurrent policy values a final observation with the state the env had
+            // after its last step (a copy: the rollout keeps its states).
+            self.scratch_state.clone_from(&c.final_states);
+            self.scratch_starts.clear();
+            self.scratch_starts.resize(
+                if c.final_states.is_empty() {
+                    0
+                } else {
+                    c.final_rows.len()
+                },
+                false,
+            );
+            let memory = Memory {
+                state: &mut self.scratch_state,
+                starts: &self.scratch_starts,
+            };
             self.core
                 .model_mut()
-                .values(&c.final_obs, &mut self.scratch_values);
+                .values(&c.final_obs, memory, &mut self.scratch_values);
             for (k, &row) in self.collector.final_rows.iter().enumerate() {
                 self.rollout.final_values[row] = self.scratch_values[k];
             }
         }
         self.scratch_obs.clear();
+        self.scratch_state.clear();
+        self.scratch_starts.clear();
         for w in 0..self.config.runtime.workers {
             let state = self.collector.worker_states[w]
                 .as_ref()
                 .expect("set when the fragment was consumed");
             self.scratch_obs.extend_from_slice(&state.obs[..m * od]);
+            self.scratch_state.extend_from_slice(&state.memory);
+            self.scratch_starts.extend_from_slice(&state.starts);
         }
+        let memory = Memory {
+            state: &mut self.scratch_state,
+            starts: &self.scratch_starts,
+        };
         self.core
             .model_mut()
-            .values(&self.scratch_obs, &mut self.rollout.last_values);
+            .values(&self.scratch_obs, memory, &mut self.rollout.last_values);
         self.scratch_obs.clear();
     }
 

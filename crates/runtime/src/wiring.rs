@@ -156,7 +156,10 @@ impl Wiring {
             slots_per_worker,
             config.ppo.n_steps,
             per_worker_envs,
-            RowWidths::of(&spec),
+            RowWidths {
+                state: config.network.state_len(),
+                ..RowWidths::of(&spec)
+            },
             config.runtime.debug_buffer,
         ));
         let wait_timeout = Duration::from_secs_f64(config.runtime.wait_timeout_secs);

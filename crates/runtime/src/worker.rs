@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use strata_env::{derive_seed, StepBatch, VecEnv};
 use strata_nn::SampleRng;
-use strata_nn::{standard_normals, ActorCritic, SdeHold};
+use strata_nn::{standard_normals, ActorCritic, Memory, SdeHold};
 
 use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 use crate::factory::{build_envs, build_model, sde_noise_len};
@@ -269,6 +269,10 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
     let sde_hold = config.network.sde_hold;
     let mut sde_noise: Vec<Vec<f32>> = vec![vec![0.0; gm * sde_len]; groups];
     let mut sde_drawn = false;
+    // A recurrent policy's state per env: carried across fragments and policy versions
+    // (it is the envs' activations, not the policy's weights), zeroed when an episode
+    // starts.
+    let mut memory = EnvMemory::fresh(m, config.network.state_len());
     let (mut obs, mut rngs, mut fragments): (Vec<Vec<f32>>, Vec<SampleRng>, u64) = match start {
         Some(state) => {
             if state.envs.len() != groups || state.rngs.len() != groups {
@@ -297,6 +301,15 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                     for (i, row) in o.chunks_exact_mut(od).enumerate() {
                         e.reobserve(i, row);
                     }
+                }
+            }
+            if state.memory.len() == memory.state.len() && state.starts.len() == m {
+                memory.state.clone_from(&state.memory);
+                memory.starts.clone_from(&state.starts);
+            }
+            for (g, e) in envs.iter().enumerate() {
+                if !e.restores_exactly() {
+                    memory.restart(g * gm..(g + 1) * gm);
                 }
             }
             (obs, state.rngs, state.fragments)
@@ -397,6 +410,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 &mut batches[0],
                 &mut obs[0],
                 (&mut rngs[0], &mut sde_noise[0]),
+                &mut memory,
                 steps,
                 &mut timing,
             ),
@@ -433,6 +447,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                     holding.set(None);
                     return Err(WorkerError::Env(error));
                 }
+                memory.restart(0..m);
                 holding.set(None);
                 let lost = WorkerEvent::Lost {
                     worker: id,
@@ -469,6 +484,8 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             obs: f.next_obs.clone(),
             rngs: rngs.clone(),
             sde_noise: sde_noise.clone(),
+            memory: memory.state.clone(),
+            starts: memory.starts.clone(),
             fragments,
         });
         (f.inference_seconds, f.env_seconds) = timing;
@@ -504,6 +521,51 @@ fn revive_envs(
         e.reset(derive_seed(seed, g as u64), o)?;
     }
     Ok(true)
+}
+
+/// A recurrent policy's memory of a worker's envs: each env's state for its next step
+/// and whether that step starts an episode (both empty for a feed-forward policy).
+struct EnvMemory {
+    state: Vec<f32>,
+    starts: Vec<bool>,
+}
+
+impl EnvMemory {
+    /// Zero states for `envs` envs of `state_len` values, each about to start an episode.
+    fn fresh(envs: usize, state_len: usize) -> Self {
+        EnvMemory {
+            state: vec![0.0; envs * state_len],
+            starts: vec![true; if state_len > 0 { envs } else { 0 }],
+        }
+    }
+
+    /// The envs in `envs` start fresh episodes.
+    fn restart(&mut self, envs: std::ops::Range<usize>) {
+        if !self.starts.is_empty() {
+            self.starts[envs].fill(true);
+        }
+    }
+
+    /// Copies the states and flags of the step about to be taken into rows `rows` of
+    /// `f`, then lends them to the model.
+    fn record(&mut self, f: &mut Fragment, rows: std::ops::Range<usize>) -> Memory<'_> {
+        if !self.starts.is_empty() {
+            let s = self.state.len() / self.starts.len();
+            f.states[rows.start * s..rows.end * s].copy_from_slice(&self.state);
+            f.starts[rows].copy_from_slice(&self.starts);
+        }
+        Memory {
+            state: &mut self.state,
+            starts: &self.starts,
+        }
+    }
+
+    /// After a step: an env whose episode ended starts a new one next.
+    fn step_done(&mut self, batch: &StepBatch) {
+        for (i, start) in self.starts.iter_mut().enumerate() {
+            *start = batch.terminated[i] || batch.truncated[i];
+        }
+    }
 }
 
 /// What every step needs to know about its worker.
@@ -617,6 +679,7 @@ fn fill_local(
     batch: &mut StepBatch,
     obs: &mut [f32],
     (rng, sde_noise): (&mut SampleRng, &mut [f32]),
+    memory: &mut EnvMemory,
     steps: usize,
     timing: &mut (f64, f64),
 ) -> Result<bool, WorkerError> {
@@ -630,8 +693,10 @@ fn fill_local(
         let t0 = Instant::now();
         f.obs.write(rows.start, obs);
         ctx.buffer.check_obs_write(&f.obs, rows.start, obs);
+        let lent = memory.record(f, rows.clone());
         model.act(
             obs,
+            lent,
             rng,
             sde_noise,
             &mut f.actions[arow.clone()],
@@ -640,6 +705,7 @@ fn fill_local(
         );
         let t1 = Instant::now();
         envs.step(&f.actions[arow], batch)?;
+        memory.step_done(batch);
         redraw_for_ended_episodes(ctx, batch, sde_noise, rng);
         let t2 = Instant::now();
         record_step(ctx, f, (t, 0), (t1, t2), batch);

@@ -177,3 +177,47 @@ fn async_central_runs_resume_from_their_last_consumed_fragments() {
         rb.iter().map(learning_fields).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn recurrent_resume_equals_uninterrupted_run_with_states_carried_mid_episode() {
+    // CartPole's episodes run across fragments: at a checkpoint the envs are mid-episode
+    // and their LSTM states must be saved with them, not zeroed on resume.
+    resume_matches_uninterrupted("cartpole-novel", 12 * 256, 5 * 256);
+    // Two workers, a GRU shared by both networks, sequences shorter than fragments.
+    let mut c = config("cartpole-novel", 16 * 256, 6 * 256);
+    c.runtime.workers = 2;
+    c.network.core = strata_nn::Core::Gru;
+    c.network.core_shared = true;
+    c.ppo.sequence_length = 8;
+    resume_matches_uninterrupted_with(c);
+}
+
+#[test]
+fn async_recurrent_runs_correct_lagged_sequences_deterministically() {
+    // Lagged fragments are re-evaluated as whole sequences by the current policy
+    // (decoupled PPO); two resumes from one checkpoint end identical.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config("cartpole-novel", 12 * 256, 4 * 256);
+    c.runtime.workers = 2;
+    c.runtime.mode = strata_runtime::Mode::Async;
+    let (_, full) = run_to_end(&mut Trainer::new(c).unwrap(), &tmp.path().join("full"));
+    assert!(
+        full.iter()
+            .any(|r| r.is_weights.is_some_and(|w| w.mean != 1.0)),
+        "some fragment lagged and was corrected"
+    );
+    let checkpoint = tmp.path().join("full/checkpoints/step-1024");
+    let (wa, ra) = run_to_end(
+        &mut Trainer::resume(&checkpoint, None).unwrap(),
+        &tmp.path().join("a"),
+    );
+    let (wb, rb) = run_to_end(
+        &mut Trainer::resume(&checkpoint, None).unwrap(),
+        &tmp.path().join("b"),
+    );
+    assert_eq!(wa, wb);
+    assert_eq!(
+        ra.iter().map(learning_fields).collect::<Vec<_>>(),
+        rb.iter().map(learning_fields).collect::<Vec<_>>()
+    );
+}

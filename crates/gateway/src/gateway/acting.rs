@@ -171,6 +171,7 @@ impl Gateway {
             let mut model = policy.model.lock();
             model.act(
                 &observation,
+                Memory::none(),
                 &mut rng,
                 &[],
                 &mut action,

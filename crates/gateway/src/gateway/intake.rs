@@ -61,7 +61,7 @@ impl Gateway {
         if let Some(obs) = bootstrap {
             if let Ok(policy) = self.policies.served(seg.version) {
                 let mut v = [0.0f32];
-                policy.model.lock().values(obs, &mut v);
+                policy.model.lock().values(obs, Memory::none(), &mut v);
                 seg.bootstrap = v[0];
             }
         }

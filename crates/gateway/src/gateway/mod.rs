@@ -12,7 +12,7 @@ use strata_ledger::{
     now_ns, Bucket, Invalidation, Ledger, LedgerConfig, ReasonCode, SampleBatch, SampleRecord,
     Target,
 };
-use strata_nn::{Head, SampleRng};
+use strata_nn::{Head, Memory, SampleRng};
 
 use crate::api::*;
 use crate::auth::{Auth, Caller, TokensFile};
