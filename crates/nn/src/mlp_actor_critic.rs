@@ -347,12 +347,13 @@ impl Front {
                 state_in.extend_from_slice(state);
                 core.forward(core_params, input, starts, (state_in, Some(state)), 1)
             }
-            CoreRun::Sequences(seq) => core.forward(
+            CoreRun::Sequences(seq) => core.forward_sequences(
                 core_params,
                 input,
                 seq.starts,
-                (seq.state0, None),
+                seq.state0,
                 seq.steps,
+                MlpActorCritic::parallel(rows),
             ),
         }
     }
@@ -366,8 +367,9 @@ impl Front {
         d_policy: &mut [f32],
         d_value: &[f32],
     ) {
+        let parallel = MlpActorCritic::parallel(d_value.len());
         let d_input: &[f32] = match &mut self.core {
-            Some(core) => core.backward(core_params, d_policy, d_value, core_grads),
+            Some(core) => core.backward(core_params, d_policy, d_value, core_grads, parallel),
             None => {
                 // Both networks read the same features: their gradients add.
                 for (p, v) in d_policy.iter_mut().zip(d_value) {

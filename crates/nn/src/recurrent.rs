@@ -17,6 +17,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::activation::fast_tanh;
 use crate::init::orthogonal_transposed;
 use crate::kernels::add_rows;
 use crate::matmul::{matmul, View};
@@ -77,8 +78,11 @@ impl RecurrentCache {
     }
 }
 
+/// The logistic function through [`fast_tanh`]: `sigmoid(x) = (1 + tanh(x / 2)) / 2`.
+/// libm's `tanhf` and `expf` took half of a recurrent update's time.
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    0.5 + 0.5 * fast_tanh(0.5 * x)
 }
 
 impl Recurrent {
@@ -201,19 +205,32 @@ impl Recurrent {
                 let out = &mut cache.last[b * s..(b + 1) * s];
                 match self.kind {
                     CellKind::Lstm => {
-                        for k in 0..g {
-                            let v = a[k] + p[k] + b_hh[k];
-                            a[k] = if (2 * h..3 * h).contains(&k) {
-                                v.tanh()
-                            } else {
-                                sigmoid(v)
-                            };
+                        for (v, (p, bias)) in a.iter_mut().zip(p.iter().zip(b_hh)) {
+                            *v += p + bias;
                         }
+                        // Input, forget and output gates squash to (0, 1), the cell's
+                        // candidate to (-1, 1): three straight loops vectorise.
+                        let (gates_if, rest) = a.split_at_mut(2 * h);
+                        let (candidate, gate_o) = rest.split_at_mut(h);
+                        for v in gates_if.iter_mut() {
+                            *v = sigmoid(*v);
+                        }
+                        for v in candidate.iter_mut() {
+                            *v = fast_tanh(*v);
+                        }
+                        for v in gate_o.iter_mut() {
+                            *v = sigmoid(*v);
+                        }
+                        // Gates and states as slices of exactly `h`: the loop vectorises.
+                        let (gi, gf) = (&a[..h], &a[h..2 * h]);
+                        let (gc, go) = (&a[2 * h..3 * h], &a[3 * h..4 * h]);
+                        let cell_before = &state[h..2 * h];
+                        let (out_h, out_c) = out.split_at_mut(h);
+                        let out_c = &mut out_c[..h];
                         for j in 0..h {
-                            let (i, f, c, o) = (a[j], a[h + j], a[2 * h + j], a[3 * h + j]);
-                            let cell = f * state[h + j] + i * c;
-                            out[h + j] = cell;
-                            out[j] = o * cell.tanh();
+                            let cell = gf[j] * cell_before[j] + gi[j] * gc[j];
+                            out_c[j] = cell;
+                            out_h[j] = go[j] * fast_tanh(cell);
                         }
                     }
                     CellKind::Gru => {
@@ -221,7 +238,7 @@ impl Recurrent {
                             let r = sigmoid(a[j] + p[j] + b_hh[j]);
                             let z = sigmoid(a[h + j] + p[h + j] + b_hh[h + j]);
                             let hn = p[2 * h + j] + b_hh[2 * h + j];
-                            let n = (a[2 * h + j] + r * hn).tanh();
+                            let n = fast_tanh(a[2 * h + j] + r * hn);
                             (a[j], a[h + j], a[2 * h + j]) = (r, z, n);
                             new[b * h + j] = hn;
                             out[j] = (1.0 - z) * n + z * state[j];
@@ -267,16 +284,16 @@ impl Recurrent {
             ..
         } = cache;
         d_gates_in.resize(rows * g, 0.0);
-        d_gates_hidden.resize(batch * g, 0.0);
+        d_gates_hidden.resize(rows * g, 0.0);
         // d loss / d state flowing back into step t from step t + 1.
         let mut carry = vec![0.0; batch * s];
-        let mut hidden = vec![0.0; batch * h];
         let mut d_hidden = vec![0.0; batch * h];
         for t in (0..steps).rev() {
             let span = t * batch..(t + 1) * batch;
             let gates = &gates[span.start * g..span.end * g];
             let before = &before[span.start * s..span.end * s];
             let d_in = &mut d_gates_in[span.start * g..span.end * g];
+            let d_hid = &mut d_gates_hidden[span.start * g..span.end * g];
             for b in 0..batch {
                 let a = &gates[b * g..(b + 1) * g];
                 let state = &before[b * s..(b + 1) * s];
@@ -284,23 +301,34 @@ impl Recurrent {
                 let c = &mut carry[b * s..(b + 1) * s];
                 let (di, dh) = (
                     &mut d_in[b * g..(b + 1) * g],
-                    &mut d_gates_hidden[b * g..(b + 1) * g],
+                    &mut d_hid[b * g..(b + 1) * g],
                 );
                 match self.kind {
                     CellKind::Lstm => {
+                        // Every operand a slice of exactly `h`: the loop vectorises.
+                        let (gi, gf) = (&a[..h], &a[h..2 * h]);
+                        let (gc, go) = (&a[2 * h..3 * h], &a[3 * h..4 * h]);
+                        let cell_before = &state[h..2 * h];
+                        let (carry_h, carry_c) = c.split_at_mut(h);
+                        let carry_c = &mut carry_c[..h];
+                        let (di_i, rest) = di.split_at_mut(h);
+                        let (di_f, rest) = rest.split_at_mut(h);
+                        let (di_c, di_o) = rest.split_at_mut(h);
+                        let (di_f, di_c, di_o) = (&mut di_f[..h], &mut di_c[..h], &mut di_o[..h]);
+                        let d_out = &d_out[..h];
                         for j in 0..h {
-                            let (i, f, cc, o) = (a[j], a[h + j], a[2 * h + j], a[3 * h + j]);
-                            let cell = f * state[h + j] + i * cc;
-                            let tc = cell.tanh();
-                            let d_h = d_out[j] + c[j];
-                            let d_cell = d_h * o * (1.0 - tc * tc) + c[h + j];
-                            di[j] = d_cell * cc * i * (1.0 - i);
-                            di[h + j] = d_cell * state[h + j] * f * (1.0 - f);
-                            di[2 * h + j] = d_cell * i * (1.0 - cc * cc);
-                            di[3 * h + j] = d_h * tc * o * (1.0 - o);
+                            let (i, f, cc, o) = (gi[j], gf[j], gc[j], go[j]);
+                            let cell = f * cell_before[j] + i * cc;
+                            let tc = fast_tanh(cell);
+                            let d_h = d_out[j] + carry_h[j];
+                            let d_cell = d_h * o * (1.0 - tc * tc) + carry_c[j];
+                            di_i[j] = d_cell * cc * i * (1.0 - i);
+                            di_f[j] = d_cell * cell_before[j] * f * (1.0 - f);
+                            di_c[j] = d_cell * i * (1.0 - cc * cc);
+                            di_o[j] = d_h * tc * o * (1.0 - o);
                             // The cell state's own path back; the hidden one is added below.
-                            c[h + j] = d_cell * f;
-                            c[j] = 0.0;
+                            carry_c[j] = d_cell * f;
+                            carry_h[j] = 0.0;
                         }
                         dh.copy_from_slice(di);
                     }
@@ -319,21 +347,11 @@ impl Recurrent {
                     }
                 }
             }
-            // Hidden weights and biases; the gradient into the previous hidden state.
-            for (dst, state) in hidden.chunks_exact_mut(h).zip(before.chunks_exact(s)) {
-                dst.copy_from_slice(&state[..h]);
-            }
-            let (gw, rest) = grads[w_hh_at..].split_at_mut(b_ih_at - w_hh_at);
-            matmul(
-                gw,
-                View::new(&hidden, batch, h).t(),
-                View::new(d_gates_hidden, batch, g),
-                true,
-            );
-            add_rows(d_gates_hidden, &mut rest[b_hh_at - b_ih_at..]);
+            // The gradient into the previous hidden state (the hidden weights' own
+            // gradient is one product over every step, after the loop).
             matmul(
                 &mut d_hidden,
-                View::new(d_gates_hidden, batch, g),
+                View::new(d_hid, batch, g),
                 View::new(w_hh, h, g).t(),
                 false,
             );
@@ -349,6 +367,21 @@ impl Recurrent {
                 }
             }
         }
+        // Hidden weights and biases over the whole sequence: each step's hidden state
+        // before it (after any reset) times its gates' gradient.
+        let hidden: Vec<f32> = before
+            .chunks_exact(s)
+            .flat_map(|state| &state[..h])
+            .copied()
+            .collect();
+        let (gw, rest) = grads[w_hh_at..].split_at_mut(b_ih_at - w_hh_at);
+        matmul(
+            gw,
+            View::new(&hidden, rows, h).t(),
+            View::new(d_gates_hidden, rows, g),
+            true,
+        );
+        add_rows(d_gates_hidden, &mut rest[b_hh_at - b_ih_at..]);
         // Input weights and biases, and the inputs' gradient, over the whole sequence.
         matmul(
             &mut grads[w_ih_at..w_hh_at],

@@ -308,14 +308,63 @@ impl CoreSide {
         }
     }
 
+    /// [`CoreSide::forward`] over training sequences (no state written back), the two
+    /// stacks side by side on the calling rayon pool when `parallel`: each stack's result
+    /// is the same either way.
+    pub(crate) fn forward_sequences<'a>(
+        &'a mut self,
+        params: &[f32],
+        xs: &'a [f32],
+        starts: &[bool],
+        state0: &[f32],
+        steps: usize,
+        parallel: bool,
+    ) -> (&'a [f32], &'a [f32]) {
+        if !parallel || self.critic.is_none() {
+            return self.forward(params, xs, starts, (state0, None), steps);
+        }
+        let width = self.state_len();
+        let batch = starts.len() / steps;
+        assert_eq!(state0.len(), batch * width, "recurrent state length");
+        let split = self.actor.num_params();
+        let actor_states = self.actor.state_size();
+        let CoreSide { actor, critic, .. } = self;
+        let critic = critic.as_mut().expect("checked above");
+        let (actor_params, critic_params) = params.split_at(split);
+        rayon::join(
+            || {
+                actor.forward(
+                    actor_params,
+                    xs,
+                    starts,
+                    (state0, None),
+                    (width, 0),
+                    (steps, batch),
+                )
+            },
+            || {
+                critic.forward(
+                    critic_params,
+                    xs,
+                    starts,
+                    (state0, None),
+                    (width, actor_states),
+                    (steps, batch),
+                )
+            },
+        )
+    }
+
     /// Back-propagates the gradients w.r.t. what the policy and value networks read
-    /// (`d_policy` is used as scratch) into `grads`; returns d loss / d inputs.
+    /// (`d_policy` is used as scratch) into `grads`, the two stacks side by side when
+    /// `parallel`; returns d loss / d inputs.
     pub(crate) fn backward(
         &mut self,
         params: &[f32],
         d_policy: &mut [f32],
         d_value: &[f32],
         grads: &mut [f32],
+        parallel: bool,
     ) -> &[f32] {
         let split = self.actor.num_params();
         let (actor_grads, critic_grads) = grads.split_at_mut(split);
@@ -329,14 +378,18 @@ impl CoreSide {
                     .backward(&params[..split], d_policy, actor_grads, &mut self.d_xs);
             }
             Some(critic) => {
-                self.actor
-                    .backward(&params[..split], d_policy, actor_grads, &mut self.d_xs);
-                critic.backward(
-                    &params[split..],
-                    d_value,
-                    critic_grads,
-                    &mut self.d_xs_critic,
-                );
+                let (actor, d_xs, d_xs_critic) =
+                    (&mut self.actor, &mut self.d_xs, &mut self.d_xs_critic);
+                let (actor_params, critic_params) = params.split_at(split);
+                let mut run_actor = || actor.backward(actor_params, d_policy, actor_grads, d_xs);
+                let mut run_critic =
+                    || critic.backward(critic_params, d_value, critic_grads, d_xs_critic);
+                if parallel {
+                    rayon::join(run_actor, run_critic);
+                } else {
+                    run_actor();
+                    run_critic();
+                }
                 for (a, c) in self.d_xs.iter_mut().zip(&self.d_xs_critic) {
                     *a += c;
                 }
