@@ -262,3 +262,32 @@ def test_predict_waiting_on_an_evaluation_leaves_other_threads_running(tmp_path)
     predicting.join()
     assert still_waiting, "the evaluation ended before the check: make it longer"
     assert ticks > 30, f"this thread ran {ticks} times while predict waited"
+
+
+def test_a_recurrent_policy_predicts_with_its_state(tmp_path):
+    # rl-zoo3's CartPoleNoVel-v1 is the built-in cartpole-novel, with its LSTM preset.
+    summary = strata.train("CartPoleNoVel-v1", run_dir=tmp_path / "run", max_steps=2048,
+                           progress=False)
+    assert summary["env"] == "cartpole-novel"
+    policy = strata.load(summary["run_dir"])
+    assert policy.obs_dim == 2
+    width = 2 * (64 + 64)  # an LSTM for each network, hidden and cell states of 64
+    obs = np.array([0.01, -0.02], np.float32)
+    _, state = policy.predict(obs)
+    assert state.shape == (width,) and state.dtype == np.float32
+    assert np.abs(state).max() > 0
+    _, later = policy.predict(obs, state=state)
+    assert not np.array_equal(later, state), "the state goes on"
+    # An episode start forgets what came before: as if there were no state.
+    _, fresh = policy.predict(obs, state=later, episode_start=np.array([True]))
+    np.testing.assert_array_equal(fresh, state)
+    batch = np.stack([obs, 2 * obs, 3 * obs])
+    actions, states = policy.predict(batch, deterministic=False)
+    assert actions.shape == (3,) and states.shape == (3, width)
+    np.testing.assert_array_equal(states[0], state)
+    with pytest.raises(ValueError, match=f"{width} per observation"):
+        policy.predict(batch, state=state)
+    with pytest.raises(ValueError, match="episode_start has 2 flags for 3"):
+        policy.predict(batch, episode_start=np.array([True, False]))
+    result = strata.evaluate(policy, episodes=3, seed=1)
+    assert len(result["returns"]) == 3

@@ -48,6 +48,10 @@ pub struct BenchArgs {
     /// batches, 1 and 2 threads), against PyTorch's when `STRATA_PYTHON` has torch.
     #[arg(long)]
     cnn_only: bool,
+    /// Only the recurrent core figures (CartPole's preset with no core, an LSTM of 64 and
+    /// of 256, a GRU of 64: env steps per second).
+    #[arg(long)]
+    core_only: bool,
     /// Only the cluster figures (learner and worker processes over NATS JetStream against
     /// one process). Needs nats-server (`STRATA_NATS_SERVER`, or on the PATH).
     #[arg(long)]
@@ -90,6 +94,7 @@ struct Report {
     gym: Option<crate::bench_gym::GymReport>,
     cluster: Option<crate::bench_cluster::ClusterReport>,
     cnn: Option<crate::bench_cnn::CnnReport>,
+    core: Option<crate::bench_core::CoreReport>,
     soak: Option<crate::bench_soak::SoakReport>,
 }
 
@@ -308,6 +313,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         r.cnn = Some(crate::bench_cnn::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
+    if args.core_only {
+        r.core = Some(crate::bench_core::run(args.quick)?);
+        return write_report(&r, args.json.as_deref());
+    }
     if args.cluster_only {
         r.cluster = Some(crate::bench_cluster::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
@@ -387,6 +396,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "pendulum seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_PENDULUM_SECONDS_TO_SOLVE}s)",
         r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
     );
+    r.core = Some(crate::bench_core::run(args.quick)?);
     r.ledger = Some(crate::bench_ledger::run(args.quick)?);
     r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
     if !args.skip_runtime {

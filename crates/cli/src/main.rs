@@ -4,6 +4,7 @@
 mod bench;
 mod bench_cluster;
 mod bench_cnn;
+mod bench_core;
 mod bench_gateway;
 mod bench_gym;
 mod bench_ledger;

@@ -148,6 +148,23 @@ pub fn prepare_learner(
     prepare_learner_counted(meeting, config, resume).map(|(trainer, _)| trainer)
 }
 
+/// Refuses what a run cannot do across processes yet.
+fn check_distributable(config: &RunConfig) -> Result<(), ClusterError> {
+    if config.runtime.inference == strata_runtime::Inference::Central {
+        return Err(ClusterError::Config(
+            "runtime.inference = \"central\" batches the workers of one process; with worker processes use \"worker\"".into(),
+        ));
+    }
+    if !config.network.core.is_none() {
+        return Err(ClusterError::Config(format!(
+            "network.core = \"{}\": recurrent policies train on one machine for now (the \
+             cluster's fragments do not carry recurrent states yet); use `strata train`",
+            config.network.core.name()
+        )));
+    }
+    Ok(())
+}
+
 /// As [`prepare_learner`], with the counters of what the learner takes from the stream.
 ///
 /// # Errors
@@ -161,18 +178,7 @@ pub fn prepare_learner_counted(
         Some(state) => state.config.clone(),
         None => config,
     };
-    if config.runtime.inference == strata_runtime::Inference::Central {
-        return Err(ClusterError::Config(
-            "runtime.inference = \"central\" batches the workers of one process; with worker processes use \"worker\"".into(),
-        ));
-    }
-    if !config.network.core.is_none() {
-        return Err(ClusterError::Config(format!(
-            "network.core = \"{}\": recurrent policies train on one machine for now (the \
-             cluster's fragments do not carry recurrent states yet); use `strata train`",
-            config.network.core.name()
-        )));
-    }
+    check_distributable(&config)?;
     config.validate()?;
     resolve_env(&mut config)?;
     if config.train.checkpoint_every == 0 {
@@ -220,4 +226,24 @@ pub fn prepare_learner_counted(
         state.config = config.clone();
     }
     Ok((Trainer::with_workers(config, resume, launcher)?, traffic))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn central_inference_and_recurrent_cores_are_refused_by_name() {
+        assert!(check_distributable(&strata_runtime::preset("cartpole").unwrap()).is_ok());
+        let err = check_distributable(&strata_runtime::preset("cartpole-novel").unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("network.core = \"lstm\""), "{err}");
+        let mut central = strata_runtime::preset("cartpole").unwrap();
+        central.runtime.inference = strata_runtime::Inference::Central;
+        assert!(check_distributable(&central)
+            .unwrap_err()
+            .to_string()
+            .contains("runtime.inference"));
+    }
 }

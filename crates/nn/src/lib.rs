@@ -23,6 +23,11 @@
 //! [`MlpActorCritic::with_images`] puts one per image ([`ImageInput`]) in front of the
 //! policy and value networks, shared by both.
 //!
+//! A recurrent core ([`Core`]: LSTM or GRU layers, [`Recurrent`]) may sit between the
+//! encoder and the two networks. A model with one acts with each env's state
+//! ([`Memory`]) and trains on whole sequences from their stored states ([`Sequences`]);
+//! cells follow PyTorch's equations and gate orders (`fixtures/rnn`).
+//!
 //! Matrix products go through the `gemm` crate behind a bounds-checked wrapper; the
 //! backward passes are written by hand and checked against finite differences, the
 //! encoders' forward passes against PyTorch on fixed weights (`fixtures/cnn`).

@@ -466,7 +466,7 @@ impl MlpActorCritic {
             params.extend(encoder.init_orthogonal(rng));
         }
         if let Some(core) = &core {
-            params.extend(core.init_orthogonal(rng));
+            params.extend(core.init(config.ortho_init, rng));
         }
         let n = params.len();
         MlpActorCritic {

@@ -128,6 +128,16 @@ impl Recurrent {
         params
     }
 
+    /// PyTorch's default initialisation of its recurrent layers: every weight and bias
+    /// uniform in `+-1 / sqrt(hidden)` (what sb3-contrib's `RecurrentPPO` starts from with
+    /// `ortho_init=False`).
+    pub fn init_uniform<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+        let bound = 1.0 / (self.hidden as f32).sqrt();
+        (0..self.num_params())
+            .map(|_| rng.random_range(-bound..bound))
+            .collect()
+    }
+
     /// Runs `steps x batch` input rows through the cell from `state0` (`batch x state`),
     /// zeroing an env's state before each step `starts` marks (`steps x batch`); returns
     /// the outputs (the hidden states, `steps x batch x hidden`).

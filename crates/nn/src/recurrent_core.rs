@@ -97,11 +97,18 @@ impl CoreStack {
         &self.layers
     }
 
-    /// Orthogonal weights, zero biases, layer by layer.
-    pub(crate) fn init_orthogonal<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+    /// Layer by layer: orthogonal weights and zero biases (`orthogonal`), else PyTorch's
+    /// default uniform initialisation.
+    pub(crate) fn init<R: Rng + ?Sized>(&self, orthogonal: bool, rng: &mut R) -> Vec<f32> {
         self.layers
             .iter()
-            .flat_map(|l| l.init_orthogonal(rng))
+            .flat_map(|l| {
+                if orthogonal {
+                    l.init_orthogonal(rng)
+                } else {
+                    l.init_uniform(rng)
+                }
+            })
             .collect()
     }
 
@@ -242,11 +249,12 @@ impl CoreSide {
         self.actor.state_size() + self.critic.as_ref().map_or(0, CoreStack::state_size)
     }
 
-    /// Orthogonal weights and zero biases for both stacks.
-    pub(crate) fn init_orthogonal<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
-        let mut params = self.actor.init_orthogonal(rng);
+    /// Both stacks' parameters: orthogonal weights and zero biases (`orthogonal`, as
+    /// CleanRL), else PyTorch's default (as sb3-contrib with `ortho_init=False`).
+    pub(crate) fn init<R: Rng + ?Sized>(&self, orthogonal: bool, rng: &mut R) -> Vec<f32> {
+        let mut params = self.actor.init(orthogonal, rng);
         if let Some(critic) = &self.critic {
-            params.extend(critic.init_orthogonal(rng));
+            params.extend(critic.init(orthogonal, rng));
         }
         params
     }

@@ -475,14 +475,6 @@ impl RunConfig {
             self.ppo
                 .validate_sequences()
                 .map_err(RuntimeError::InvalidConfig)?;
-            if r.inference == Inference::Central {
-                return bad(
-                    "runtime.inference",
-                    &"central",
-                    "does not carry a recurrent core's states yet; use \"worker\" with \
-                     network.core",
-                );
-            }
         }
         if r.workers == 0 || r.workers > 1024 {
             return bad("runtime.workers", &r.workers, "must be between 1 and 1024");

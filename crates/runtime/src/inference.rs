@@ -36,6 +36,11 @@ pub struct InferenceSlot {
     pub rng: SampleRng,
     /// The group's gSDE exploration matrices for this fragment (empty without gSDE).
     pub sde_noise: Vec<f32>,
+    /// A recurrent policy's state of each env (`rows x state`), sent with the request
+    /// and advanced by one step in the answer (empty for a feed-forward policy).
+    pub state: Vec<f32>,
+    /// Whether each env's step starts an episode (empty for a feed-forward policy).
+    pub starts: Vec<bool>,
     /// The requesting worker's incarnation.
     pub incarnation: u64,
 }
@@ -73,6 +78,8 @@ impl InferenceSlots {
                         version: 0,
                         rng: SampleRng::seed_from_u64(0),
                         sde_noise: Vec::new(),
+                        state: Vec::new(),
+                        starts: Vec::new(),
                         incarnation: 0,
                     })
                 })
@@ -106,8 +113,9 @@ pub struct InferenceClient {
 }
 
 impl InferenceClient {
-    /// Posts a request for `group`: its observations, the version that must answer, and
-    /// the group's RNG (moved into the slot until the answer).
+    /// Posts a request for `group`: its observations, the version that must answer, the
+    /// group's RNG (moved into the slot until the answer) and a recurrent policy's states
+    /// and episode-start flags of its envs (empty for a feed-forward one).
     ///
     /// # Errors
     /// When the inference thread is gone.
@@ -118,6 +126,7 @@ impl InferenceClient {
         version: u64,
         rng: &SampleRng,
         sde_noise: &[f32],
+        (state, starts): (&[f32], &[bool]),
     ) -> Result<(), InferenceError> {
         {
             let mut slot = self.slots.lock((self.worker, group));
@@ -126,6 +135,10 @@ impl InferenceClient {
             slot.rng = rng.clone();
             slot.sde_noise.clear();
             slot.sde_noise.extend_from_slice(sde_noise);
+            slot.state.clear();
+            slot.state.extend_from_slice(state);
+            slot.starts.clear();
+            slot.starts.extend_from_slice(starts);
             slot.incarnation = self.incarnation;
         }
         // At most one request per group is outstanding: the queue has room for all.
@@ -257,6 +270,7 @@ fn serve(s: ServerSetup) -> Result<(), InferenceError> {
     let mut pending: Vec<(Request, u64)> = Vec::new();
     let mut batch_obs = Vec::new();
     let mut batch_noise = Vec::new();
+    let (mut batch_state, mut batch_starts) = (Vec::new(), Vec::new());
     let mut parts = Vec::new();
     let mut rngs: Vec<SampleRng> = Vec::new();
     let (mut actions, mut log_probs, mut values) = (Vec::new(), Vec::new(), Vec::new());
@@ -331,12 +345,16 @@ fn serve(s: ServerSetup) -> Result<(), InferenceError> {
             for batch in requests.chunks(per_call) {
                 batch_obs.clear();
                 batch_noise.clear();
+                batch_state.clear();
+                batch_starts.clear();
                 parts.clear();
                 rngs.clear();
                 for r in batch {
                     let slot = s.slots.lock(*r);
                     batch_obs.extend_from_slice(&slot.obs);
                     batch_noise.extend_from_slice(&slot.sde_noise);
+                    batch_state.extend_from_slice(&slot.state);
+                    batch_starts.extend_from_slice(&slot.starts);
                     parts.push(slot.obs.len() / obs_dim);
                     rngs.push(slot.rng.clone());
                 }
@@ -348,12 +366,14 @@ fn serve(s: ServerSetup) -> Result<(), InferenceError> {
                 actions.resize(rows * action_dim, 0.0);
                 log_probs.resize(rows, 0.0);
                 values.resize(rows, 0.0);
-                // Central inference serves feed-forward policies (the config refuses a
-                // recurrent core with it).
+                let memory = Memory {
+                    state: &mut batch_state,
+                    starts: &batch_starts,
+                };
                 models[index].1.act_split(
                     &batch_obs,
                     &parts,
-                    Memory::none(),
+                    memory,
                     &mut rngs,
                     &batch_noise,
                     &mut actions,
@@ -370,6 +390,9 @@ fn serve(s: ServerSetup) -> Result<(), InferenceError> {
                             .copy_from_slice(&actions[row * action_dim..(row + len) * action_dim]);
                         slot.log_probs.copy_from_slice(&log_probs[row..row + len]);
                         slot.values.copy_from_slice(&values[row..row + len]);
+                        let width = slot.state.len() / len.max(1);
+                        slot.state
+                            .copy_from_slice(&batch_state[row * width..(row + len) * width]);
                         slot.rng = rngs[k].clone();
                         slot.incarnation
                     };

@@ -422,6 +422,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 &mut batches,
                 &mut obs,
                 (&mut rngs, &mut sde_noise),
+                &mut memory,
                 steps,
                 policy.version,
                 wait_timeout,
@@ -546,14 +547,10 @@ impl EnvMemory {
         }
     }
 
-    /// Copies the states and flags of the step about to be taken into rows `rows` of
-    /// `f`, then lends them to the model.
-    fn record(&mut self, f: &mut Fragment, rows: std::ops::Range<usize>) -> Memory<'_> {
-        if !self.starts.is_empty() {
-            let s = self.state.len() / self.starts.len();
-            f.states[rows.start * s..rows.end * s].copy_from_slice(&self.state);
-            f.starts[rows].copy_from_slice(&self.starts);
-        }
+    /// Copies every env's state and flag for step `t` into `f`, then lends them to the
+    /// model.
+    fn record(&mut self, f: &mut Fragment, t: usize) -> Memory<'_> {
+        self.record_group(f, t, (0, self.starts.len()));
         Memory {
             state: &mut self.state,
             starts: &self.starts,
@@ -562,8 +559,48 @@ impl EnvMemory {
 
     /// After a step: an env whose episode ended starts a new one next.
     fn step_done(&mut self, batch: &StepBatch) {
-        for (i, start) in self.starts.iter_mut().enumerate() {
+        self.group_done(0, batch);
+    }
+
+    /// [`EnvMemory::step_done`] for the group of envs from `first` that `batch` stepped.
+    fn group_done(&mut self, first: usize, batch: &StepBatch) {
+        if self.starts.is_empty() {
+            return;
+        }
+        for (i, start) in self.starts[first..first + batch.rewards.len()]
+            .iter_mut()
+            .enumerate()
+        {
             *start = batch.terminated[i] || batch.truncated[i];
+        }
+    }
+
+    /// Stores the states and flags of the `count` envs from `first` for step `t` into `f`
+    /// (their rows `t * envs + first ..`) and returns them (for a central inference
+    /// request).
+    fn record_group(
+        &self,
+        f: &mut Fragment,
+        t: usize,
+        (first, count): (usize, usize),
+    ) -> (&[f32], &[bool]) {
+        if self.starts.is_empty() {
+            return (&[], &[]);
+        }
+        let s = self.state.len() / self.starts.len();
+        let row = t * self.starts.len() + first;
+        let state = &self.state[first * s..(first + count) * s];
+        let starts = &self.starts[first..first + count];
+        f.states[row * s..(row + count) * s].copy_from_slice(state);
+        f.starts[row..row + count].copy_from_slice(starts);
+        (state, starts)
+    }
+
+    /// Central inference: the states the answer advanced, for the envs from `first`.
+    fn answered(&mut self, first: usize, state: &[f32]) {
+        if !self.starts.is_empty() {
+            let s = self.state.len() / self.starts.len();
+            self.state[first * s..first * s + state.len()].copy_from_slice(state);
         }
     }
 }
@@ -693,7 +730,7 @@ fn fill_local(
         let t0 = Instant::now();
         f.obs.write(rows.start, obs);
         ctx.buffer.check_obs_write(&f.obs, rows.start, obs);
-        let lent = memory.record(f, rows.clone());
+        let lent = memory.record(f, t);
         model.act(
             obs,
             lent,
@@ -727,6 +764,7 @@ fn fill_central(
     batches: &mut [StepBatch],
     obs: &mut [Vec<f32>],
     (rngs, sde_noise): (&mut [SampleRng], &mut [Vec<f32>]),
+    memory: &mut EnvMemory,
     steps: usize,
     version: u64,
     wait_timeout: Duration,
@@ -740,8 +778,9 @@ fn fill_central(
     };
     for g in 0..envs.len() {
         write_obs(f, 0, g, &obs[g]);
+        let sent = memory.record_group(f, 0, (g * gm, gm));
         client
-            .request(g, &obs[g], version, &rngs[g], &sde_noise[g])
+            .request(g, &obs[g], version, &rngs[g], &sde_noise[g], sent)
             .map_err(WorkerError::Inference)?;
     }
     for t in 0..steps {
@@ -760,17 +799,20 @@ fn fill_central(
                 f.log_probs[row..row + gm].copy_from_slice(&slot.log_probs);
                 f.values[row..row + gm].copy_from_slice(&slot.values);
                 rngs[g] = slot.rng.clone();
+                memory.answered(g * gm, &slot.state);
             }
             ctx.heartbeat.beat(Activity::Collecting);
             let t1 = Instant::now();
             envs[g].step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])?;
+            memory.group_done(g * gm, &batches[g]);
             redraw_for_ended_episodes(ctx, &batches[g], &mut sde_noise[g], &mut rngs[g]);
             let t2 = Instant::now();
             record_step(ctx, f, (t, g), (t1, t2), &batches[g]);
             obs[g].copy_from_slice(&batches[g].obs);
             if t + 1 < steps {
                 write_obs(f, t + 1, g, &obs[g]);
-                client.request(g, &obs[g], version, &rngs[g], &sde_noise[g])?;
+                let sent = memory.record_group(f, t + 1, (g * gm, gm));
+                client.request(g, &obs[g], version, &rngs[g], &sde_noise[g], sent)?;
             }
             timing.0 += (t1 - t0).as_secs_f64();
             timing.1 += (t2 - t1).as_secs_f64();

@@ -189,6 +189,10 @@ fn recurrent_resume_equals_uninterrupted_run_with_states_carried_mid_episode() {
     c.network.core = strata_nn::Core::Gru;
     c.network.core_shared = true;
     c.ppo.sequence_length = 8;
+    resume_matches_uninterrupted_with(c.clone());
+    // Central inference: the states travel with each group's request and come back
+    // advanced with its answer.
+    c.runtime.inference = strata_runtime::Inference::Central;
     resume_matches_uninterrupted_with(c);
 }
 

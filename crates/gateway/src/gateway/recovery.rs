@@ -28,13 +28,6 @@ impl Gateway {
         let tokens = TokensFile::load_or_create(&dir.join("tokens.json"), settings.agent_tokens)?;
         let auth = Auth::new(&tokens, settings.rate_limit, settings.rate_burst);
         let run = &settings.run;
-        if !run.network.core.is_none() {
-            return Err(GatewayError::Config(format!(
-                "network.core = \"{}\": the gateway serves feed-forward policies for now (it \
-                 does not keep each episode's recurrent state yet)",
-                run.network.core.name()
-            )));
-        }
         let config_hash = run.config_hash();
         let spec = strata_runtime::env_spec(run)?;
         let model = strata_runtime::build_model(run)?;
