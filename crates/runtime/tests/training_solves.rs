@@ -128,3 +128,33 @@ fn ui_form_completes_90_percent_within_700k_steps() {
     let rate = success_rate_after("ui-form", 1, 700_000);
     assert!(rate >= 0.9, "completion rate {rate}");
 }
+
+/// CartPole without velocities: the LSTM preset solves it; with central inference (each
+/// group's states travel with its requests; two workers, so other seeds) it holds the
+/// pole far longer than the same preset without the core, which cannot (the control).
+#[test]
+fn cartpole_without_velocities_needs_the_memory_it_gets() {
+    solves("cartpole-novel", 1, 100_000);
+    let mut central = preset("cartpole-novel").unwrap();
+    central.train.seed = 1;
+    central.train.total_steps = 100_000;
+    central.train.deterministic = true;
+    central.train.stop_when_solved = true;
+    central.runtime.workers = 2;
+    central.runtime.inference = strata_runtime::Inference::Central;
+    let mut trainer = Trainer::new(central).unwrap();
+    while !trainer.finished() {
+        trainer.iterate().unwrap();
+    }
+    let with_central = trainer.summary().final_mean_return.unwrap();
+    assert!(with_central >= 250.0, "central inference: {with_central}");
+    let mut control = preset("cartpole-novel").unwrap();
+    control.network.core = strata_nn::Core::None;
+    control.train.total_steps = 100_000;
+    let mut trainer = Trainer::new(control).unwrap();
+    while !trainer.finished() {
+        trainer.iterate().unwrap();
+    }
+    let without = trainer.summary().final_mean_return.unwrap();
+    assert!(without < 150.0, "an MLP without velocities: {without}");
+}
