@@ -111,6 +111,9 @@ pub fn run(cli: Cli) -> Result<()> {
             if let Some(line) = encoder_line(&config) {
                 println!("# encoder: {line}");
             }
+            if let Some(line) = config.network.describe_core() {
+                println!("# core: {line}");
+            }
             print!("{}", config.to_toml());
             Ok(())
         }

@@ -195,6 +195,25 @@ fn config_show_applies_preset_file_and_overrides() {
         "acrobot preset underneath"
     );
     assert_eq!(shown["ppo"]["learning_rate"].as_float(), Some(0.001));
+    // A recurrent core is named in a comment, its keys in the config.
+    let o = strata(&[
+        "config",
+        "show",
+        "--env",
+        "cartpole-novel",
+        "--set",
+        "network.core_layers=2",
+    ]);
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "# core: lstm of 64 units, 2 layers, one for the policy and one for the value network"
+        ),
+        "{text}"
+    );
+    let shown: toml::Table = toml::from_str(&text).unwrap();
+    assert_eq!(shown["network"]["core"].as_str(), Some("lstm"));
+    assert_eq!(shown["network"]["core_layers"].as_integer(), Some(2));
 }
 
 #[test]

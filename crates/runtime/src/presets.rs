@@ -239,32 +239,16 @@ fn builtin_preset(env: &str) -> Option<RunConfig> {
                 NetworkConfig::default(),
             )
         }
-        // rl-zoo3's `ppo_lstm` CartPoleNoVel-v1: 8 envs x 32 steps, minibatch 256, 20
-        // epochs, gamma 0.98, lambda 0.8, lr and clip annealed from 1e-3 and 0.2,
-        // observations normalised, an LSTM of 64 for the policy and one for the value,
-        // then a ReLU layer of 64 each, no orthogonal init. Sequences are the whole
-        // 32-step fragment.
+        // rl-zoo3's `ppo_lstm` CartPoleNoVel-v1: CartPole's PPO values (8 envs x 32 steps,
+        // minibatch 256, 20 epochs, gamma 0.98, lambda 0.8, lr and clip annealed from 1e-3
+        // and 0.2), observations normalised, an LSTM of 64 for the policy and one for the
+        // value, then a ReLU layer of 64 each. Sequences are the whole 32-step fragment.
         "cartpole-novel" => {
-            let (mut env, train) = base(8, true, 100_000);
-            env.normalize_reward = false;
-            assemble(
-                env,
-                train,
-                PpoConfig {
-                    n_steps: 32,
-                    batch_size: 256,
-                    n_epochs: 20,
-                    gamma: 0.98,
-                    gae_lambda: 0.8,
-                    learning_rate: 1e-3,
-                    anneal_lr: true,
-                    clip_range: 0.2,
-                    anneal_clip_range: true,
-                    ent_coef: 0.0,
-                    ..PpoConfig::default()
-                },
-                lstm_network(),
-            )
+            let mut config = builtin_preset("cartpole")?;
+            config.env.name = env.to_string();
+            config.env.normalize_obs = true;
+            config.network = lstm_network();
+            config
         }
         // rl-zoo3's `ppo_lstm` PendulumNoVel-v1: normalised, 4 envs x 1024 steps, 10
         // epochs, gamma 0.9, lambda 0.95, lr 1e-3, RecurrentPPO's default minibatch of
