@@ -11,7 +11,7 @@
 
 use strata_nn::Sequences;
 
-use crate::ppo::RolloutBuffer;
+use crate::rollout::RolloutBuffer;
 
 /// One minibatch of sequences: the rollout rows it gathers, in order, with what the
 /// model needs to run them.

@@ -60,9 +60,8 @@ pub use distribution::{
 pub use encoder::{ImageInput, PixelScale};
 pub use mlp::{Mlp, MlpCache};
 pub use mlp_actor_critic::MlpActorCritic;
-pub use network::{Encoder, Head, NetworkConfig, SdeHold};
+pub use network::{Core, Encoder, Head, NetworkConfig, SdeHold};
 pub use recurrent::{CellKind, Recurrent, RecurrentCache};
-pub use recurrent_core::Core;
 
 use thiserror::Error;
 

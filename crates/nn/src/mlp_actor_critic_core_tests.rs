@@ -3,7 +3,7 @@
 //! core's tensors round-trip.
 
 use super::*;
-use crate::recurrent_core::Core;
+use crate::network::Core;
 use rand::{Rng, SeedableRng};
 
 const STEPS: usize = 5;

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::activation::Activation;
 use crate::cnn::CnnArch;
 use crate::conv::ImageShape;
-use crate::recurrent_core::Core;
+use crate::recurrent::CellKind;
 
 /// Network architecture, from the run config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -109,6 +109,44 @@ impl Encoder {
             Encoder::Mlp => None,
             Encoder::NatureCnn => Some(CnnArch::NatureCnn),
             Encoder::MinatarCnn => Some(CnnArch::MinatarCnn),
+        }
+    }
+}
+
+/// Which recurrent core sits before the policy and value networks (`network.core`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Core {
+    /// None: a feed-forward policy.
+    #[default]
+    None,
+    /// Long short-term memory.
+    Lstm,
+    /// Gated recurrent unit.
+    Gru,
+}
+
+impl Core {
+    /// Whether this is [`Core::None`].
+    pub fn is_none(&self) -> bool {
+        *self == Core::None
+    }
+
+    /// The cell, or `None` for a feed-forward policy.
+    pub fn cell(self) -> Option<CellKind> {
+        match self {
+            Core::None => None,
+            Core::Lstm => Some(CellKind::Lstm),
+            Core::Gru => Some(CellKind::Gru),
+        }
+    }
+
+    /// The configuration name (`none`, `lstm`, `gru`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Core::None => "none",
+            Core::Lstm => "lstm",
+            Core::Gru => "gru",
         }
     }
 }

@@ -6,48 +6,9 @@
 //! every layer's state of the critic's.
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 
 use crate::network::NetworkConfig;
 use crate::recurrent::{CellKind, Recurrent, RecurrentCache};
-
-/// Which recurrent core sits before the policy and value networks (`network.core`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Core {
-    /// None: a feed-forward policy.
-    #[default]
-    None,
-    /// Long short-term memory.
-    Lstm,
-    /// Gated recurrent unit.
-    Gru,
-}
-
-impl Core {
-    /// Whether this is [`Core::None`].
-    pub fn is_none(&self) -> bool {
-        *self == Core::None
-    }
-
-    /// The cell, or `None` for a feed-forward policy.
-    pub fn cell(self) -> Option<CellKind> {
-        match self {
-            Core::None => None,
-            Core::Lstm => Some(CellKind::Lstm),
-            Core::Gru => Some(CellKind::Gru),
-        }
-    }
-
-    /// The configuration name (`none`, `lstm`, `gru`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Core::None => "none",
-            Core::Lstm => "lstm",
-            Core::Gru => "gru",
-        }
-    }
-}
 
 /// Stacked recurrent layers, each with its cache.
 pub(crate) struct CoreStack {
