@@ -250,33 +250,22 @@ fn builtin_preset(env: &str) -> Option<RunConfig> {
             config.network = lstm_network();
             config
         }
-        // rl-zoo3's `ppo_lstm` PendulumNoVel-v1: normalised, 4 envs x 1024 steps, 10
-        // epochs, gamma 0.9, lambda 0.95, lr 1e-3, RecurrentPPO's default minibatch of
-        // 128 steps (here four sequences of 32), the same LSTM network as CartPoleNoVel,
-        // plain Gaussian exploration as in our Pendulum preset (the zoo resamples gSDE
-        // noise every 4 steps) and its annealed rate. Seeds 1-3 at 200k steps: greedy
+        // rl-zoo3's `ppo_lstm` PendulumNoVel-v1: Pendulum's PPO values (4 envs x 1024
+        // steps, 10 epochs, gamma 0.9, lambda 0.95, lr 1e-3 annealed, plain Gaussian
+        // exploration where the zoo resamples gSDE noise every 4 steps), normalised,
+        // RecurrentPPO's default minibatch of 128 steps (here four sequences of 32), the
+        // same LSTM network as CartPoleNoVel. Seeds 1-3 at 200k steps: greedy
         // -314 / -256 / -147 (minibatches of 64: -377 / -263 / -149, at 0.7x the speed;
         // one sequence of 128 a minibatch: -258 / -580 / -149).
         "pendulum-novel" => {
-            let (env, train) = base(4, true, 200_000);
-            assemble(
-                env,
-                train,
-                PpoConfig {
-                    n_steps: 1024,
-                    batch_size: 128,
-                    n_epochs: 10,
-                    gamma: 0.9,
-                    gae_lambda: 0.95,
-                    learning_rate: 1e-3,
-                    anneal_lr: true,
-                    clip_range: 0.2,
-                    ent_coef: 0.0,
-                    sequence_length: 32,
-                    ..PpoConfig::default()
-                },
-                lstm_network(),
-            )
+            let mut config = builtin_preset("pendulum")?;
+            config.env.name = env.to_string();
+            config.env.normalize_obs = true;
+            config.env.normalize_reward = true;
+            config.ppo.batch_size = 128;
+            config.ppo.sequence_length = 32;
+            config.network = lstm_network();
+            config
         }
         _ => return None,
     };
