@@ -335,7 +335,7 @@ impl Front {
                 state_in.resize(rows * width, 0.0);
                 all_start.clear();
                 all_start.resize(rows, true);
-                core.forward(core_params, input, all_start, (state_in, None), 1)
+                core.forward(core_params, input, all_start, (state_in, None), 1, false)
             }
             CoreRun::Step(Memory { state, starts }) => {
                 assert_eq!(
@@ -345,13 +345,20 @@ impl Front {
                 );
                 state_in.clear();
                 state_in.extend_from_slice(state);
-                core.forward(core_params, input, starts, (state_in, Some(state)), 1)
+                core.forward(
+                    core_params,
+                    input,
+                    starts,
+                    (state_in, Some(state)),
+                    1,
+                    false,
+                )
             }
-            CoreRun::Sequences(seq) => core.forward_sequences(
+            CoreRun::Sequences(seq) => core.forward(
                 core_params,
                 input,
                 seq.starts,
-                seq.state0,
+                (seq.state0, None),
                 seq.steps,
                 MlpActorCritic::parallel(rows),
             ),

@@ -238,7 +238,9 @@ impl CoreSide {
 
     /// Runs `steps x (rows / steps)` rows through the core(s); returns what the policy
     /// and the value networks read. States as [`CoreStack::forward`] takes them, rows of
-    /// [`CoreSide::state_len`].
+    /// [`CoreSide::state_len`]. Without states to write back, the two stacks run side by
+    /// side on the calling rayon pool when `parallel`; each stack's result is the same
+    /// either way.
     pub(crate) fn forward<'a>(
         &'a mut self,
         params: &[f32],
@@ -246,82 +248,67 @@ impl CoreSide {
         starts: &[bool],
         (state_in, mut state_out): (&[f32], Option<&mut [f32]>),
         steps: usize,
+        parallel: bool,
     ) -> (&'a [f32], &'a [f32]) {
         let width = self.state_len();
         let batch = starts.len() / steps;
         assert_eq!(state_in.len(), batch * width, "recurrent state length");
         let split = self.actor.num_params();
         let actor_states = self.actor.state_size();
+        let (actor_params, critic_params) = params.split_at(split);
         let CoreSide { actor, critic, .. } = self;
+        let Some(critic) = critic else {
+            let a = actor.forward(
+                actor_params,
+                xs,
+                starts,
+                (state_in, state_out),
+                (width, 0),
+                (steps, batch),
+            );
+            return (a, a);
+        };
+        if parallel && state_out.is_none() {
+            return rayon::join(
+                || {
+                    actor.forward(
+                        actor_params,
+                        xs,
+                        starts,
+                        (state_in, None),
+                        (width, 0),
+                        (steps, batch),
+                    )
+                },
+                || {
+                    critic.forward(
+                        critic_params,
+                        xs,
+                        starts,
+                        (state_in, None),
+                        (width, actor_states),
+                        (steps, batch),
+                    )
+                },
+            );
+        }
         let a = actor.forward(
-            &params[..split],
+            actor_params,
             xs,
             starts,
             (state_in, state_out.as_deref_mut()),
             (width, 0),
             (steps, batch),
         );
-        match critic {
-            None => (a, a),
-            Some(c) => {
-                let v = c.forward(
-                    &params[split..],
-                    xs,
-                    starts,
-                    (state_in, state_out),
-                    (width, actor_states),
-                    (steps, batch),
-                );
-                (a, v)
-            }
-        }
-    }
-
-    /// [`CoreSide::forward`] over training sequences (no state written back), the two
-    /// stacks side by side on the calling rayon pool when `parallel`: each stack's result
-    /// is the same either way.
-    pub(crate) fn forward_sequences<'a>(
-        &'a mut self,
-        params: &[f32],
-        xs: &'a [f32],
-        starts: &[bool],
-        state0: &[f32],
-        steps: usize,
-        parallel: bool,
-    ) -> (&'a [f32], &'a [f32]) {
-        if !parallel || self.critic.is_none() {
-            return self.forward(params, xs, starts, (state0, None), steps);
-        }
-        let width = self.state_len();
-        let batch = starts.len() / steps;
-        assert_eq!(state0.len(), batch * width, "recurrent state length");
-        let split = self.actor.num_params();
-        let actor_states = self.actor.state_size();
-        let CoreSide { actor, critic, .. } = self;
-        let critic = critic.as_mut().expect("checked above");
-        let (actor_params, critic_params) = params.split_at(split);
-        rayon::join(
-            || {
-                actor.forward(
-                    actor_params,
-                    xs,
-                    starts,
-                    (state0, None),
-                    (width, 0),
-                    (steps, batch),
-                )
-            },
-            || {
-                critic.forward(
-                    critic_params,
-                    xs,
-                    starts,
-                    (state0, None),
-                    (width, actor_states),
-                    (steps, batch),
-                )
-            },
-        )
+        let v = critic.forward(
+            critic_params,
+            xs,
+            starts,
+            (state_in, state_out),
+            (width, actor_states),
+            (steps, batch),
+        );
+        (a, v)
     }
 
     /// Back-propagates the gradients w.r.t. what the policy and value networks read
