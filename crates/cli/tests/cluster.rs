@@ -249,12 +249,17 @@ fn a_distributed_run_is_the_one_process_run_bit_for_bit() {
     };
     let _w0 = worker(&nats, "same", &tmp.path().join("w0.log"), &[]);
     let _w1 = worker(&nats, "same", &tmp.path().join("w1.log"), &[]);
-    // Twice under one run name, with other seeds: the second run takes nothing of the
-    // first's (versions, fragments, assignments).
-    for seed in ["3", "4"] {
+    // Three times under one run name, with other seeds: a later run takes nothing of an
+    // earlier one's (versions, fragments, assignments). The third policy has an LSTM: its
+    // states travel with the fragments.
+    for (env, seed) in [
+        ("cartpole", "3"),
+        ("cartpole", "4"),
+        ("cartpole-novel", "5"),
+    ] {
         let common = [
             "--env",
-            "cartpole",
+            env,
             "--workers",
             "2",
             "--max-steps",

@@ -569,3 +569,44 @@ fn serve_checkpoint_serves_a_trained_policy_at_once() {
     let text = String::from_utf8_lossy(&refused.stderr);
     assert!(text.contains("trained on cartpole, not pendulum"), "{text}");
 }
+
+#[test]
+fn a_fleet_trains_a_recurrent_policy_through_the_gateway() {
+    // CartPole without velocities, its LSTM preset on raw observations: every episode
+    // keeps its state in the gateway, the learner trains on sequences of its segments.
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = dir.path().join("gw");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "fleet",
+            "--env",
+            "cartpole-novel",
+            "--set",
+            "env.normalize_obs=false",
+            "--agents",
+            "4",
+            "--steps",
+            "3000",
+            "--dir",
+        ])
+        .arg(&gateway)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(gateway.join("learner.jsonl")).unwrap();
+    let updates: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(updates.len() >= 3, "{log}");
+    for u in &updates {
+        assert!(u["trained"].as_u64().unwrap() > 0, "{u}");
+        assert!(u["value_loss"].as_f64().unwrap() > 0.0, "{u}");
+    }
+    assert!(stdout.contains("generation"), "{stdout}");
+}

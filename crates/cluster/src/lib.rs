@@ -155,13 +155,6 @@ fn check_distributable(config: &RunConfig) -> Result<(), ClusterError> {
             "runtime.inference = \"central\" batches the workers of one process; with worker processes use \"worker\"".into(),
         ));
     }
-    if !config.network.core.is_none() {
-        return Err(ClusterError::Config(format!(
-            "network.core = \"{}\": recurrent policies train on one machine for now (the \
-             cluster's fragments do not carry recurrent states yet); use `strata train`",
-            config.network.core.name()
-        )));
-    }
     Ok(())
 }
 
@@ -233,12 +226,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn central_inference_and_recurrent_cores_are_refused_by_name() {
+    fn central_inference_is_refused_by_name() {
         assert!(check_distributable(&strata_runtime::preset("cartpole").unwrap()).is_ok());
-        let err = check_distributable(&strata_runtime::preset("cartpole-novel").unwrap())
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("network.core = \"lstm\""), "{err}");
+        assert!(check_distributable(&strata_runtime::preset("cartpole-novel").unwrap()).is_ok());
         let mut central = strata_runtime::preset("cartpole").unwrap();
         central.runtime.inference = strata_runtime::Inference::Central;
         assert!(check_distributable(&central)

@@ -8,8 +8,11 @@
 //! actions log_probs values rewards (f32) | terminated truncated (u8)
 //! final_obs: values (f32), image bytes (u8) | next_obs (f32) | issued completed (i64)
 //! clock (u64) obs_count (u32) obs_hash (u64) obs_min obs_max obs_mean (f32)
-//! sampler_version (u64)
+//! sampler_version (u64) | states (f32, `state_len` a row) starts (u8)
 //! ```
+//!
+//! A recurrent policy's states travel with the steps they were stored before, as they do
+//! through a worker's shared slots, so a learner trains on exactly what it would locally.
 
 use serde::{Deserialize, Serialize};
 use strata_env::{EpisodeEnd, NormalizerStats};
@@ -18,7 +21,7 @@ use strata_runtime::transport::{Fragment, ObsRows, WorkerState};
 use crate::ClusterError;
 
 /// Bumped whenever the layout changes; a learner refuses messages of another.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Who made a fragment and what it is about.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -36,6 +39,8 @@ pub(crate) struct Header {
     pub(crate) envs: usize,
     pub(crate) obs_dim: usize,
     pub(crate) action_dim: usize,
+    /// Values of recurrent state a row (0 without a recurrent core).
+    pub(crate) state_len: usize,
     pub(crate) episodes: Vec<EpisodeEnd>,
     pub(crate) stats_delta: NormalizerStats,
     pub(crate) end_state: Option<WorkerState>,
@@ -103,6 +108,7 @@ pub(crate) fn encode(
     obs_dim: usize,
     action_dim: usize,
 ) -> Vec<u8> {
+    let rows = f.steps * f.envs;
     let header = Header {
         format: FORMAT,
         config_hash: origin.config_hash.to_string(),
@@ -115,6 +121,7 @@ pub(crate) fn encode(
         envs: f.envs,
         obs_dim,
         action_dim,
+        state_len: f.states.len() / rows.max(1),
         episodes: f.episodes.clone(),
         stats_delta: f.stats_delta.clone(),
         end_state: f.end_state.clone(),
@@ -122,8 +129,8 @@ pub(crate) fn encode(
         inference_seconds: f.inference_seconds,
         recorded: f.provenance.recorded,
     };
-    let rows = f.steps * f.envs;
-    let mut out = start_framed(&header, rows * (4 * (6 + 6 * obs_dim) + 42));
+    let state = header.state_len;
+    let mut out = start_framed(&header, rows * (4 * (6 + 6 * obs_dim + state) + 43));
     let put_obs = |out: &mut Vec<u8>, obs: &ObsRows| {
         let (floats, bytes) = obs.parts();
         put_f32(out, floats);
@@ -149,6 +156,8 @@ pub(crate) fn encode(
     put_f32(&mut out, &p.obs_max);
     put_f32(&mut out, &p.obs_mean);
     put_u64(&mut out, p.sampler_version.iter().copied());
+    put_f32(&mut out, &f.states);
+    out.extend(f.starts.iter().map(|&b| u8::from(b)));
     out
 }
 
@@ -241,8 +250,9 @@ pub(crate) fn decode_into(
     f: &mut Fragment,
 ) -> Result<(), ClusterError> {
     let (od, ad) = (header.obs_dim, header.action_dim);
+    let rows = f.steps * f.envs;
     if (header.steps, header.envs) != (f.steps, f.envs)
-        || f.obs.rows() != f.steps * f.envs
+        || f.obs.rows() != rows
         || f.obs.dim() != od
         || f.actions.len() != f.steps * f.envs * ad
     {
@@ -256,6 +266,13 @@ pub(crate) fn decode_into(
             f.actions.len() / (f.steps * f.envs).max(1),
         )));
     }
+    if f.states.len() != rows * header.state_len {
+        return Err(ClusterError::Wire(format!(
+            "a fragment with {} values of recurrent state a row; this run's policy has {}",
+            header.state_len,
+            f.states.len() / rows.max(1),
+        )));
+    }
     let (_, body) = split_framed("a fragment message", message)?;
     let mut r = Reader::new(body);
     r.obs("obs", &mut f.obs)?;
@@ -267,7 +284,6 @@ pub(crate) fn decode_into(
     r.flags("truncated", &mut f.truncated)?;
     r.obs("final_obs", &mut f.final_obs)?;
     r.f32s("next_obs", &mut f.next_obs)?;
-    let rows = f.steps * f.envs;
     let p = &mut f.provenance;
     for (dst, v) in p.issued_ns.iter_mut().zip(r.u64s("issued", rows)?) {
         *dst = v as i64;
@@ -295,6 +311,8 @@ pub(crate) fn decode_into(
     {
         *dst = v;
     }
+    r.f32s("states", &mut f.states)?;
+    r.flags("starts", &mut f.starts)?;
     if r.at != body.len() {
         return Err(ClusterError::Wire(format!(
             "{} bytes after the last column",
@@ -325,9 +343,11 @@ mod tests {
     #[test]
     fn a_fragment_survives_its_message_and_a_damaged_one_is_named() {
         let (steps, envs, od, ad) = (5, 2, 3, 1);
-        // A value and a 2-value picture a row: the picture travels as bytes.
+        // A value and a 2-value picture a row: the picture travels as bytes; and two values
+        // of recurrent state a row.
         let widths = RowWidths {
             byte_spans: std::iter::once(1..3).collect(),
+            state: 2,
             ..RowWidths::vector(od, ad)
         };
         let a = ExperienceBuffer::for_worker(3, 1, steps, envs, widths.clone(), false);
@@ -357,6 +377,10 @@ mod tests {
             f.provenance.obs_mean[8] = 0.125;
             f.provenance.sampler_version[0] = 41;
             f.provenance.recorded = true;
+            for (i, s) in f.states.iter_mut().enumerate() {
+                *s = i as f32 * -0.25;
+            }
+            f.starts[6] = true;
             f.version = 40;
             f.index = 12;
             f.env_seconds = 0.5;
@@ -373,7 +397,8 @@ mod tests {
             (h.session, h.worker, h.incarnation, h.index, h.version),
             (9, 3, 1, 12, 40)
         );
-        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, widths, false);
+        assert_eq!(h.state_len, 2);
+        let b = ExperienceBuffer::for_worker(3, 1, steps, envs, widths.clone(), false);
         decode_into(&message, &h, &mut b.lock(slot(&b))).unwrap();
         let (x, y) = (a.lock(slot(&a)), b.lock(slot(&b)));
         assert_eq!(x.obs, y.obs);
@@ -395,6 +420,8 @@ mod tests {
             (&p.sampler_version, p.recorded),
             (&q.sampler_version, q.recorded)
         );
+        assert_eq!((&x.states, &x.starts), (&y.states, &y.starts));
+        assert_eq!(y.states[19], -4.75);
         assert_eq!((y.version, y.index, y.env_seconds), (40, 12, 0.5));
         drop((x, y));
         // Cut short, it is refused naming the column; a wrong shape is named too.
@@ -402,7 +429,17 @@ mod tests {
         let err = decode_into(cut, &h, &mut b.lock(slot(&b)))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("sampler_version"), "{err}");
+        assert!(err.contains("starts"), "{err}");
+        // A learner whose policy has no memory refuses states (and the other way round).
+        let plain = RowWidths {
+            state: 0,
+            ..widths.clone()
+        };
+        let c = ExperienceBuffer::for_worker(3, 1, steps, envs, plain, false);
+        let err = decode_into(&message, &h, &mut c.lock(slot(&c)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("2 values of recurrent state"), "{err}");
         let other =
             ExperienceBuffer::for_worker(3, 1, steps + 1, envs, RowWidths::vector(od, ad), false);
         let err = decode_into(&message, &h, &mut other.lock(slot(&other)))

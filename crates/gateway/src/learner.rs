@@ -200,30 +200,9 @@ impl Learner {
         if rows == 0 {
             return Ok(());
         }
-        let (od, ad) = (self.core.model().obs_dim(), segments[0].action_dim);
-        debug_assert_eq!(od, segments[0].obs_dim);
-        let mut buf = RolloutBuffer::with_byte_spans(1, rows, od, ad, segments[0].byte_spans());
-        let mut groups = Vec::with_capacity(segments.len());
-        let mut at = 0;
-        for s in &segments {
-            let n = s.len();
-            buf.steps_mut().copy_from(at, s.steps(), 0, n, (od, ad));
-            let last = at + n - 1;
-            if s.terminated {
-                buf.terminated[last] = true;
-            } else {
-                buf.truncated[last] = true;
-                buf.final_values[last] = s.bootstrap;
-            }
-            groups.push(SampleGroup {
-                rows: RowSpan::contiguous(at, n),
-                version: s.version,
-                bucket: s.bucket.clone(),
-                sample_runs: id_runs(&s.sample_ids),
-                completed_ns: s.completed_at_ns,
-            });
-            at += n;
-        }
+        let state_len = self.core.model().state_len();
+        let lane = (state_len > 0).then_some(self.gateway.settings.run.ppo.n_steps);
+        let (mut buf, groups) = lay_out(&segments, self.core.model().obs_dim(), state_len, lane);
         // Agents sample with older versions: always decoupled PPO.
         self.core.prepare(&mut buf, Correction::Decoupled);
         let rules = self.gateway.active_rules()?;
@@ -276,5 +255,159 @@ impl Learner {
             let _ = f.write_all(&text);
         }
         Ok(())
+    }
+}
+
+/// The rollout of `segments`, with each one's rows as a sample group.
+///
+/// A feed-forward policy's segments follow each other in one lane (`lane` is `None`). A
+/// recurrent policy's each get a lane of `lane` steps (segments are cut at `ppo.n_steps`),
+/// filled up after the segment's end with rows that are never trained on: every sequence
+/// then lies within one segment and starts from the state stored at its first step, as a
+/// worker's fragment does.
+fn lay_out(
+    segments: &[Segment],
+    obs_dim: usize,
+    state_len: usize,
+    lane: Option<usize>,
+) -> (RolloutBuffer, Vec<SampleGroup>) {
+    let first = &segments[0];
+    let dims = (obs_dim, first.action_dim);
+    debug_assert_eq!(obs_dim, first.obs_dim);
+    let rows: usize = segments.iter().map(Segment::len).sum();
+    let (lanes, steps) = match lane {
+        Some(n) => (segments.len(), n),
+        None => (1, rows),
+    };
+    let mut buf = RolloutBuffer::with_byte_spans(lanes, steps, dims.0, dims.1, first.byte_spans())
+        .with_memory(state_len);
+    let mut groups = Vec::with_capacity(segments.len());
+    let mut at = 0;
+    for (k, s) in segments.iter().enumerate() {
+        let n = s.len();
+        let (span, last) = if lane.is_some() {
+            debug_assert!(n <= steps, "a segment longer than a lane");
+            let span = RowSpan {
+                first: k,
+                width: 1,
+                stride: lanes,
+                count: n,
+            };
+            for t in 0..n {
+                let row = t * lanes + k;
+                buf.steps_mut().copy_from(row, s.steps(), t, 1, dims);
+                let sl = state_len;
+                buf.states[row * sl..(row + 1) * sl]
+                    .copy_from_slice(&s.states()[t * sl..(t + 1) * sl]);
+            }
+            // Rows after the segment's end end at once and weigh nothing.
+            for t in n..steps {
+                let row = t * lanes + k;
+                buf.terminated[row] = true;
+                buf.admission[row] = 0.0;
+            }
+            (span, (n - 1) * lanes + k)
+        } else {
+            buf.steps_mut().copy_from(at, s.steps(), 0, n, dims);
+            (RowSpan::contiguous(at, n), at + n - 1)
+        };
+        if s.terminated {
+            buf.terminated[last] = true;
+        } else {
+            buf.truncated[last] = true;
+            buf.final_values[last] = s.bootstrap;
+        }
+        groups.push(SampleGroup {
+            rows: span,
+            version: s.version,
+            bucket: s.bucket.clone(),
+            sample_runs: id_runs(&s.sample_ids),
+            completed_ns: s.completed_at_ns,
+        });
+        at += n;
+    }
+    (buf, groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_ledger::Bucket;
+
+    /// A segment of `n` steps of trajectory `t` whose values say where they came from.
+    fn segment(t: u64, n: usize, state_len: usize) -> Segment {
+        let mut s = Segment::new(t, 0, &Bucket::train(), (2, 1), &[]);
+        for i in 0..n {
+            let x = (t * 100 + i as u64) as f32;
+            let state = vec![x; state_len];
+            s.push(
+                x as u64,
+                &[x, -x],
+                &[(i % 2) as f32],
+                -0.7,
+                0.1,
+                1.0,
+                &state,
+                5,
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn a_recurrent_policys_segments_get_a_lane_each_and_train_as_sequences() {
+        let mut config = strata_runtime::preset("cartpole-novel").unwrap();
+        config.env.normalize_obs = false;
+        let state_len = config.network.state_len();
+        let lane = config.ppo.n_steps;
+        let (mut a, b) = (segment(1, 3, state_len), segment(2, lane, state_len));
+        a.terminated = true;
+        let mut segments = vec![a, b];
+        segments[1].bootstrap = 4.5;
+        let (mut buf, groups) = lay_out(&segments, 2, state_len, Some(lane));
+        assert_eq!((buf.num_envs, buf.n_steps), (2, lane));
+        // Lane 0 is segment a: its 3 steps, then padding that ends at once and weighs 0.
+        assert_eq!(
+            groups[0].rows.runs().flatten().collect::<Vec<_>>(),
+            [0, 2, 4]
+        );
+        assert_eq!(groups[1].rows.len(), lane);
+        let mut row = Vec::new();
+        buf.obs.extend_into(4..5, &mut row);
+        assert_eq!(row, [102.0, -102.0]);
+        assert_eq!(buf.states[4 * state_len], 102.0);
+        assert_eq!(buf.states[5 * state_len], 202.0, "lane 1, step 2");
+        assert!(buf.terminated[4] && !buf.truncated[4]);
+        assert!(buf.truncated[(lane - 1) * 2 + 1] && buf.final_values[(lane - 1) * 2 + 1] == 4.5);
+        assert!((3..lane).all(|t| buf.admission[t * 2] == 0.0 && buf.terminated[t * 2]));
+        assert!(
+            buf.starts.iter().all(|&s| !s),
+            "a segment is one trajectory"
+        );
+
+        // The learner's update runs on it as sequences; what the padding holds changes
+        // nothing.
+        let train = |mut buf: RolloutBuffer| {
+            let mut core = LearnerCore::new(&config, 0).unwrap();
+            core.prepare(&mut buf, Correction::Decoupled);
+            let stats = core.train(&buf, 1.0);
+            assert!(stats.policy_loss.is_finite() && stats.value_loss > 0.0);
+            core.params().to_vec()
+        };
+        let before = LearnerCore::new(&config, 0).unwrap().params().to_vec();
+        let trained = train(buf.clone());
+        assert_ne!(trained, before);
+        for t in 3..lane {
+            buf.rewards[t * 2] = 1e3;
+            buf.obs.write(t * 2, &[5.0, 5.0]);
+            buf.states[t * 2 * state_len] = 9.0;
+        }
+        assert_eq!(train(buf), trained);
+
+        // A feed-forward policy's follow each other in one lane.
+        let (buf, groups) = lay_out(&segments, 2, 0, None);
+        assert_eq!((buf.num_envs, buf.n_steps), (1, 3 + lane));
+        assert_eq!(groups[1].rows, RowSpan::contiguous(3, lane));
+        assert!(buf.terminated[2] && buf.truncated[2 + lane]);
     }
 }

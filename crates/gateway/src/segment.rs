@@ -23,6 +23,8 @@ pub struct Segment {
     log_probs: Vec<f32>,
     values: Vec<f32>,
     rewards: Vec<f32>,
+    /// A recurrent policy's state before each step (empty for a feed-forward one).
+    states: Vec<f32>,
     /// Completion time of the last step.
     pub completed_at_ns: i64,
     /// Ended in a terminal state (else the value is bootstrapped).
@@ -52,6 +54,7 @@ impl Segment {
             log_probs: Vec::new(),
             values: Vec::new(),
             rewards: Vec::new(),
+            states: Vec::new(),
             completed_at_ns: 0,
             terminated: false,
             bootstrap: 0.0,
@@ -66,6 +69,11 @@ impl Segment {
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.sample_ids.is_empty()
+    }
+
+    /// A recurrent policy's state before each step, `len x state` (empty without one).
+    pub fn states(&self) -> &[f32] {
+        &self.states
     }
 
     /// The parts of its observations kept as bytes.
@@ -83,6 +91,7 @@ impl Segment {
         log_prob: f32,
         value: f32,
         reward: f32,
+        state_before: &[f32],
         completed_at_ns: i64,
     ) {
         self.sample_ids.push(sample_id);
@@ -91,6 +100,7 @@ impl Segment {
         self.log_probs.push(log_prob);
         self.values.push(value);
         self.rewards.push(reward);
+        self.states.extend_from_slice(state_before);
         self.completed_at_ns = completed_at_ns;
     }
 }

@@ -141,16 +141,6 @@ impl GatewaySettings {
     /// [`GatewayError::Config`].
     pub fn validate(&self) -> Result<(), GatewayError> {
         let bad = |key: &str, why: String| Err(GatewayError::Config(format!("{key}: {why}")));
-        if !self.run.network.core.is_none() {
-            return bad(
-                "network.core",
-                format!(
-                    "\"{}\": the gateway serves feed-forward policies for now (it does not \
-                     keep each episode's recurrent state yet)",
-                    self.run.network.core.name()
-                ),
-            );
-        }
         if !(self.cooldown_secs.is_finite() && self.cooldown_secs >= 0.0) {
             return bad(
                 "cooldown_secs",

@@ -38,6 +38,75 @@ pub struct EpisodeRec {
     pub start_key: Option<String>,
     /// Wall-clock ns of the last request on it.
     pub last_activity_ns: i64,
+    /// A recurrent policy's state after the last reported action: what the next act and
+    /// the bootstrap of a cut trajectory start from. Zero when the episode starts and after
+    /// a switch of version; empty for a feed-forward policy and once the episode ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "state_bytes")]
+    pub memory: Vec<f32>,
+    /// The state after the outstanding action: it becomes `memory` when the action is
+    /// reported, and is dropped when the action is never executed (aborted, cancelled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "state_bytes")]
+    pub pending_memory: Vec<f32>,
+}
+
+impl EpisodeRec {
+    /// The outstanding action was executed and reported: the state after it carries on.
+    /// Returns the state before it (the one its step was taken from).
+    pub fn take_reported(&mut self) -> Vec<f32> {
+        self.pending = None;
+        if self.pending_memory.is_empty() {
+            return Vec::new();
+        }
+        std::mem::replace(&mut self.memory, std::mem::take(&mut self.pending_memory))
+    }
+
+    /// The outstanding action will never be executed: the state goes back to before it.
+    /// Returns the action.
+    pub fn withdraw_pending(&mut self) -> Option<u64> {
+        self.pending_memory.clear();
+        self.pending.take()
+    }
+
+    /// The episode runs a new version from here: a state of the old one's means nothing.
+    pub fn reset_memory(&mut self) {
+        self.memory.fill(0.0);
+        self.pending_memory.clear();
+    }
+
+    /// The episode ended: its state is no longer needed.
+    pub fn release_memory(&mut self) {
+        self.memory = Vec::new();
+        self.pending_memory = Vec::new();
+    }
+}
+
+/// A recurrent state in the journal: its `f32`s as little-endian bytes in base64 (exact,
+/// and under half the size of JSON numbers).
+mod state_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(state: &[f32], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = state.iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+        let text = String::deserialize(d)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)?;
+        if bytes.len() % 4 != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "a recurrent state of {} bytes (not whole f32s)",
+                bytes.len()
+            )));
+        }
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
+            .collect())
+    }
 }
 
 /// Where an action stands.
@@ -464,6 +533,8 @@ mod tests {
             pending: None,
             start_key: None,
             last_activity_ns: 0,
+            memory: Vec::new(),
+            pending_memory: Vec::new(),
         }
     }
 
@@ -527,6 +598,8 @@ mod tests {
                 pending: Some(7),
                 start_key: Some("k".into()),
                 last_activity_ns: 1,
+                memory: vec![0.5, -1.0e-30, f32::MAX],
+                pending_memory: Vec::new(),
             },
         );
         state.episode_keys.insert(agent_key("agent-0", "k"), 4);
@@ -537,6 +610,8 @@ mod tests {
         let mut back = State::new(0, 0.0, 0.0);
         back.apply(serde_json::from_str(&line).unwrap(), 10);
         assert_eq!(back.episodes[&4].pending, Some(7));
+        assert_eq!(back.episodes[&4].memory, [0.5, -1.0e-30, f32::MAX], "exact");
+        assert!(back.episodes[&4].pending_memory.is_empty());
         assert_eq!(back.episode_keys[&agent_key("agent-0", "k")], 4);
         assert_eq!(back.release.cooldown_secs, 1.0);
     }

@@ -645,16 +645,3 @@ fn metrics_parse_as_prometheus_text() {
         1.0
     );
 }
-
-#[test]
-fn a_recurrent_policy_is_refused_before_anything_is_written() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("gateway");
-    let settings = GatewaySettings::new("cartpole-novel", &dir).unwrap();
-    let err = Gateway::open(settings).err().expect("refused").to_string();
-    assert!(
-        err.contains("network.core") && err.contains("lstm"),
-        "{err}"
-    );
-    assert!(!dir.exists(), "nothing written");
-}

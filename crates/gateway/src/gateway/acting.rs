@@ -138,7 +138,7 @@ impl Gateway {
             }
         }
         let key = agent_key(&caller.name, &req.idempotency_key);
-        let (version, trajectory) = {
+        let (version, trajectory, mut memory) = {
             let mut state = self.state.lock();
             if let Some(a) = state
                 .action_keys
@@ -160,7 +160,7 @@ impl Gateway {
                     "episode {id} has action {p} outstanding: report it first"
                 )));
             }
-            (e.version, e.trajectory)
+            (e.version, e.trajectory, e.memory.clone())
         };
         let policy = self.policies.served(version)?;
         let mut action = vec![0.0; self.action_dim];
@@ -169,9 +169,15 @@ impl Gateway {
             let seed = xxhash_rust::xxh3::xxh3_64(key.as_bytes()) ^ self.settings.run.train.seed;
             let mut rng = SampleRng::seed_from_u64(seed);
             let mut model = policy.model.lock();
+            // The episode's state after its last reported action, advanced by this step
+            // (kept aside until the action is reported).
+            let starts: &[bool] = if memory.is_empty() { &[] } else { &[false] };
             model.act(
                 &observation,
-                Memory::none(),
+                Memory {
+                    state: &mut memory,
+                    starts,
+                },
                 &mut rng,
                 &[],
                 &mut action,
@@ -195,6 +201,7 @@ impl Gateway {
             )));
         }
         e.pending = Some(action_id);
+        e.pending_memory = memory;
         e.last_seq = Some(req.env_seq);
         e.last_activity_ns = now_ns();
         state.next_action += 1;
@@ -354,7 +361,7 @@ impl Gateway {
         state.next_trajectory += 1;
         let e = state.episodes.get_mut(&episode).expect("episode");
         e.trajectory = next;
-        if let Some(a) = e.pending.take().and_then(|p| state.actions.get_mut(&p)) {
+        if let Some(a) = e.withdraw_pending().and_then(|p| state.actions.get_mut(&p)) {
             if matches!(a.status, ActionStatus::Pending | ActionStatus::TimedOut) {
                 a.status = ActionStatus::Cancelled;
             }

@@ -57,6 +57,8 @@ impl Gateway {
             pending: None,
             start_key: req.idempotency_key.clone(),
             last_activity_ns: now,
+            memory: vec![0.0; self.state_len],
+            pending_memory: Vec::new(),
         };
         if let Some(k) = &req.idempotency_key {
             state.episode_keys.insert(agent_key(&caller.name, k), id);
@@ -131,7 +133,7 @@ impl Gateway {
     pub(super) fn close_episode(&self, state: &mut State, id: u64) -> Result<(), RequestError> {
         let e = state.episodes.get_mut(&id).expect("episode");
         e.status = EpisodeStatus::Ended;
-        if let Some(p) = e.pending.take() {
+        if let Some(p) = e.withdraw_pending() {
             if let Some(a) = state.actions.get_mut(&p) {
                 if a.status == ActionStatus::Pending {
                     a.status = ActionStatus::Cancelled;
@@ -140,6 +142,11 @@ impl Gateway {
         }
         let last = state.episodes[&id].last_obs.clone();
         self.cut(state, id, Some(last.as_deref()));
+        state
+            .episodes
+            .get_mut(&id)
+            .expect("episode")
+            .release_memory();
         self.journal_episode(state, id)
     }
 

@@ -23,8 +23,8 @@ impl Gateway {
         &self,
         a: &ActionRec,
         r: &SampleRecord,
-        trajectory: u64,
-        version: u64,
+        state_before: &[f32],
+        (trajectory, version): (u64, u64),
         bucket: &Bucket,
     ) -> usize {
         let mut rows = self.rows.lock();
@@ -44,6 +44,7 @@ impl Gateway {
             a.log_prob,
             a.value,
             r.reward,
+            state_before,
             r.completed_at_ns,
         );
         seg.len()
@@ -61,7 +62,13 @@ impl Gateway {
         if let Some(obs) = bootstrap {
             if let Ok(policy) = self.policies.served(seg.version) {
                 let mut v = [0.0f32];
-                policy.model.lock().values(obs, Memory::none(), &mut v);
+                // A recurrent policy's value from the state after the last step.
+                let mut memory = e.memory.clone();
+                let memory = Memory {
+                    starts: if memory.is_empty() { &[] } else { &[false] },
+                    state: &mut memory,
+                };
+                policy.model.lock().values(obs, memory, &mut v);
                 seg.bootstrap = v[0];
             }
         }

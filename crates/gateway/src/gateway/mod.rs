@@ -78,6 +78,8 @@ pub struct Gateway {
     /// For an env whose observation is one image: how to take it in the env's own shape.
     image_reorder: Option<strata_env::gym::ImageReorder>,
     action_dim: usize,
+    /// Values of a recurrent policy's state an episode keeps (0 for a feed-forward one).
+    state_len: usize,
     pub(crate) ledger: Ledger,
     journal: Journal,
     state: Mutex<State>,

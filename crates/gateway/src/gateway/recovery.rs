@@ -92,6 +92,7 @@ impl Gateway {
                 .as_ref()
                 .and_then(strata_env::gym::GymLayout::image_reorder),
             action_dim,
+            state_len: run.network.state_len(),
             ledger,
             journal,
             state: Mutex::new(state),
@@ -146,7 +147,7 @@ impl Gateway {
                 let episode = a.episode;
                 if let Some(e) = state.episodes.get_mut(&episode) {
                     if e.pending == Some(action) {
-                        e.pending = None;
+                        e.take_reported();
                         e.steps += 1;
                     }
                 }

@@ -311,6 +311,7 @@ impl Gateway {
             self.invalidate_and_restart(state, id, ReasonCode::VersionSwitch, &text, author)?;
             let e = state.episodes.get_mut(&id).expect("episode");
             e.version = version;
+            e.reset_memory();
             e.channel = Channel::Stable;
             e.bucket = self.stable_bucket();
             self.journal_episode(state, id)?;

@@ -160,7 +160,7 @@ impl Gateway {
         let e = state.episodes.get_mut(&rec.episode).expect("episode");
         e.steps += 1;
         e.reward_sum += f64::from(reward);
-        e.pending = None;
+        let state_before = e.take_reported();
         e.last_seq = Some(record.env_clock);
         e.last_obs = Some(after.clone());
         e.last_activity_ns = now_ns();
@@ -169,7 +169,13 @@ impl Gateway {
         }
         let (trajectory, version) = (e.trajectory, e.version);
         if trajectory == rec.answer.trajectory_id {
-            let held = self.add_row(&rec, &record, trajectory, version, &episode.bucket);
+            let held = self.add_row(
+                &rec,
+                &record,
+                &state_before,
+                (trajectory, version),
+                &episode.bucket,
+            );
             let full = held >= self.settings.run.ppo.n_steps;
             if ended || full {
                 let bootstrap = if req.terminated {
@@ -179,6 +185,13 @@ impl Gateway {
                 };
                 self.cut(&state, rec.episode, bootstrap);
             }
+        }
+        if ended {
+            state
+                .episodes
+                .get_mut(&rec.episode)
+                .expect("episode")
+                .release_memory();
         }
         self.counters.reports.fetch_add(1, Ordering::Relaxed);
         self.journal_action(&state, rec)?;

@@ -362,3 +362,155 @@ fn pictures_are_taken_in_the_envs_own_shape() {
         "{wrong:?}"
     );
 }
+
+/// A gateway serving an LSTM policy (CartPole without velocities, raw observations).
+fn open_recurrent(dir: &Path) -> Gateway {
+    let mut settings = GatewaySettings::new("cartpole-novel", dir).unwrap();
+    settings.run.env.normalize_obs = false;
+    settings.run.ledger.flush_interval_secs = 0.05;
+    settings.cooldown_secs = 0.0;
+    Gateway::open(settings).unwrap()
+}
+
+fn act_on(g: &Gateway, caller: &Caller, episode: u64, key: &str, obs: [f32; 2]) -> ActResponse {
+    g.act(
+        caller,
+        episode,
+        request(
+            json!({"observation": obs, "env_seq": 1, "idempotency_key": key,
+                       "context": {"target": [0.0]}}),
+        ),
+    )
+    .unwrap()
+}
+
+fn report_after(g: &Gateway, caller: &Caller, action: u64, end: bool) {
+    let r: ReportRequest =
+        request(json!({"observation_after": [0.01, -0.02], "reward": 1.0, "terminated": end}));
+    g.report(caller, action, r).unwrap();
+}
+
+fn memory_of(g: &Gateway, episode: u64) -> (Vec<f32>, Vec<f32>) {
+    let state = g.state.lock();
+    let e = &state.episodes[&episode];
+    (e.memory.clone(), e.pending_memory.clone())
+}
+
+/// The state version `version` reaches from zero over `observations`, acting as a worker.
+fn reference_state(g: &Gateway, version: u64, observations: &[[f32; 2]]) -> Vec<f32> {
+    let policy = g.policies.served(version).unwrap();
+    let mut model = policy.model.lock();
+    let mut state = vec![0.0; model.state_len()];
+    let mut rng = SampleRng::seed_from_u64(0);
+    for obs in observations {
+        let (mut a, mut l, mut v) = ([0.0f32], [0.0f32], [0.0f32]);
+        let memory = Memory {
+            state: &mut state,
+            starts: &[false],
+        };
+        model.act(obs, memory, &mut rng, &[], &mut a, &mut l, &mut v);
+    }
+    state
+}
+
+#[test]
+fn a_recurrent_episode_keeps_its_state_through_aborts_and_restarts_and_a_switch_zeroes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = open_recurrent(dir.path());
+    let (tx, rx) = crossbeam_channel::bounded(16);
+    g.attach_learner(tx);
+    let ana = agent("agent-0");
+    let (o1, o2, o3) = ([0.02, 0.03], [-0.04, 0.01], [0.3, -0.2]);
+    let e = g.start_episode(&ana, request(json!({}))).unwrap();
+    let id = e.episode_id;
+    let (zero, none) = memory_of(&g, id);
+    assert_eq!(
+        zero,
+        vec![0.0; 256],
+        "an LSTM of 64 per network: h and c, twice"
+    );
+    assert!(none.is_empty());
+
+    // An act advances the state aside; a retry does not advance it again; the report
+    // makes it the episode's.
+    let a1 = act_on(&g, &ana, id, "a1", o1);
+    assert_eq!(
+        act_on(&g, &ana, id, "a1", o1),
+        a1,
+        "a retry gets the same answer"
+    );
+    let after_o1 = reference_state(&g, 0, &[o1]);
+    assert_eq!(memory_of(&g, id), (zero.clone(), after_o1.clone()));
+    report_after(&g, &ana, a1.action_id, false);
+    assert_eq!(memory_of(&g, id), (after_o1.clone(), Vec::new()));
+    let a2 = act_on(&g, &ana, id, "a2", o2);
+    report_after(&g, &ana, a2.action_id, false);
+    let after_o2 = reference_state(&g, 0, &[o1, o2]);
+    assert_eq!(memory_of(&g, id).0, after_o2);
+    assert_ne!(after_o2, after_o1, "the state moves");
+
+    // An aborted action never happened: the state goes back to before it.
+    let a3 = act_on(&g, &ana, id, "a3", o3);
+    let moved: RecheckRequest = request(json!({"target": [1.0]}));
+    assert_eq!(
+        g.recheck(&ana, a3.action_id, moved).unwrap().verdict,
+        Verdict::Abort
+    );
+    assert_eq!(memory_of(&g, id), (after_o2.clone(), Vec::new()));
+    let trajectory = g.episode(&ana, id).unwrap().trajectory_id;
+    assert_ne!(
+        trajectory, e.trajectory_id,
+        "the abort started a new trajectory"
+    );
+
+    // The first trajectory's steps went to the learner with the state before each.
+    assert!(
+        rx.try_recv().is_err(),
+        "an invalidated trajectory is not cut"
+    );
+
+    // A restart (the journal replayed) keeps the episode's state, pending one included.
+    let a4 = act_on(&g, &ana, id, "a4", o3);
+    let pending = memory_of(&g, id);
+    assert_eq!(pending.1, reference_state(&g, 0, &[o1, o2, o3]));
+    drop(g);
+    let g = open_recurrent(dir.path());
+    assert_eq!(memory_of(&g, id), pending, "restored bit for bit");
+    let (tx, rx) = crossbeam_channel::bounded(16);
+    g.attach_learner(tx);
+    report_after(&g, &ana, a4.action_id, false);
+    let a5 = act_on(&g, &ana, id, "a5", o1);
+    report_after(&g, &ana, a5.action_id, true);
+    let s = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((s.trajectory, s.len()), (trajectory, 2));
+    let mut stored = after_o2.clone();
+    stored.extend(reference_state(&g, 0, &[o1, o2, o3]));
+    assert_eq!(
+        s.states(),
+        stored,
+        "each row keeps the state before its step"
+    );
+    assert!(
+        memory_of(&g, id).0.is_empty(),
+        "an ended episode lets its state go"
+    );
+
+    // A forced switch of version starts the episode's new trajectory from zero.
+    let params = g.policies.served(0).unwrap().params.clone();
+    assert_eq!(
+        g.publish_params(params, Channel::Stable, "operator")
+            .unwrap(),
+        1
+    );
+    let e = g.start_episode(&ana, request(json!({}))).unwrap();
+    assert_eq!(e.policy_version, 1);
+    let b1 = act_on(&g, &ana, e.episode_id, "b1", o1);
+    report_after(&g, &ana, b1.action_id, false);
+    assert_ne!(memory_of(&g, e.episode_id).0, zero);
+    let force: SwitchRequest = request(json!({"version": 0, "force": true}));
+    g.rollback(&operator(), force).unwrap();
+    let now = g.episode(&ana, e.episode_id).unwrap();
+    assert_eq!(now.policy_version, 0);
+    assert_ne!(now.trajectory_id, e.trajectory_id);
+    assert_eq!(memory_of(&g, e.episode_id), (zero, Vec::new()));
+}
