@@ -196,15 +196,35 @@ impl PpoConfig {
             ));
         }
         if !self.batch_size.is_multiple_of(len) {
+            // A length that fits both, at most 32 steps (rl-zoo3's and POPGym's order).
+            let both = gcd(self.n_steps, self.batch_size);
+            let fits = (1..=both.min(32)).rev().find(|d| both % d == 0).unwrap_or(1);
+            let hint = if self.sequence_length == 0 {
+                format!(
+                    "; ppo.sequence_length = 0 means whole fragments of {len} steps: set \
+                     ppo.sequence_length (e.g. {fits}, which divides both)"
+                )
+            } else {
+                format!(" (ppo.sequence_length = {fits} would divide both)")
+            };
             return Err(InvalidConfig::new(
                 "ppo.batch_size",
                 self.batch_size,
                 format!(
                     "must be a multiple of the sequence length, {len}, with a recurrent \
-                     core (a minibatch holds whole sequences)"
+                     core (a minibatch holds whole sequences){hint}"
                 ),
             ));
         }
         Ok(())
+    }
+}
+
+/// The greatest common divisor.
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }

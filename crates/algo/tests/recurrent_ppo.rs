@@ -120,3 +120,20 @@ fn an_lstm_learns_a_cue_a_feed_forward_policy_cannot_hold() {
     assert!(gru > 0.9, "gru decides right {gru}");
     assert!(mlp < 0.7, "without memory it can only guess: {mlp}");
 }
+
+#[test]
+fn a_sequence_length_that_cannot_tile_says_which_would() {
+    // SB3's layout (2048 steps, minibatches of 64) with whole fragments as sequences.
+    let mut config = PpoConfig {
+        n_steps: 2048,
+        batch_size: 64,
+        ..PpoConfig::default()
+    };
+    let err = config.validate_sequences().unwrap_err().to_string();
+    assert!(err.contains("ppo.batch_size") && err.contains("e.g. 32"), "{err}");
+    config.sequence_length = 48;
+    let err = config.validate_sequences().unwrap_err().to_string();
+    assert!(err.contains("ppo.sequence_length"), "{err}");
+    config.sequence_length = 32;
+    config.validate_sequences().unwrap();
+}

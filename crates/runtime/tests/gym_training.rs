@@ -1,5 +1,6 @@
 //! Training on Gymnasium envs in worker processes: `gym:CartPole-v1` learns as the built-in
-//! `cartpole` does, each fault inside Python (raise, NaN, segfault, hang) costs one invalid
+//! `cartpole` does, a GRU learns POPGym's RepeatPrevious where an MLP cannot, each fault
+//! inside Python (raise, NaN, segfault, hang) costs one invalid
 //! fragment and a respawned process while training goes on, results do not depend on how
 //! envs are spread over processes, a resumed run starts fresh episodes, and no process is
 //! left behind. Needs Python with gymnasium (`STRATA_PYTHON`); skipped without it unless
@@ -102,6 +103,31 @@ fn gym_cartpole_learns_as_the_builtin_cartpole_does() {
         gym / builtin < 2.0 && builtin / gym < 2.0,
         "median steps to solve: built-in {builtin}, gym {gym}"
     );
+    assert!(children().is_empty(), "{:?}", children());
+}
+
+#[test]
+fn popgyms_repeat_previous_needs_the_memory_it_gets() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The pinned environment (python/requirements-gym.txt) has POPGym.
+    if !python_has("gymnasium, popgym") {
+        return;
+    }
+    // Say the card seen 4 steps ago: without memory, a quarter right (return -0.5); a GRU
+    // on the generic preset (sequences of 32 steps) is past 0.8 at 100k steps on
+    // seeds 1-3 (README).
+    let mut returns = Vec::new();
+    for core in [strata_nn::Core::Gru, strata_nn::Core::None] {
+        let mut c = preset("gym:popgym:popgym-RepeatPreviousEasy-v0").unwrap();
+        c.network.core = core;
+        c.ppo.sequence_length = 32;
+        c.train.seed = 1;
+        c.train.total_steps = 100_000;
+        c.train.deterministic = true;
+        returns.push(train_through(c).summary().final_mean_return.unwrap());
+    }
+    assert!(returns[0] > 0.5, "gru {:?}", returns);
+    assert!(returns[1] < -0.3, "no memory, chance {:?}", returns);
     assert!(children().is_empty(), "{:?}", children());
 }
 
