@@ -198,7 +198,10 @@ impl PpoConfig {
         if !self.batch_size.is_multiple_of(len) {
             // A length that fits both, at most 32 steps (rl-zoo3's and POPGym's order).
             let both = gcd(self.n_steps, self.batch_size);
-            let fits = (1..=both.min(32)).rev().find(|d| both % d == 0).unwrap_or(1);
+            let fits = (1..=both.min(32))
+                .rev()
+                .find(|d| both % d == 0)
+                .unwrap_or(1);
             let hint = if self.sequence_length == 0 {
                 format!(
                     "; ppo.sequence_length = 0 means whole fragments of {len} steps: set \

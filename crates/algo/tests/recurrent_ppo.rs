@@ -130,7 +130,10 @@ fn a_sequence_length_that_cannot_tile_says_which_would() {
         ..PpoConfig::default()
     };
     let err = config.validate_sequences().unwrap_err().to_string();
-    assert!(err.contains("ppo.batch_size") && err.contains("e.g. 32"), "{err}");
+    assert!(
+        err.contains("ppo.batch_size") && err.contains("e.g. 32"),
+        "{err}"
+    );
     config.sequence_length = 48;
     let err = config.validate_sequences().unwrap_err().to_string();
     assert!(err.contains("ppo.sequence_length"), "{err}");

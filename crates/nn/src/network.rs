@@ -35,6 +35,11 @@ pub struct NetworkConfig {
     /// How long a gSDE exploration matrix is held: a `fragment` (SB3's default of one
     /// rollout) or a whole `episode`, which explores like a perturbed policy per episode.
     pub sde_hold: SdeHold,
+    /// With gSDE, draw every env's exploration matrix anew every this many steps of its
+    /// fragment (SB3's `sde_sample_freq`; 0: hold it as `sde_hold` says). Written out when
+    /// set.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sde_sample_freq: usize,
     /// A recurrent core between the encoder (or the observation) and the policy and value
     /// networks: `lstm`, `gru` or `none`. Left out of the config when `none`.
     #[serde(skip_serializing_if = "Core::is_none")]
@@ -53,6 +58,10 @@ pub struct NetworkConfig {
 
 /// `network.core_size` unless set.
 const DEFAULT_CORE_SIZE: usize = 64;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
 
 fn is_default_core_size(size: &usize) -> bool {
     *size == DEFAULT_CORE_SIZE
@@ -216,6 +225,7 @@ impl Default for NetworkConfig {
             ortho_init: true,
             sde: false,
             sde_hold: SdeHold::Fragment,
+            sde_sample_freq: 0,
             core: Core::None,
             core_size: DEFAULT_CORE_SIZE,
             core_layers: 1,

@@ -460,6 +460,13 @@ impl RunConfig {
                 "must be finite",
             );
         }
+        if self.network.sde_sample_freq > 0 && !self.network.sde {
+            return bad(
+                "network.sde_sample_freq",
+                &self.network.sde_sample_freq,
+                "draws gSDE matrices: it needs network.sde = true",
+            );
+        }
         let r = &self.runtime;
         if !self.network.core.is_none() {
             if self.network.core_size == 0 || self.network.core_layers == 0 {

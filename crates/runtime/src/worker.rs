@@ -350,6 +350,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         wall: WallClock::now(),
         sde_len,
         sde_hold,
+        sde_every: config.network.sde_sample_freq,
     };
     loop {
         if exit_requested(&commands) {
@@ -624,16 +625,28 @@ struct StepContext<'a> {
     /// Standard normals in one env's gSDE exploration matrix (0 without gSDE).
     sde_len: usize,
     sde_hold: SdeHold,
+    /// Steps between redraws of every gSDE matrix (0: as `sde_hold` says).
+    sde_every: usize,
 }
 
-/// With gSDE matrices held per episode, an env whose episode just ended gets a new one.
-fn redraw_for_ended_episodes(
+/// gSDE matrices after fragment step `t`: all drawn anew every `sde_every` steps (as SB3
+/// draws them every `sde_sample_freq` steps of its rollout); held per episode, an env
+/// whose episode just ended gets a new one.
+fn redraw_sde(
     ctx: &StepContext<'_>,
+    t: usize,
     batch: &StepBatch,
     noise: &mut [f32],
     rng: &mut SampleRng,
 ) {
-    if ctx.sde_len == 0 || ctx.sde_hold != SdeHold::Episode {
+    if ctx.sde_len == 0 {
+        return;
+    }
+    if ctx.sde_every > 0 && (t + 1).is_multiple_of(ctx.sde_every) {
+        standard_normals(noise, rng);
+        return;
+    }
+    if ctx.sde_hold != SdeHold::Episode {
         return;
     }
     for (i, row) in noise.chunks_exact_mut(ctx.sde_len).enumerate() {
@@ -743,7 +756,7 @@ fn fill_local(
         let t1 = Instant::now();
         envs.step(&f.actions[arow], batch)?;
         memory.step_done(batch);
-        redraw_for_ended_episodes(ctx, batch, sde_noise, rng);
+        redraw_sde(ctx, t, batch, sde_noise, rng);
         let t2 = Instant::now();
         record_step(ctx, f, (t, 0), (t1, t2), batch);
         obs.copy_from_slice(&batch.obs);
@@ -805,7 +818,7 @@ fn fill_central(
             let t1 = Instant::now();
             envs[g].step(&f.actions[row * ad..(row + gm) * ad], &mut batches[g])?;
             memory.group_done(g * gm, &batches[g]);
-            redraw_for_ended_episodes(ctx, &batches[g], &mut sde_noise[g], &mut rngs[g]);
+            redraw_sde(ctx, t, &batches[g], &mut sde_noise[g], &mut rngs[g]);
             let t2 = Instant::now();
             record_step(ctx, f, (t, g), (t1, t2), &batches[g]);
             obs[g].copy_from_slice(&batches[g].obs);

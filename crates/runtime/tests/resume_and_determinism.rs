@@ -148,7 +148,24 @@ fn gsde_resume_equals_uninterrupted_run_with_matrices_held_per_episode() {
     c.network.sde_hold = strata_nn::SdeHold::Episode;
     resume_matches_uninterrupted_with(c.clone());
     c.network.sde_hold = strata_nn::SdeHold::Fragment;
-    resume_matches_uninterrupted_with(c);
+    resume_matches_uninterrupted_with(c.clone());
+    // Drawn anew every 4 steps (SB3's sde_sample_freq), by workers and by central
+    // inference: saved and restored exactly, and another run than with matrices held.
+    let tmp = tempfile::tempdir().unwrap();
+    let held = run_to_end(
+        &mut Trainer::new(c.clone()).unwrap(),
+        &tmp.path().join("held"),
+    )
+    .0;
+    c.network.sde_sample_freq = 4;
+    resume_matches_uninterrupted_with(c.clone());
+    let every_4 = run_to_end(&mut Trainer::new(c.clone()).unwrap(), &tmp.path().join("4")).0;
+    assert!(held != every_4, "the matrices were drawn anew");
+    c.runtime.inference = strata_runtime::Inference::Central;
+    resume_matches_uninterrupted_with(c.clone());
+    c.network.sde = false;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("network.sde_sample_freq"), "{err}");
 }
 
 #[test]
