@@ -1,9 +1,16 @@
-//! Element-wise hot loops (bias + activation, activation backward, Adam), compiled twice:
+//! Element-wise hot loops (bias + activation, activation backward, Adam, a recurrent
+//! cell's gates at each step, forward and backward), compiled twice:
 //! once for the baseline target and once with AVX2 enabled, picked at run time. The code is
 //! the same plain Rust (no intrinsics, no fused multiply-add), so both paths give
 //! bit-identical results; the wide one just processes 8 lanes instead of 4.
 
 use crate::activation::{fast_tanh, Activation};
+
+/// The logistic function through [`fast_tanh`]: `sigmoid(x) = (1 + tanh(x / 2)) / 2`.
+#[inline(always)]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    0.5 + 0.5 * fast_tanh(0.5 * x)
+}
 
 /// Whether the CPU runs the AVX2 build of these loops (detected once, cached by std).
 #[inline]
@@ -116,6 +123,173 @@ multiversion! {
             *m = c.beta1 * *m + (1.0 - c.beta1) * g;
             *v = c.beta2 * *v + (1.0 - c.beta2) * g * g;
             *p -= c.step * *m / (v.sqrt() / c.bias2_sqrt + c.eps);
+        }
+    }
+}
+
+multiversion! {
+    /// One LSTM step over a batch: each row of `gates` holds its gates' input projections
+    /// (input, forget, cell, output; `4h`), `projected` the hidden state's; on return
+    /// `gates` holds them squashed and `last` (rows of `h` then `c`) the state after the
+    /// step from `before`; `outputs` gets the new hidden states.
+    fn lstm_forward_step(
+        gates: &mut [f32],
+        projected: &[f32],
+        b_hh: &[f32],
+        before: &[f32],
+        last: &mut [f32],
+        outputs: &mut [f32]
+    ) {
+        let h = b_hh.len() / 4;
+        let rows = gates
+            .chunks_exact_mut(4 * h)
+            .zip(projected.chunks_exact(4 * h))
+            .zip(before.chunks_exact(2 * h).zip(last.chunks_exact_mut(2 * h)))
+            .zip(outputs.chunks_exact_mut(h));
+        for (((a, p), (state, out)), output) in rows {
+            for (v, (p, bias)) in a.iter_mut().zip(p.iter().zip(b_hh)) {
+                *v += p + bias;
+            }
+            // Input, forget and output gates squash to (0, 1), the cell's candidate to
+            // (-1, 1): straight loops over slices of exactly `h` vectorise.
+            let (gates_if, rest) = a.split_at_mut(2 * h);
+            let (candidate, gate_o) = rest.split_at_mut(h);
+            for v in gates_if.iter_mut() {
+                *v = sigmoid(*v);
+            }
+            for v in candidate.iter_mut() {
+                *v = fast_tanh(*v);
+            }
+            for v in gate_o.iter_mut() {
+                *v = sigmoid(*v);
+            }
+            let (gi, gf) = (&a[..h], &a[h..2 * h]);
+            let (gc, go) = (&a[2 * h..3 * h], &a[3 * h..4 * h]);
+            let cell_before = &state[h..2 * h];
+            let (out_h, out_c) = out.split_at_mut(h);
+            let out_c = &mut out_c[..h];
+            for j in 0..h {
+                let cell = gf[j] * cell_before[j] + gi[j] * gc[j];
+                out_c[j] = cell;
+                out_h[j] = go[j] * fast_tanh(cell);
+            }
+            output.copy_from_slice(out_h);
+        }
+    }
+}
+
+multiversion! {
+    /// One GRU step over a batch (PyTorch's cell: the reset gate scales the hidden
+    /// state's projection): `gates` rows hold the input projections (reset, update, new;
+    /// `3h`) and get the gates; `hidden_new` gets each row's hidden projection of the new
+    /// gate (its backward needs it), `last` and `outputs` the new hidden states.
+    fn gru_forward_step(
+        gates: &mut [f32],
+        projected: &[f32],
+        b_hh: &[f32],
+        before: &[f32],
+        hidden_new: &mut [f32],
+        last: &mut [f32],
+        outputs: &mut [f32]
+    ) {
+        let h = b_hh.len() / 3;
+        let rows = gates
+            .chunks_exact_mut(3 * h)
+            .zip(projected.chunks_exact(3 * h))
+            .zip(before.chunks_exact(h).zip(hidden_new.chunks_exact_mut(h)))
+            .zip(last.chunks_exact_mut(h).zip(outputs.chunks_exact_mut(h)));
+        for (((a, p), (state, new)), (out, output)) in rows {
+            for j in 0..h {
+                let r = sigmoid(a[j] + p[j] + b_hh[j]);
+                let z = sigmoid(a[h + j] + p[h + j] + b_hh[h + j]);
+                let hn = p[2 * h + j] + b_hh[2 * h + j];
+                let n = fast_tanh(a[2 * h + j] + r * hn);
+                (a[j], a[h + j], a[2 * h + j]) = (r, z, n);
+                new[j] = hn;
+                out[j] = (1.0 - z) * n + z * state[j];
+            }
+            output.copy_from_slice(out);
+        }
+    }
+}
+
+multiversion! {
+    /// One LSTM step back over a batch: from the squashed `gates`, the state `before` the
+    /// step, `d_outputs` and the gradient `carry` flowing back from the next step, writes
+    /// the gates' gradient (`d_in`, also `d_hid` for the hidden weights) and leaves in
+    /// `carry` the cell's own path back (the hidden one is added by the caller).
+    fn lstm_backward_step(
+        h: usize,
+        gates: &[f32],
+        before: &[f32],
+        d_outputs: &[f32],
+        carry: &mut [f32],
+        d_in: &mut [f32],
+        d_hid: &mut [f32]
+    ) {
+        let rows = gates
+            .chunks_exact(4 * h)
+            .zip(before.chunks_exact(2 * h))
+            .zip(d_outputs.chunks_exact(h).zip(carry.chunks_exact_mut(2 * h)))
+            .zip(d_in.chunks_exact_mut(4 * h).zip(d_hid.chunks_exact_mut(4 * h)));
+        for (((a, state), (d_out, c)), (di, dh)) in rows {
+            let (gi, gf) = (&a[..h], &a[h..2 * h]);
+            let (gc, go) = (&a[2 * h..3 * h], &a[3 * h..4 * h]);
+            let cell_before = &state[h..2 * h];
+            let (carry_h, carry_c) = c.split_at_mut(h);
+            let carry_c = &mut carry_c[..h];
+            let (di_i, rest) = di.split_at_mut(h);
+            let (di_f, rest) = rest.split_at_mut(h);
+            let (di_c, di_o) = rest.split_at_mut(h);
+            let (di_f, di_c, di_o) = (&mut di_f[..h], &mut di_c[..h], &mut di_o[..h]);
+            for j in 0..h {
+                let (i, f, cc, o) = (gi[j], gf[j], gc[j], go[j]);
+                let cell = f * cell_before[j] + i * cc;
+                let tc = fast_tanh(cell);
+                let d_h = d_out[j] + carry_h[j];
+                let d_cell = d_h * o * (1.0 - tc * tc) + carry_c[j];
+                di_i[j] = d_cell * cc * i * (1.0 - i);
+                di_f[j] = d_cell * cell_before[j] * f * (1.0 - f);
+                di_c[j] = d_cell * i * (1.0 - cc * cc);
+                di_o[j] = d_h * tc * o * (1.0 - o);
+                carry_c[j] = d_cell * f;
+                carry_h[j] = 0.0;
+            }
+            dh.copy_from_slice(di);
+        }
+    }
+}
+
+multiversion! {
+    /// One GRU step back over a batch: the gates' gradient into `d_in` (input weights)
+    /// and `d_hid` (hidden weights: the new gate's scaled by the reset gate); `carry`
+    /// becomes the hidden state's direct path back.
+    fn gru_backward_step(
+        h: usize,
+        gates: &[f32],
+        before: &[f32],
+        hidden_new: &[f32],
+        d_outputs: &[f32],
+        carry: &mut [f32],
+        d_in: &mut [f32],
+        d_hid: &mut [f32]
+    ) {
+        let rows = gates
+            .chunks_exact(3 * h)
+            .zip(before.chunks_exact(h).zip(hidden_new.chunks_exact(h)))
+            .zip(d_outputs.chunks_exact(h).zip(carry.chunks_exact_mut(h)))
+            .zip(d_in.chunks_exact_mut(3 * h).zip(d_hid.chunks_exact_mut(3 * h)));
+        for (((a, (state, new)), (d_out, c)), (di, dh)) in rows {
+            for j in 0..h {
+                let (r, z, n) = (a[j], a[h + j], a[2 * h + j]);
+                let d_h = d_out[j] + c[j];
+                let d_n = d_h * (1.0 - z) * (1.0 - n * n);
+                let d_z = d_h * (state[j] - n) * z * (1.0 - z);
+                let d_r = d_n * new[j] * r * (1.0 - r);
+                (di[j], di[h + j], di[2 * h + j]) = (d_r, d_z, d_n);
+                (dh[j], dh[h + j], dh[2 * h + j]) = (d_r, d_z, d_n * r);
+                c[j] = d_h * z;
+            }
         }
     }
 }

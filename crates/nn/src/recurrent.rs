@@ -17,9 +17,10 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::activation::fast_tanh;
 use crate::init::orthogonal_transposed;
-use crate::kernels::add_rows;
+use crate::kernels::{
+    add_rows, gru_backward_step, gru_forward_step, lstm_backward_step, lstm_forward_step,
+};
 use crate::matmul::{matmul, View};
 
 /// Which recurrent cell.
@@ -76,13 +77,6 @@ impl RecurrentCache {
     pub fn last_state(&self) -> &[f32] {
         &self.last
     }
-}
-
-/// The logistic function through [`fast_tanh`]: `sigmoid(x) = (1 + tanh(x / 2)) / 2`.
-/// libm's `tanhf` and `expf` took half of a recurrent update's time.
-#[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    0.5 + 0.5 * fast_tanh(0.5 * x)
 }
 
 impl Recurrent {
@@ -207,55 +201,22 @@ impl Recurrent {
             );
             let gates = &mut cache.gates[span.start * g..span.end * g];
             let outputs = &mut cache.outputs[span.start * h..span.end * h];
-            let new = &mut cache.hidden_new[span.start * h..span.end * h];
-            for b in 0..batch {
-                let a = &mut gates[b * g..(b + 1) * g];
-                let p = &projected[b * g..(b + 1) * g];
-                let state = &before[b * s..(b + 1) * s];
-                let out = &mut cache.last[b * s..(b + 1) * s];
-                match self.kind {
-                    CellKind::Lstm => {
-                        for (v, (p, bias)) in a.iter_mut().zip(p.iter().zip(b_hh)) {
-                            *v += p + bias;
-                        }
-                        // Input, forget and output gates squash to (0, 1), the cell's
-                        // candidate to (-1, 1): three straight loops vectorise.
-                        let (gates_if, rest) = a.split_at_mut(2 * h);
-                        let (candidate, gate_o) = rest.split_at_mut(h);
-                        for v in gates_if.iter_mut() {
-                            *v = sigmoid(*v);
-                        }
-                        for v in candidate.iter_mut() {
-                            *v = fast_tanh(*v);
-                        }
-                        for v in gate_o.iter_mut() {
-                            *v = sigmoid(*v);
-                        }
-                        // Gates and states as slices of exactly `h`: the loop vectorises.
-                        let (gi, gf) = (&a[..h], &a[h..2 * h]);
-                        let (gc, go) = (&a[2 * h..3 * h], &a[3 * h..4 * h]);
-                        let cell_before = &state[h..2 * h];
-                        let (out_h, out_c) = out.split_at_mut(h);
-                        let out_c = &mut out_c[..h];
-                        for j in 0..h {
-                            let cell = gf[j] * cell_before[j] + gi[j] * gc[j];
-                            out_c[j] = cell;
-                            out_h[j] = go[j] * fast_tanh(cell);
-                        }
-                    }
-                    CellKind::Gru => {
-                        for j in 0..h {
-                            let r = sigmoid(a[j] + p[j] + b_hh[j]);
-                            let z = sigmoid(a[h + j] + p[h + j] + b_hh[h + j]);
-                            let hn = p[2 * h + j] + b_hh[2 * h + j];
-                            let n = fast_tanh(a[2 * h + j] + r * hn);
-                            (a[j], a[h + j], a[2 * h + j]) = (r, z, n);
-                            new[b * h + j] = hn;
-                            out[j] = (1.0 - z) * n + z * state[j];
-                        }
-                    }
+            match self.kind {
+                CellKind::Lstm => {
+                    lstm_forward_step(gates, &projected, b_hh, before, &mut cache.last, outputs);
                 }
-                outputs[b * h..(b + 1) * h].copy_from_slice(&out[..h]);
+                CellKind::Gru => {
+                    let new = &mut cache.hidden_new[span.start * h..span.end * h];
+                    gru_forward_step(
+                        gates,
+                        &projected,
+                        b_hh,
+                        before,
+                        new,
+                        &mut cache.last,
+                        outputs,
+                    );
+                }
             }
         }
         &cache.outputs
@@ -304,57 +265,14 @@ impl Recurrent {
             let before = &before[span.start * s..span.end * s];
             let d_in = &mut d_gates_in[span.start * g..span.end * g];
             let d_hid = &mut d_gates_hidden[span.start * g..span.end * g];
-            for b in 0..batch {
-                let a = &gates[b * g..(b + 1) * g];
-                let state = &before[b * s..(b + 1) * s];
-                let d_out = &d_outputs[(span.start + b) * h..(span.start + b + 1) * h];
-                let c = &mut carry[b * s..(b + 1) * s];
-                let (di, dh) = (
-                    &mut d_in[b * g..(b + 1) * g],
-                    &mut d_hid[b * g..(b + 1) * g],
-                );
-                match self.kind {
-                    CellKind::Lstm => {
-                        // Every operand a slice of exactly `h`: the loop vectorises.
-                        let (gi, gf) = (&a[..h], &a[h..2 * h]);
-                        let (gc, go) = (&a[2 * h..3 * h], &a[3 * h..4 * h]);
-                        let cell_before = &state[h..2 * h];
-                        let (carry_h, carry_c) = c.split_at_mut(h);
-                        let carry_c = &mut carry_c[..h];
-                        let (di_i, rest) = di.split_at_mut(h);
-                        let (di_f, rest) = rest.split_at_mut(h);
-                        let (di_c, di_o) = rest.split_at_mut(h);
-                        let (di_f, di_c, di_o) = (&mut di_f[..h], &mut di_c[..h], &mut di_o[..h]);
-                        let d_out = &d_out[..h];
-                        for j in 0..h {
-                            let (i, f, cc, o) = (gi[j], gf[j], gc[j], go[j]);
-                            let cell = f * cell_before[j] + i * cc;
-                            let tc = fast_tanh(cell);
-                            let d_h = d_out[j] + carry_h[j];
-                            let d_cell = d_h * o * (1.0 - tc * tc) + carry_c[j];
-                            di_i[j] = d_cell * cc * i * (1.0 - i);
-                            di_f[j] = d_cell * cell_before[j] * f * (1.0 - f);
-                            di_c[j] = d_cell * i * (1.0 - cc * cc);
-                            di_o[j] = d_h * tc * o * (1.0 - o);
-                            // The cell state's own path back; the hidden one is added below.
-                            carry_c[j] = d_cell * f;
-                            carry_h[j] = 0.0;
-                        }
-                        dh.copy_from_slice(di);
-                    }
-                    CellKind::Gru => {
-                        let new = &hidden_new[(span.start + b) * h..(span.start + b + 1) * h];
-                        for j in 0..h {
-                            let (r, z, n) = (a[j], a[h + j], a[2 * h + j]);
-                            let d_h = d_out[j] + c[j];
-                            let d_n = d_h * (1.0 - z) * (1.0 - n * n);
-                            let d_z = d_h * (state[j] - n) * z * (1.0 - z);
-                            let d_r = d_n * new[j] * r * (1.0 - r);
-                            (di[j], di[h + j], di[2 * h + j]) = (d_r, d_z, d_n);
-                            (dh[j], dh[h + j], dh[2 * h + j]) = (d_r, d_z, d_n * r);
-                            c[j] = d_h * z;
-                        }
-                    }
+            let d_out = &d_outputs[span.start * h..span.end * h];
+            match self.kind {
+                CellKind::Lstm => {
+                    lstm_backward_step(h, gates, before, d_out, &mut carry, d_in, d_hid)
+                }
+                CellKind::Gru => {
+                    let new = &hidden_new[span.start * h..span.end * h];
+                    gru_backward_step(h, gates, before, new, d_out, &mut carry, d_in, d_hid);
                 }
             }
             // The gradient into the previous hidden state (the hidden weights' own
