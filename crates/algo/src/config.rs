@@ -200,7 +200,7 @@ impl PpoConfig {
             let both = gcd(self.n_steps, self.batch_size);
             let fits = (1..=both.min(32))
                 .rev()
-                .find(|d| both % d == 0)
+                .find(|d| both.is_multiple_of(*d))
                 .unwrap_or(1);
             let hint = if self.sequence_length == 0 {
                 format!(

@@ -224,9 +224,9 @@ multiversion! {
         before: &[f32],
         d_outputs: &[f32],
         carry: &mut [f32],
-        d_in: &mut [f32],
-        d_hid: &mut [f32]
+        d_gates: (&mut [f32], &mut [f32])
     ) {
+        let (d_in, d_hid) = d_gates;
         let rows = gates
             .chunks_exact(4 * h)
             .zip(before.chunks_exact(2 * h))
@@ -271,9 +271,9 @@ multiversion! {
         hidden_new: &[f32],
         d_outputs: &[f32],
         carry: &mut [f32],
-        d_in: &mut [f32],
-        d_hid: &mut [f32]
+        d_gates: (&mut [f32], &mut [f32])
     ) {
+        let (d_in, d_hid) = d_gates;
         let rows = gates
             .chunks_exact(3 * h)
             .zip(before.chunks_exact(h).zip(hidden_new.chunks_exact(h)))

@@ -268,11 +268,11 @@ impl Recurrent {
             let d_out = &d_outputs[span.start * h..span.end * h];
             match self.kind {
                 CellKind::Lstm => {
-                    lstm_backward_step(h, gates, before, d_out, &mut carry, d_in, d_hid)
+                    lstm_backward_step(h, gates, before, d_out, &mut carry, (d_in, d_hid))
                 }
                 CellKind::Gru => {
                     let new = &hidden_new[span.start * h..span.end * h];
-                    gru_backward_step(h, gates, before, new, d_out, &mut carry, d_in, d_hid);
+                    gru_backward_step(h, gates, before, new, d_out, &mut carry, (d_in, d_hid));
                 }
             }
             // The gradient into the previous hidden state (the hidden weights' own
