@@ -14,7 +14,7 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 
 /// Whether the CPU runs the AVX2 build of these loops (detected once, cached by std).
 #[inline]
-fn wide() -> bool {
+pub(crate) fn wide() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2")
@@ -38,7 +38,7 @@ macro_rules! multiversion {
                 body($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
-            if wide() {
+            if $crate::kernels::wide() {
                 // SAFETY: AVX2 support was just detected.
                 return unsafe { body_avx2($($arg),*) };
             }
@@ -199,14 +199,26 @@ multiversion! {
             .zip(before.chunks_exact(h).zip(hidden_new.chunks_exact_mut(h)))
             .zip(last.chunks_exact_mut(h).zip(outputs.chunks_exact_mut(h)));
         for (((a, p), (state, new)), (out, output)) in rows {
+            // One written slice a loop, as in the LSTM's backward step: they vectorise.
+            let (a_r, rest) = a.split_at_mut(h);
+            let (a_z, a_n) = rest.split_at_mut(h);
+            let (a_z, a_n) = (&mut a_z[..h], &mut a_n[..h]);
+            let (p_r, p_z, p_n) = (&p[..h], &p[h..2 * h], &p[2 * h..3 * h]);
+            let (b_r, b_z, b_n) = (&b_hh[..h], &b_hh[h..2 * h], &b_hh[2 * h..3 * h]);
             for j in 0..h {
-                let r = sigmoid(a[j] + p[j] + b_hh[j]);
-                let z = sigmoid(a[h + j] + p[h + j] + b_hh[h + j]);
-                let hn = p[2 * h + j] + b_hh[2 * h + j];
-                let n = fast_tanh(a[2 * h + j] + r * hn);
-                (a[j], a[h + j], a[2 * h + j]) = (r, z, n);
-                new[j] = hn;
-                out[j] = (1.0 - z) * n + z * state[j];
+                a_r[j] = sigmoid(a_r[j] + p_r[j] + b_r[j]);
+            }
+            for j in 0..h {
+                a_z[j] = sigmoid(a_z[j] + p_z[j] + b_z[j]);
+            }
+            for j in 0..h {
+                new[j] = p_n[j] + b_n[j];
+            }
+            for j in 0..h {
+                a_n[j] = fast_tanh(a_n[j] + a_r[j] * new[j]);
+            }
+            for j in 0..h {
+                out[j] = (1.0 - a_z[j]) * a_n[j] + a_z[j] * state[j];
             }
             output.copy_from_slice(out);
         }
@@ -242,19 +254,35 @@ multiversion! {
             let (di_f, rest) = rest.split_at_mut(h);
             let (di_c, di_o) = rest.split_at_mut(h);
             let (di_f, di_c, di_o) = (&mut di_f[..h], &mut di_c[..h], &mut di_o[..h]);
+            // Loops that each write one slice: one that wrote all six vectorised poorly (its
+            // outputs share parents, so the compiler would have to check them for overlap).
+            // First the hidden state's and the cell's gradients, kept in `carry`.
             for j in 0..h {
-                let (i, f, cc, o) = (gi[j], gf[j], gc[j], go[j]);
-                let cell = f * cell_before[j] + i * cc;
+                let cell = gf[j] * cell_before[j] + gi[j] * gc[j];
                 let tc = fast_tanh(cell);
                 let d_h = d_out[j] + carry_h[j];
-                let d_cell = d_h * o * (1.0 - tc * tc) + carry_c[j];
-                di_i[j] = d_cell * cc * i * (1.0 - i);
-                di_f[j] = d_cell * cell_before[j] * f * (1.0 - f);
-                di_c[j] = d_cell * i * (1.0 - cc * cc);
-                di_o[j] = d_h * tc * o * (1.0 - o);
-                carry_c[j] = d_cell * f;
-                carry_h[j] = 0.0;
+                carry_h[j] = d_h;
+                carry_c[j] += d_h * go[j] * (1.0 - tc * tc);
             }
+            let (d_h, d_cell) = (&*carry_h, &*carry_c);
+            for j in 0..h {
+                di_i[j] = d_cell[j] * gc[j] * gi[j] * (1.0 - gi[j]);
+            }
+            for j in 0..h {
+                di_f[j] = d_cell[j] * cell_before[j] * gf[j] * (1.0 - gf[j]);
+            }
+            for j in 0..h {
+                di_c[j] = d_cell[j] * gi[j] * (1.0 - gc[j] * gc[j]);
+            }
+            for j in 0..h {
+                let tc = fast_tanh(gf[j] * cell_before[j] + gi[j] * gc[j]);
+                di_o[j] = d_h[j] * tc * go[j] * (1.0 - go[j]);
+            }
+            // The cell state's own path back; the hidden one is added by the caller.
+            for j in 0..h {
+                carry_c[j] *= gf[j];
+            }
+            carry_h.fill(0.0);
             dh.copy_from_slice(di);
         }
     }
@@ -280,15 +308,32 @@ multiversion! {
             .zip(d_outputs.chunks_exact(h).zip(carry.chunks_exact_mut(h)))
             .zip(d_in.chunks_exact_mut(3 * h).zip(d_hid.chunks_exact_mut(3 * h)));
         for (((a, (state, new)), (d_out, c)), (di, dh)) in rows {
+            let (r, z, n) = (&a[..h], &a[h..2 * h], &a[2 * h..3 * h]);
+            let (di_r, rest) = di.split_at_mut(h);
+            let (di_z, di_n) = rest.split_at_mut(h);
+            let (di_z, di_n) = (&mut di_z[..h], &mut di_n[..h]);
+            // The hidden state's gradient first, kept in `carry`.
             for j in 0..h {
-                let (r, z, n) = (a[j], a[h + j], a[2 * h + j]);
-                let d_h = d_out[j] + c[j];
-                let d_n = d_h * (1.0 - z) * (1.0 - n * n);
-                let d_z = d_h * (state[j] - n) * z * (1.0 - z);
-                let d_r = d_n * new[j] * r * (1.0 - r);
-                (di[j], di[h + j], di[2 * h + j]) = (d_r, d_z, d_n);
-                (dh[j], dh[h + j], dh[2 * h + j]) = (d_r, d_z, d_n * r);
-                c[j] = d_h * z;
+                c[j] += d_out[j];
+            }
+            let d_h = &*c;
+            for j in 0..h {
+                di_n[j] = d_h[j] * (1.0 - z[j]) * (1.0 - n[j] * n[j]);
+            }
+            for j in 0..h {
+                di_z[j] = d_h[j] * (state[j] - n[j]) * z[j] * (1.0 - z[j]);
+            }
+            for j in 0..h {
+                di_r[j] = di_n[j] * new[j] * r[j] * (1.0 - r[j]);
+            }
+            // The hidden weights see the new gate's gradient through the reset gate.
+            dh[..2 * h].copy_from_slice(&di[..2 * h]);
+            let (dh_n, di_n) = (&mut dh[2 * h..3 * h], &di[2 * h..3 * h]);
+            for j in 0..h {
+                dh_n[j] = di_n[j] * r[j];
+            }
+            for j in 0..h {
+                c[j] *= z[j];
             }
         }
     }

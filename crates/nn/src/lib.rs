@@ -40,6 +40,7 @@ mod conv;
 mod distribution;
 mod encoder;
 mod init;
+#[macro_use]
 mod kernels;
 mod matmul;
 mod mlp;
@@ -47,6 +48,7 @@ mod mlp_actor_critic;
 mod network;
 mod recurrent;
 mod recurrent_core;
+mod small_matmul;
 
 pub use activation::{fast_tanh, Activation};
 pub use actor_critic::{ActorCritic, Evaluation, Memory, NamedTensor, SampleRng, Sequences};

@@ -22,6 +22,7 @@ use crate::kernels::{
     add_rows, gru_backward_step, gru_forward_step, lstm_backward_step, lstm_forward_step,
 };
 use crate::matmul::{matmul, View};
+use crate::small_matmul::{small_matmul, transpose_into};
 
 /// Which recurrent cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,12 +194,7 @@ impl Recurrent {
             for (dst, state) in hidden.chunks_exact_mut(h).zip(before.chunks_exact(s)) {
                 dst.copy_from_slice(&state[..h]);
             }
-            matmul(
-                &mut projected,
-                View::new(&hidden, batch, h),
-                View::new(w_hh_m, h, g),
-                false,
-            );
+            small_matmul(&mut projected, &hidden, w_hh_m, h);
             let gates = &mut cache.gates[span.start * g..span.end * g];
             let outputs = &mut cache.outputs[span.start * h..span.end * h];
             match self.kind {
@@ -259,6 +255,9 @@ impl Recurrent {
         // d loss / d state flowing back into step t from step t + 1.
         let mut carry = vec![0.0; batch * s];
         let mut d_hidden = vec![0.0; batch * h];
+        // The hidden weights transposed once, so each step's product reads them in order.
+        let mut w_hh_t = Vec::new();
+        transpose_into(&mut w_hh_t, w_hh, h, g);
         for t in (0..steps).rev() {
             let span = t * batch..(t + 1) * batch;
             let gates = &gates[span.start * g..span.end * g];
@@ -277,12 +276,7 @@ impl Recurrent {
             }
             // The gradient into the previous hidden state (the hidden weights' own
             // gradient is one product over every step, after the loop).
-            matmul(
-                &mut d_hidden,
-                View::new(d_hid, batch, g),
-                View::new(w_hh, h, g).t(),
-                false,
-            );
+            small_matmul(&mut d_hidden, d_hid, &w_hh_t, g);
             for b in 0..batch {
                 let c = &mut carry[b * s..(b + 1) * s];
                 if starts[span.start + b] {
