@@ -43,6 +43,15 @@ pub struct Memory<'a> {
     pub starts: &'a [bool],
 }
 
+impl<'a> Memory<'a> {
+    /// One row's `state`, continuing its episode (advanced in place); an empty `state` is
+    /// a feed-forward model's [`Memory::none`].
+    pub fn one_row(state: &'a mut [f32]) -> Self {
+        let starts: &'static [bool] = if state.is_empty() { &[] } else { &[false] };
+        Memory { state, starts }
+    }
+}
+
 impl Memory<'static> {
     /// No memory: what a feed-forward model acts with.
     pub fn none() -> Self {

@@ -171,13 +171,9 @@ impl Gateway {
             let mut model = policy.model.lock();
             // The episode's state after its last reported action, advanced by this step
             // (kept aside until the action is reported).
-            let starts: &[bool] = if memory.is_empty() { &[] } else { &[false] };
             model.act(
                 &observation,
-                Memory {
-                    state: &mut memory,
-                    starts,
-                },
+                Memory::one_row(&mut memory),
                 &mut rng,
                 &[],
                 &mut action,

@@ -64,11 +64,10 @@ impl Gateway {
                 let mut v = [0.0f32];
                 // A recurrent policy's value from the state after the last step.
                 let mut memory = e.memory.clone();
-                let memory = Memory {
-                    starts: if memory.is_empty() { &[] } else { &[false] },
-                    state: &mut memory,
-                };
-                policy.model.lock().values(obs, memory, &mut v);
+                policy
+                    .model
+                    .lock()
+                    .values(obs, Memory::one_row(&mut memory), &mut v);
                 seg.bootstrap = v[0];
             }
         }
