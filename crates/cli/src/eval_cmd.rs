@@ -1,9 +1,11 @@
 //! `strata eval`: a run's final, best or pinned version on fresh episodes.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
-use strata_runtime::{best_version, evaluate, load_policy, pick_checkpoint, PolicyPick};
+use strata_runtime::{
+    best_version, evaluate, evaluate_recorded, load_policy, pick_checkpoint, PolicyPick,
+};
 
 /// Arguments of `strata eval`.
 #[derive(Args, Debug)]
@@ -30,6 +32,11 @@ pub(crate) struct EvalArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write a video (an animated GIF) of the first env's episodes into this
+    /// directory, named after the version and seed: any env that draws itself (the
+    /// built-in classic-control envs, a `gym:` env that renders `rgb_array`).
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
 }
 /// `strata eval`.
 pub(crate) fn eval(args: EvalArgs) -> Result<()> {
@@ -52,7 +59,30 @@ pub(crate) fn eval(args: EvalArgs) -> Result<()> {
             _ => String::new(),
         }
     );
-    let result = evaluate(&mut policy, args.episodes, args.seed, !args.stochastic)?;
+    let greedy = !args.stochastic;
+    let result = match &args.record {
+        None => evaluate(&mut policy, args.episodes, args.seed, greedy)?,
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            let gif = dir.join(format!(
+                "v{}-seed{}{}.gif",
+                policy.policy_version,
+                args.seed,
+                if greedy { "" } else { "-sampled" }
+            ));
+            let (result, video) =
+                evaluate_recorded(&mut policy, args.episodes, args.seed, greedy, &gif)?;
+            eprintln!(
+                "video: {} ({} episode{}, {} frames)",
+                video.path.display(),
+                video.episodes,
+                if video.episodes == 1 { "" } else { "s" },
+                video.frames
+            );
+            result
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {

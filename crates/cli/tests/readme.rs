@@ -86,6 +86,10 @@ const PLAN: &[(&str, Check)] = &[
         "strata eval --checkpoint runs/cp3 --version 40",
         run(&[], "policy v40"),
     ),
+    (
+        "strata eval --checkpoint runs/cp3 --best --record videos",
+        run(&[], "video: videos/v"),
+    ),
     ("strata report runs/cp3", run(&[], "report.html")),
     (
         "strata report runs/cartpole-seed*",

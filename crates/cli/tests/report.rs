@@ -93,6 +93,12 @@ fn check_common(run: &Path, data: &Value) -> Vec<(u64, u64)> {
     let html = std::fs::read_to_string(run.join("report/report.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 4, "four figures inlined");
     assert!(html.contains("Ledger per generation"));
+    // One greedy episode of the best version, inline and beside the page.
+    let gif = std::fs::read(run.join("report/best-episode.gif")).unwrap();
+    assert_eq!(&gif[..6], b"GIF89a");
+    assert!(
+        html.contains("<h2>Watch it</h2>") && html.contains("src=\"data:image/gif;base64,R0lGODlh")
+    );
     // The run's recorded config hash, from config.toml's header.
     let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
     let hash = config
@@ -341,6 +347,23 @@ fn eval_pins_one_version_of_a_run() {
     let result: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(result["policy_version"], wanted);
     assert_eq!(result["episodes"], 3);
+    // --record: a GIF of the first env's episode, named after the version and seed.
+    let videos = tmp.path().join("videos");
+    let o = strata(&[
+        "eval",
+        "--checkpoint",
+        run.to_str().unwrap(),
+        "--version",
+        &wanted.to_string(),
+        "--episodes",
+        "2",
+        "--record",
+        videos.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let gif = videos.join(format!("v{wanted}-seed12345.gif"));
+    assert_eq!(&std::fs::read(&gif).unwrap()[..6], b"GIF89a");
+    assert!(stderr(&o).contains("(1 episode, "), "{}", stderr(&o));
     // A version no checkpoint holds is refused, naming the ones there are.
     let o = strata(&[
         "eval",

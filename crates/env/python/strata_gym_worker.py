@@ -19,6 +19,11 @@ stepped on its own and reset in the same step when its episode ends (Gymnasium's
 "same-step" autoreset), keeping the final observation for bootstrapping. The env clock is
 this process's count of the env's steps, across episodes.
 
+Named wrappers (``--wrappers``, defined in strata_gym_wrappers.py, whose source comes
+first in this program) are applied to every env made. With ``--record-file``, env 0's
+picture (``render()``; Strata makes the env with ``render_mode="rgb_array"``) is appended
+to that file after every reset and step.
+
 The region layout must match strata_env's (crates/env/src/gym/region.rs): a 64-byte
 header, then arrays at 64-byte aligned offsets in the order of ``REGION_ARRAYS``, then the
 error area.
@@ -35,7 +40,7 @@ import sys
 import time
 import traceback
 
-PROTOCOL = 3
+PROTOCOL = 4
 # The protocol's bytes (crates/env/src/gym/protocol.rs spells the same): commands posted
 # in the header and sent on the command socket, one-byte replies on the reply socket.
 COMMAND_STEP = b"S"
@@ -66,6 +71,12 @@ REGION_ARRAYS = [
     ("terminated", "u1", 1),
     ("truncated", "u1", 1),
     ("success", "u1", 1),  # 0: the env does not say, 1: failed, 2: succeeded
+    ("game_return", "f8", 1),
+    ("game_length", "u8", 1),
+    # 0: an episode's end is the episode users count; 1: a life lost, the game goes on
+    # (the `atari` wrapper); 2: the game ended, its raw score and steps in game_return and
+    # game_length.
+    ("game_over", "u1", 1),
 ]
 
 
@@ -301,6 +312,17 @@ def register_namespace(gym, target):
     for point in entry_points(group="gymnasium.envs"):
         if point.name == namespace:
             point.load()()
+            return
+    # Packages that register on import instead (ale-py: `ALE/Breakout-v5`).
+    module = {"ALE": "ale_py"}.get(namespace)
+    if module is not None:
+        try:
+            gym.register_envs(importlib.import_module(module))
+        except ModuleNotFoundError:
+            raise SetupError(
+                f"`{target}` needs the `{module.replace('_', '-')}` package, which this "
+                f"Python ({sys.executable}) lacks: {sys.executable} -m pip install -r "
+                "python/requirements-gym.txt (the repository's pinned versions)") from None
 
 
 def describe(np, gym, env, target):
@@ -474,8 +496,20 @@ def serve(args, np, gym, make, kwargs):
     pixels, final_pixels = v["obs_pixels"], v["final_pixels"]
     rewards, clock, seeds = v["rewards"], v["clock"], v["seeds"]
     terminated, truncated, success = v["terminated"], v["truncated"], v["success"]
+    game_return, game_length, game_over = v["game_return"], v["game_length"], v["game_over"]
+    games = reports_games(json.loads(args.wrappers))
     fault = json.loads(args.fault) if args.fault else None
+    record = open(args.record_file, "ab") if args.record_file else None
     steps = 0
+
+    def record_frame(start):
+        """Env 0's picture, appended to the recording: a start-of-episode flag, height,
+        width and channels, then the bytes."""
+        frame = np.ascontiguousarray(envs[0].render(), dtype=np.uint8)
+        if frame.ndim == 2:
+            frame = frame[:, :, None]
+        record.write(struct.pack("<BIII", int(start), *frame.shape) + frame.tobytes())
+        record.flush()
 
     def step_all():
         nonlocal steps
@@ -491,8 +525,14 @@ def serve(args, np, gym, make, kwargs):
                 flat.write(final_obs[i], final_pixels[i], o)
                 s = info.get("is_success") if isinstance(info, dict) else None
                 success[i] = 0 if s is None else (2 if s else 1)
+                game = info.get("strata_game") if games else None
+                if game is not None:
+                    game_return[i], game_length[i] = game
+                game_over[i] = 0 if not games else (1 if game is None else 2)
                 o, _ = env.reset()
             flat.write(obs[i], pixels[i], o)
+            if record is not None and i == 0:
+                record_frame(te or tr)
         if fault is not None and steps == fault["at_step"]:
             inject(fault, np, obs[0])
 
@@ -500,7 +540,9 @@ def serve(args, np, gym, make, kwargs):
         for i in range(k):
             o, _ = reset_seeded(envs[i], int(seeds[i]))
             flat.write(obs[i], pixels[i], o)
-            terminated[i] = truncated[i] = success[i] = 0
+            terminated[i] = truncated[i] = success[i] = game_over[i] = 0
+        if record is not None:
+            record_frame(True)
 
     commands = {ord(COMMAND_STEP): step_all, ord(COMMAND_RESET): reset_all}
     words = Header(buf)
@@ -528,12 +570,16 @@ def serve(args, np, gym, make, kwargs):
                 break
     for env in envs:
         env.close()
+    if record is not None:
+        record.close()
 
 
 def main():
     parser = argparse.ArgumentParser(prog="strata_gym_worker")
     parser.add_argument("--target", required=True)
     parser.add_argument("--kwargs", default="{}")
+    parser.add_argument("--wrappers", default="[]")
+    parser.add_argument("--record-file", default="")
     parser.add_argument("--path", action="append", default=[])
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--describe", action="store_true")
@@ -552,7 +598,12 @@ def main():
     try:
         np, gym = import_packages()
         register_strata_envs(gym, np)
-        make = resolve(gym, args.target)
+        made = resolve(gym, args.target)
+        names = json.loads(args.wrappers)
+
+        def make(**kwargs):
+            return apply_wrappers(gym, np, made(**kwargs), names)
+
         kwargs = json.loads(args.kwargs)
         if args.describe:
             env = make(**kwargs)

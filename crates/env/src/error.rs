@@ -45,4 +45,7 @@ pub enum EnvError {
     /// A state given to `set_state` or a snapshot does not fit the environment.
     #[error("bad state for `{env}`: {reason}")]
     BadState { env: String, reason: String },
+    /// Pictures were asked of an env that does not draw itself.
+    #[error("env `{env}` cannot be recorded: {reason}")]
+    NoPictures { env: String, reason: String },
 }

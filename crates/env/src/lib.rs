@@ -31,6 +31,7 @@ pub mod latency;
 mod normalize;
 mod perturb;
 mod registry;
+mod render;
 mod space;
 pub mod tasks;
 mod vector;
@@ -41,6 +42,7 @@ pub use latency::ExecSummary;
 pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, ScaleReward};
 pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
 pub use registry::{env_names, make_env, make_vec_env, make_vec_env_with_latency, spec_for};
+pub use render::{read_frames, Frame, FrameReader};
 pub use space::{EnvSpec, ImageSpan, Space};
 pub use tasks::{ArmReach, UiForm};
 pub use vector::{
@@ -100,6 +102,11 @@ pub trait Env: Send {
     /// current view becomes the observed one.
     fn reobserve(&mut self, obs: &mut [f32]) {
         self.observe(obs);
+    }
+    /// A picture of the current state (Gymnasium's `rgb_array`), for envs that draw
+    /// themselves; `None` otherwise.
+    fn render(&self) -> Option<Frame> {
+        None
     }
 }
 

@@ -221,6 +221,12 @@ impl<V: VecEnv> VecEnv for NormalizeObservation<V> {
         self.inner.reobserve(env, obs);
         self.rms.normalize(obs);
     }
+    fn record(&mut self) -> Result<(), EnvError> {
+        self.inner.record()
+    }
+    fn take_frames(&mut self) -> Result<Vec<crate::Frame>, EnvError> {
+        self.inner.take_frames()
+    }
     fn set_normalizer(&mut self, stats: &NormalizerStats) -> Result<(), EnvError> {
         if let Some(rms) = &stats.obs {
             self.set_rms(rms)?;
@@ -355,6 +361,12 @@ impl<V: VecEnv> VecEnv for ScaleReward<V> {
     fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
         self.inner.reobserve(env, obs)
     }
+    fn record(&mut self) -> Result<(), EnvError> {
+        self.inner.record()
+    }
+    fn take_frames(&mut self) -> Result<Vec<crate::Frame>, EnvError> {
+        self.inner.take_frames()
+    }
     fn take_normalizer_delta(&mut self) -> NormalizerStats {
         NormalizerStats {
             returns: Some(std::mem::replace(
@@ -430,6 +442,12 @@ impl VecEnv for Box<dyn VecEnv> {
     }
     fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
         (**self).reobserve(env, obs)
+    }
+    fn record(&mut self) -> Result<(), EnvError> {
+        (**self).record()
+    }
+    fn take_frames(&mut self) -> Result<Vec<crate::Frame>, EnvError> {
+        (**self).take_frames()
     }
 }
 

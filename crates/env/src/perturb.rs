@@ -116,6 +116,12 @@ macro_rules! forward_vec_env {
         fn reobserve(&mut self, env: usize, obs: &mut [f32]) {
             self.inner.reobserve(env, obs)
         }
+        fn record(&mut self) -> Result<(), EnvError> {
+            self.inner.record()
+        }
+        fn take_frames(&mut self) -> Result<Vec<crate::Frame>, EnvError> {
+            self.inner.take_frames()
+        }
     };
 }
 

@@ -6,7 +6,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 use crate::latency::ExecSummary;
-use crate::{Env, EnvError, EnvSpec, NormalizerStats, RunningMeanStd, Space};
+use crate::{Env, EnvError, EnvSpec, Frame, NormalizerStats, RunningMeanStd, Space};
 
 /// The RNG every environment samples its start states from.
 pub type EnvRng = Xoshiro256PlusPlus;
@@ -33,6 +33,15 @@ pub struct EpisodeEnd {
     pub terminated: bool,
     /// Whether it succeeded, where the env defines success ([`Env::success`]).
     pub success: Option<bool>,
+    /// Whether it is an episode as users count them. False for an end the env's wrappers
+    /// make for training alone: a life lost in an Atari game that goes on (the game's end
+    /// is counted, with the game's raw score and steps). Statistics count these only.
+    #[serde(default = "counted_default")]
+    pub counted: bool,
+}
+
+fn counted_default() -> bool {
+    true
 }
 
 /// The outputs of one vectorised step, preallocated once and reused.
@@ -188,6 +197,24 @@ pub trait VecEnv: Send {
     fn take_normalizer_delta(&mut self) -> NormalizerStats {
         NormalizerStats::default()
     }
+    /// Starts keeping env 0's pictures, one after every reset and step (after an autoreset,
+    /// the new episode's first), for [`VecEnv::take_frames`].
+    ///
+    /// # Errors
+    /// [`EnvError::NoPictures`] when the env does not draw itself.
+    fn record(&mut self) -> Result<(), EnvError> {
+        Err(EnvError::NoPictures {
+            env: self.spec().name.clone(),
+            reason: "it does not draw itself".into(),
+        })
+    }
+    /// The pictures kept since the last call (none when not recording).
+    ///
+    /// # Errors
+    /// When an env process's recording cannot be read.
+    fn take_frames(&mut self) -> Result<Vec<Frame>, EnvError> {
+        Ok(Vec::new())
+    }
 }
 
 /// [`VecEnv`] over `num_envs` instances of one concrete [`Env`] type (static dispatch on
@@ -204,6 +231,8 @@ pub struct Vectorized<E: Env> {
     /// Per env, the action applied last (valid where `has_previous`).
     previous: Vec<f32>,
     has_previous: Vec<bool>,
+    /// Env 0's pictures since the last `take_frames`, when recording.
+    frames: Option<Vec<Frame>>,
 }
 
 impl<E: Env + Clone> Vectorized<E> {
@@ -222,6 +251,7 @@ impl<E: Env + Clone> Vectorized<E> {
             latency: 0,
             previous: vec![0.0; num_envs * spec.action_dim()],
             has_previous: vec![false; num_envs],
+            frames: None,
             spec,
             clipped,
         }
@@ -283,6 +313,13 @@ pub(crate) fn clip_action(space: &Space, action: &[f32], out: &mut [f32]) {
 }
 
 impl<E: Env> Vectorized<E> {
+    /// Env 0's picture, kept when recording.
+    fn keep_frame(&mut self, episode_start: bool) {
+        if let (Some(frames), Some(env)) = (self.frames.as_mut(), self.envs.first()) {
+            frames.extend(env.render().map(|f| Frame { episode_start, ..f }));
+        }
+    }
+
     fn non_finite(&self, index: usize, what: &'static str, value: f64) -> EnvError {
         EnvError::NonFinite {
             env: self.spec.name.clone(),
@@ -320,7 +357,23 @@ impl<E: Env> VecEnv for Vectorized<E> {
             self.episode_return[i] = 0.0;
             self.has_previous[i] = false;
         }
+        self.keep_frame(true);
         Ok(())
+    }
+
+    fn record(&mut self) -> Result<(), EnvError> {
+        if self.envs.first().and_then(Env::render).is_none() {
+            return Err(EnvError::NoPictures {
+                env: self.spec.name.clone(),
+                reason: "it does not draw itself".into(),
+            });
+        }
+        self.frames.get_or_insert_with(Vec::new);
+        Ok(())
+    }
+
+    fn take_frames(&mut self) -> Result<Vec<Frame>, EnvError> {
+        Ok(self.frames.as_mut().map(std::mem::take).unwrap_or_default())
     }
 
     fn step(&mut self, actions: &[f32], out: &mut StepBatch) -> Result<(), EnvError> {
@@ -395,6 +448,7 @@ impl<E: Env> VecEnv for Vectorized<E> {
                     length: self.elapsed[i],
                     terminated,
                     success: self.envs[i].success(terminated),
+                    counted: true,
                 });
                 self.envs[i].reset(&mut self.rngs[i], obs);
                 self.elapsed[i] = 0;
@@ -402,6 +456,9 @@ impl<E: Env> VecEnv for Vectorized<E> {
                 self.has_previous[i] = false;
             }
         }
+        let started = out.terminated.first().copied().unwrap_or(false)
+            || out.truncated.first().copied().unwrap_or(false);
+        self.keep_frame(started);
         Ok(())
     }
 

@@ -542,3 +542,109 @@ fn keyword_arguments_reach_the_env() {
     let error = describe(&t, TIMEOUT).unwrap_err().to_string();
     assert!(error.contains("no_such_argument"), "{error}");
 }
+
+/// Breakout through the `atari` wrapper: 4 stacked 84x84 grey frames, rewards clipped to
+/// their sign, an episode to train on per life, and the whole game counted with its raw
+/// score and steps.
+#[test]
+fn the_atari_wrapper_trains_on_lives_and_counts_whole_games_at_their_raw_score() {
+    let Some(py) = python() else { return };
+    let mut t = target(&py, "ALE/Breakout-v5");
+    t.kwargs.insert("frameskip".into(), 1.into());
+    t.wrappers = vec!["atari".into()];
+    let layout = describe(&t, TIMEOUT).unwrap();
+    assert_eq!(layout.images[0].shape, [4, 84, 84]);
+    assert_eq!(layout.images[0].order, ChannelOrder::Chw);
+    let n = 2;
+    let mut envs = GymVecEnv::start(
+        "gym:ALE/Breakout-v5",
+        &t,
+        &layout,
+        n,
+        &GymOptions::default(),
+    )
+    .unwrap();
+    let spec = envs.spec().clone();
+    let mut batch = StepBatch::new(&spec, n);
+    envs.reset(3, &mut batch.obs).unwrap();
+    // Per env: the clipped rewards and steps of the game so far, lives lost in it.
+    let (mut clipped, mut steps, mut lives_lost) = (vec![0.0; n], vec![0u32; n], vec![0; n]);
+    let mut games = Vec::new();
+    let mut t_step = 0usize;
+    while games.len() < n && t_step < 20_000 {
+        // FIRE, RIGHT, RIGHT, LEFT, LEFT, NOOP: the paddle sweeps and hits now and then.
+        let a = [1.0, 2.0, 2.0, 3.0, 3.0, 0.0][t_step % 6];
+        envs.step(&[a, a], &mut batch).unwrap();
+        t_step += 1;
+        for i in 0..n {
+            let r = batch.rewards[i];
+            assert!([-1.0, 0.0, 1.0].contains(&r), "clipped to its sign: {r}");
+            clipped[i] += f64::from(r);
+            steps[i] += 1;
+            if !batch.done(i) {
+                continue;
+            }
+            let end = batch.episodes.iter().find(|e| e.env == i).unwrap();
+            if end.counted {
+                games.push((i, *end, clipped[i], steps[i], lives_lost[i]));
+                (clipped[i], steps[i], lives_lost[i]) = (0.0, 0, 0);
+            } else {
+                assert!(
+                    batch.terminated[i],
+                    "a lost life ends its episode as terminal"
+                );
+                lives_lost[i] += 1;
+            }
+        }
+    }
+    assert_eq!(games.len(), n, "two whole games within {t_step} steps");
+    for (i, end, clipped, steps, lives) in games {
+        assert_eq!(
+            lives, 4,
+            "env {i}: Breakout's five lives, the fifth ends the game"
+        );
+        assert_eq!(
+            end.length, steps,
+            "env {i}: the game's steps across its lives"
+        );
+        assert_eq!(end.episode_return.fract(), 0.0, "a raw score");
+        // Breakout's bricks are worth 1, 4 or 7: the raw score is at least the count of
+        // rewarded steps.
+        assert!(
+            end.episode_return >= clipped,
+            "env {i}: {end:?} against {clipped}"
+        );
+    }
+}
+
+#[test]
+fn an_env_started_to_record_writes_its_first_envs_pictures() {
+    let Some(py) = python() else { return };
+    let mut t = target(&py, "ALE/Breakout-v5");
+    let layout = describe(&t, TIMEOUT).unwrap();
+    t.kwargs.insert("render_mode".into(), "rgb_array".into());
+    let dir = tempfile::tempdir().unwrap();
+    let options = GymOptions {
+        record: Some(dir.path().join("frames")),
+        ..GymOptions::default()
+    };
+    let mut envs = GymVecEnv::start("gym:ALE/Breakout-v5", &t, &layout, 2, &options).unwrap();
+    envs.record().unwrap();
+    let mut batch = StepBatch::new(envs.spec(), 2);
+    envs.reset(1, &mut batch.obs).unwrap();
+    let first = envs.take_frames().unwrap();
+    // The start's reset in `start` and this one.
+    assert!(first.iter().all(|f| f.episode_start) && !first.is_empty());
+    assert_eq!((first[0].width, first[0].height), (160, 210));
+    for _ in 0..5 {
+        envs.step(&[0.0, 0.0], &mut batch).unwrap();
+    }
+    let frames = envs.take_frames().unwrap();
+    assert_eq!(frames.len(), 5, "one a step of env 0");
+    assert!(frames
+        .iter()
+        .all(|f| !f.episode_start && f.rgb.len() == 160 * 210 * 3));
+    let mut plain = start(&target(&py, "CartPole-v1"), 1, 1, None).unwrap();
+    let error = plain.record().unwrap_err().to_string();
+    assert!(error.contains("cannot be recorded"), "{error}");
+}

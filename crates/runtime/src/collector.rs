@@ -130,7 +130,7 @@ impl Collector {
                     }
                 }
             }
-            for ep in &f.episodes {
+            for ep in f.episodes.iter().filter(|e| e.counted) {
                 books.progress.episodes += 1;
                 books.progress.recent_returns.push_back(ep.episode_return);
                 if books.progress.recent_returns.len() > config.train.solve_window {

@@ -45,6 +45,11 @@ pub struct GymSettings {
     /// Keyword arguments for `gym.make` (or the factory), e.g.
     /// `{ forward_reward_weight = 2.0 }`.
     pub kwargs: toml::Table,
+    /// Named wrapper stacks applied in the env processes, in order: `["atari"]` is
+    /// CleanRL's `ppo_atari` preprocessing (the Atari presets set it; the env is made with
+    /// `frameskip = 1`). Part of the config hash.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wrappers: Vec<String>,
     /// How its observation is flattened and its action space, filled in when a run
     /// starts (part of the config hash). A saved config's layout must match the env's: a
     /// run is not resumed or evaluated on an env whose spaces changed.
@@ -54,7 +59,7 @@ pub struct GymSettings {
 impl GymSettings {
     /// No keyword arguments and no layout (every built-in env).
     pub fn is_unset(&self) -> bool {
-        self.kwargs.is_empty() && self.layout.is_none()
+        self.kwargs.is_empty() && self.wrappers.is_empty() && self.layout.is_none()
     }
 }
 
@@ -409,6 +414,22 @@ impl RunConfig {
         }
         if !gym && !self.env.gym.is_unset() {
             return bad("env.gym", &"(set)", "applies to gym: envs only");
+        }
+        if let Some(name) = self
+            .env
+            .gym
+            .wrappers
+            .iter()
+            .find(|w| !strata_env::gym::WRAPPERS.contains(&w.as_str()))
+        {
+            return bad(
+                "env.gym.wrappers",
+                name,
+                &format!(
+                    "unknown wrapper (known: {})",
+                    strata_env::gym::WRAPPERS.join(", ")
+                ),
+            );
         }
         if gym && self.env.action_latency_ticks > 0 {
             return bad(

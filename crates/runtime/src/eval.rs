@@ -6,7 +6,8 @@ use strata_env::{derive_seed, NormalizerStats, StepBatch, VecEnv};
 use strata_nn::{ActorCritic, Memory, SampleRng};
 
 use crate::checkpoint::Policy;
-use crate::factory::build_eval_envs;
+use crate::factory::{build_eval_envs, build_eval_envs_recording};
+use crate::video::GifWriter;
 use crate::{RunConfig, RuntimeError};
 
 /// Returns of the evaluation episodes.
@@ -70,6 +71,81 @@ pub fn evaluate(
     )
 }
 
+/// What [`evaluate_recorded`] wrote.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recording {
+    /// The animated GIF.
+    pub path: std::path::PathBuf,
+    /// Pictures in it.
+    pub frames: usize,
+    /// Episodes it shows (env 0's of the evaluation).
+    pub episodes: usize,
+}
+
+/// As [`evaluate`], also writing the episodes of the evaluation's first env as an animated
+/// GIF at `gif` (one picture a step). Every env that draws itself can be recorded: the
+/// built-in classic-control envs, and a `gym:` env that renders `rgb_array` (made with
+/// `render_mode="rgb_array"` for this).
+///
+/// # Errors
+/// As [`evaluate`]; [`strata_env::EnvError::NoPictures`] for an env that does not draw
+/// itself; [`RuntimeError::Io`] when the GIF cannot be written.
+pub fn evaluate_recorded(
+    policy: &mut Policy,
+    episodes: usize,
+    seed: u64,
+    greedy: bool,
+    gif: &std::path::Path,
+) -> Result<(EvalResult, Recording), RuntimeError> {
+    if episodes == 0 {
+        return Err(RuntimeError::Config("--episodes must be at least 1".into()));
+    }
+    let pinned = PinnedVersion {
+        config: &policy.config,
+        config_hash: &policy.config_hash,
+        policy_version: policy.policy_version,
+        normalizer: &policy.normalizer,
+    };
+    // A `gym:` env's process appends its pictures here; read as they come, then removed.
+    let frames_file = gif.with_extension("frames.tmp");
+    let _ = std::fs::remove_file(&frames_file);
+    let outcome = (|| {
+        let n = episodes.min(16);
+        let mut envs =
+            build_eval_envs_recording(pinned.config, n, pinned.normalizer, Some(&frames_file))?;
+        let mut video = Video {
+            gif: GifWriter::create(gif)?,
+            episodes: 0,
+        };
+        let result = run_episodes(
+            policy.model.as_mut(),
+            &pinned,
+            envs.as_mut(),
+            (episodes, seed, greedy),
+            Some(&mut video),
+        )?;
+        drop(envs);
+        let frames = video.gif.finish()?;
+        let recording = Recording {
+            path: gif.to_path_buf(),
+            frames,
+            episodes: video.episodes,
+        };
+        Ok((result, recording))
+    })();
+    let _ = std::fs::remove_file(&frames_file);
+    if outcome.is_err() {
+        let _ = std::fs::remove_file(gif);
+    }
+    outcome
+}
+
+/// The GIF being written and env 0's episodes in it.
+struct Video {
+    gif: GifWriter,
+    episodes: usize,
+}
+
 /// The envs of evaluations, kept from one to the next (a `gym:` env's processes start
 /// once per training, not once per evaluation); every evaluation resets them with its seed.
 #[derive(Default)]
@@ -113,20 +189,21 @@ pub(crate) fn evaluate_model(
     }
     let n = episodes.min(16);
     let envs = cache.get(pinned, n)?;
-    let outcome = run_episodes(model, pinned, envs.as_mut(), episodes, seed, greedy);
+    let outcome = run_episodes(model, pinned, envs.as_mut(), (episodes, seed, greedy), None);
     if outcome.is_err() {
         cache.0 = None;
     }
     outcome
 }
 
+/// Runs `episodes` episodes seeded by `seed` (greedy or sampled actions) on `envs`, env 0's
+/// pictures into `video` until its quota of episodes is done.
 fn run_episodes(
     model: &mut dyn ActorCritic,
     pinned: &PinnedVersion<'_>,
     envs: &mut dyn VecEnv,
-    episodes: usize,
-    seed: u64,
-    greedy: bool,
+    (episodes, seed, greedy): (usize, u64, bool),
+    mut video: Option<&mut Video>,
 ) -> Result<EvalResult, RuntimeError> {
     let n = envs.num_envs();
     let spec = envs.spec().clone();
@@ -145,6 +222,9 @@ fn run_episodes(
     // A recurrent policy's state per env, zeroed where an episode starts.
     let mut state = vec![0.0; n * model.state_len()];
     let mut starts = vec![true; n];
+    if let Some(v) = video.as_deref_mut() {
+        v.gif.push(envs.take_frames()?)?;
+    }
     while returns.len() < episodes {
         let memory = Memory {
             state: &mut state,
@@ -164,12 +244,20 @@ fn run_episodes(
             );
         }
         envs.step(&actions, &mut batch)?;
-        for ep in &batch.episodes {
+        let recording = done[0] < quota[0];
+        for ep in batch.episodes.iter().filter(|e| e.counted) {
             if done[ep.env] < quota[ep.env] {
                 done[ep.env] += 1;
                 returns.push(ep.episode_return);
                 lengths.push(f64::from(ep.length));
                 successes.extend(ep.success);
+            }
+        }
+        if let Some(v) = video.as_deref_mut() {
+            let frames = envs.take_frames()?;
+            if recording {
+                v.gif.push(frames)?;
+                v.episodes = done[0];
             }
         }
         obs.copy_from_slice(&batch.obs);

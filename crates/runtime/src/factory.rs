@@ -35,6 +35,7 @@ fn gym_target(config: &RunConfig, id: &str) -> GymTarget {
         kwargs,
         python: config.runtime.python.clone().unwrap_or_else(default_python),
         python_path: config.runtime.python_path.clone(),
+        wrappers: config.env.gym.wrappers.clone(),
     }
 }
 
@@ -108,6 +109,17 @@ fn build_base_envs(
     num_envs: usize,
     fault: Option<&strata_env::FaultPlan>,
 ) -> Result<Box<dyn VecEnv>, RuntimeError> {
+    build_base_envs_recording(config, num_envs, fault, None)
+}
+
+/// As [`build_base_envs`]; a `gym:` env made with `render_mode="rgb_array"` and its first
+/// process appending env 0's pictures to `record` when given.
+fn build_base_envs_recording(
+    config: &RunConfig,
+    num_envs: usize,
+    fault: Option<&strata_env::FaultPlan>,
+    record: Option<&std::path::Path>,
+) -> Result<Box<dyn VecEnv>, RuntimeError> {
     let Some(id) = config.env.gym_target() else {
         let mut envs =
             make_vec_env_with_latency(&config.env.name, num_envs, config.env.action_latency_ticks)?;
@@ -128,15 +140,16 @@ fn build_base_envs(
         spin: Some(spin_budget(busy)),
         step_timeout: Duration::from_secs_f64(config.runtime.restart_after_secs),
         fault: fault.cloned(),
+        record: record.map(std::path::Path::to_path_buf),
         ..GymOptions::default()
     };
-    let envs = GymVecEnv::start(
-        &config.env.name,
-        &gym_target(config, id),
-        &layout,
-        num_envs,
-        &options,
-    )?;
+    let mut target = gym_target(config, id);
+    if record.is_some() {
+        target
+            .kwargs
+            .insert("render_mode".into(), "rgb_array".into());
+    }
+    let envs = GymVecEnv::start(&config.env.name, &target, &layout, num_envs, &options)?;
     Ok(Box::new(envs))
 }
 
@@ -185,7 +198,25 @@ pub(crate) fn build_eval_envs(
     num_envs: usize,
     normalizer: &NormalizerStats,
 ) -> Result<Box<dyn VecEnv>, RuntimeError> {
-    let mut envs = build_base_envs(config, num_envs, None)?;
+    build_eval_envs_recording(config, num_envs, normalizer, None)
+}
+
+/// As [`build_eval_envs`], keeping env 0's pictures ([`VecEnv::take_frames`]) when
+/// `record` names the file a `gym:` env's process writes them to.
+///
+/// # Errors
+/// As [`build_eval_envs`]; [`strata_env::EnvError::NoPictures`] for an env that does not
+/// draw itself.
+pub(crate) fn build_eval_envs_recording(
+    config: &RunConfig,
+    num_envs: usize,
+    normalizer: &NormalizerStats,
+    record: Option<&std::path::Path>,
+) -> Result<Box<dyn VecEnv>, RuntimeError> {
+    let mut envs = build_base_envs_recording(config, num_envs, None, record)?;
+    if record.is_some() {
+        envs.record()?;
+    }
     if config.env.normalize_obs {
         let rms = normalizer.obs.clone().ok_or_else(|| {
             RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())

@@ -38,7 +38,15 @@ pub const GYM_PRESETS: &[&str] = &[
     "MinAtar/SpaceInvaders-v1",
     "MinAtar/Asterix-v1",
     "MinAtar/Freeway-v1",
+    "ALE/Breakout-v5",
+    "ALE/Pong-v5",
 ];
+
+/// Whether `id` is one of the Arcade Learning Environment's games (`ALE/Breakout-v5`, any
+/// game of its v5 namespace).
+fn is_ale(id: &str) -> bool {
+    env_id(id).starts_with("ALE/")
+}
 
 /// Whether `id` is one of MinAtar's games (any version: `MinAtar/Seaquest-v0` too).
 fn is_minatar(id: &str) -> bool {
@@ -49,6 +57,7 @@ fn is_minatar(id: &str) -> bool {
 pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
     let mut config = match env_id(id) {
         _ if is_minatar(id) => minatar(),
+        _ if is_ale(id) => atari(),
         "HalfCheetah-v5" => mujoco(half_cheetah()),
         "Hopper-v5" => mujoco(hopper()),
         "Pusher-v5" => mujoco(MujocoPreset::defaults()),
@@ -66,6 +75,12 @@ pub(crate) fn gym_preset_origin(id: &str) -> String {
         _ if is_minatar(id) => "MinAtar: CleanRL's Atari PPO recipe (8 envs x 128 steps, 4 epochs \
                                of 4 minibatches, learning rate 2.5e-4 annealed, clip 0.1) on \
                                the MinAtar agent's encoder, the heads on its 128 features"
+            .into(),
+        _ if is_ale(id) => "Atari: CleanRL's ppo_atari (its wrappers in the env processes: \
+                            no-op reset, frame skip 4 with max-pool, an episode per life, \
+                            FIRE at reset, rewards clipped, 84x84 grey, 4 frames; 8 envs x \
+                            128 steps, 4 epochs of 4 minibatches, learning rate 2.5e-4 \
+                            annealed, clip 0.1) on NatureCNN; returns are raw game scores"
             .into(),
         "HalfCheetah-v5" | "Hopper-v5" => {
             format!(
@@ -231,6 +246,21 @@ fn minatar() -> RunConfig {
     )
 }
 
+/// The Atari games: CleanRL's `ppo_atari` (the MinAtar preset's hyperparameters, which
+/// are its) on NatureCNN with the heads straight on its 512 features, for 10M steps. The
+/// env is made with `frameskip = 1` (the wrapper skips frames, max-pooling the last two)
+/// and keeps v5's sticky actions (a repeat probability of 0.25), which CleanRL's v4
+/// `NoFrameskip` ids leave out; `--set env.gym.kwargs.repeat_action_probability=0`
+/// matches them.
+fn atari() -> RunConfig {
+    let mut config = minatar();
+    config.train.total_steps = 10_000_000;
+    config.network.encoder = Encoder::NatureCnn;
+    config.env.gym.kwargs.insert("frameskip".into(), 1.into());
+    config.env.gym.wrappers = vec!["atari".into()];
+    config
+}
+
 /// Any other id: SB3's PPO defaults in SB3's layout, one env x 2048 steps. The learning-
 /// parity suite (docs/parity.md) chose it: 8 envs x 256 steps per update learn as well on
 /// five of its tasks but not on Swimmer, where only fragments of 1024 steps or more do.
@@ -286,6 +316,7 @@ mod tests {
             "Pusher-v5",
             "gymnasium_robotics:FetchReachDense-v4",
             "MinAtar/Breakout-v1",
+            "ALE/Breakout-v5",
             "my_pkg.envs:make_env",
         ] {
             let name = format!("gym:{id}");
@@ -314,6 +345,18 @@ mod tests {
                 },
                 ..breakout
             }
+        );
+        let atari = gym_preset("gym:ALE/Pong-v5", "ALE/Pong-v5");
+        assert_eq!(atari.env.gym.wrappers, ["atari"]);
+        assert_eq!(atari.env.gym.kwargs["frameskip"].as_integer(), Some(1));
+        assert_eq!(atari.network.encoder, Encoder::NatureCnn);
+        assert_eq!(atari.ppo, minatar().ppo);
+        let mut wrong = atari.clone();
+        wrong.env.gym.wrappers.push("atary".into());
+        let error = wrong.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("env.gym.wrappers") && error.contains("atari"),
+            "{error}"
         );
     }
 

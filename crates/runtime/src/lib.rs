@@ -69,6 +69,7 @@ mod telemetry;
 pub mod tensorboard;
 mod trainer;
 pub mod transport;
+mod video;
 mod wiring;
 mod worker;
 
@@ -83,7 +84,7 @@ pub use config::{
     RuntimeConfig, TrainConfig,
 };
 pub use error::RuntimeError;
-pub use eval::{evaluate, EvalResult};
+pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};
 pub use factory::{
     build_envs, build_model, build_ppo, describe_encoders, env_spec, image_inputs, resolve_env,
 };
@@ -98,4 +99,5 @@ pub use records::{
 };
 pub use run_dir::{utc_stamp, ClaimedDir, Existing, RunDir};
 pub use trainer::Trainer;
+pub use video::GifWriter;
 pub use worker::{WorkerCommand, WorkerError, WorkerEvent};

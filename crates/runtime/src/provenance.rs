@@ -91,8 +91,10 @@ pub fn append_fragment(
             out.reward.push(f.rewards[row]);
             out.terminated.push(f.terminated[row]);
             out.truncated.push(f.truncated[row]);
-            out.episode_return.push(end.map(|e| e.episode_return));
-            out.success.push(end.and_then(|e| e.success));
+            // A life lost in a game that goes on has no return of its own to report.
+            let counted = end.filter(|e| e.counted);
+            out.episode_return.push(counted.map(|e| e.episode_return));
+            out.success.push(counted.and_then(|e| e.success));
             out.worker.push(Some(w as u64));
             out.fragment.push(Some(f.index));
             cursor.step[env] += 1;

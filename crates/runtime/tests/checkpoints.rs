@@ -2,7 +2,9 @@
 
 use std::fs;
 
-use strata_runtime::{evaluate, load_policy, preset, run, RunDir, RuntimeError, Trainer};
+use strata_runtime::{
+    evaluate, evaluate_recorded, load_policy, preset, run, RunDir, RuntimeError, Trainer,
+};
 
 fn trained_run(dir: &std::path::Path) {
     let mut c = preset("cartpole").unwrap();
@@ -28,6 +30,30 @@ fn eval_scores_a_trained_checkpoint_and_names_bad_ones() {
         "greedy policy of a solved run: {}",
         r.mean_return
     );
+
+    // Recorded: the same episodes, env 0's drawn one picture a step (CartPole's return is
+    // its length), every picture 300x200.
+    let gif = tmp.path().join("v.gif");
+    let (recorded, video) = evaluate_recorded(&mut policy, 1, 99, true, &gif).unwrap();
+    assert_eq!(recorded, evaluate(&mut policy, 1, 99, true).unwrap());
+    assert_eq!(video.episodes, 1);
+    assert_eq!(video.frames as f64, recorded.returns[0]);
+    let mut options = gif::DecodeOptions::new();
+    options.set_color_output(gif::ColorOutput::RGBA);
+    let mut decoder = options.read_info(fs::File::open(&gif).unwrap()).unwrap();
+    let mut frames = 0;
+    while let Some(f) = decoder.read_next_frame().unwrap() {
+        assert_eq!((f.width, f.height), (300, 200));
+        frames += 1;
+    }
+    assert_eq!(frames, video.frames);
+    assert!(!tmp.path().join("v.frames.tmp").exists());
+    // An env that does not draw itself is refused by name, and leaves no file.
+    policy.config.env.name = "arm-reach".into();
+    let error = evaluate_recorded(&mut policy, 1, 1, true, &tmp.path().join("arm.gif"));
+    let error = error.err().unwrap().to_string();
+    assert!(error.contains("cannot be recorded"), "{error}");
+    assert!(!tmp.path().join("arm.gif").exists());
 
     // Missing.
     let err = load_policy(&tmp.path().join("nope")).err().unwrap();

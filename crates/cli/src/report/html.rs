@@ -40,6 +40,8 @@ pub(crate) struct Page<'a> {
     pub(crate) drawn: Vec<(String, Result<String, String>)>,
     pub(crate) summary: Vec<GenerationSummary>,
     pub(crate) metrics: Option<MetricsReport>,
+    /// The best version's episode, or why there is none; `None` when not asked for.
+    pub(crate) video: Option<Result<super::Video, String>>,
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}\
@@ -52,6 +54,32 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}\
 
 impl Page<'_> {
     /// The HTML document.
+    /// The best version's greedy episode, inline (the page stays one file).
+    fn video(&self, h: &mut String) {
+        use base64::Engine as _;
+        let Some(video) = &self.video else { return };
+        h.push_str("<h2>Watch it</h2>\n");
+        match video {
+            Ok(v) => {
+                let _ = writeln!(
+                    h,
+                    "<p>One greedy episode of the {} (policy v{}, evaluation seed): return \
+                     {:.2}, {} frames; also <code>best-episode.gif</code> beside this page.</p>\n\
+                     <img alt=\"an episode of policy v{}\" src=\"data:image/gif;base64,{}\">",
+                    escape(&v.which),
+                    v.version,
+                    v.episode_return,
+                    v.frames,
+                    v.version,
+                    base64::engine::general_purpose::STANDARD.encode(&v.gif)
+                );
+            }
+            Err(why) => {
+                let _ = writeln!(h, "<p class=\"missing\">No video: {}</p>", escape(why));
+            }
+        }
+    }
+
     pub(crate) fn render(&self) -> String {
         let mut h = String::new();
         let title = format!("Strata report: {}", self.run.dir.display());
@@ -81,6 +109,7 @@ impl Page<'_> {
             }
             h.push_str("</div>\n");
         }
+        self.video(&mut h);
         // A gateway serves and learns; it has no evaluations to show.
         if !self.run.gateway {
             self.evaluations(&mut h);

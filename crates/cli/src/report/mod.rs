@@ -1,15 +1,16 @@
 //! `strata report RUN_DIR`: one self-contained HTML file with the run's figures (return per
 //! generation with version switches and evaluation points, evaluation per pinned version,
 //! policy-lag histogram, time breakdown) and the ledger per generation; each figure also
-//! as SVG and PNG beside it. A damaged or partial run is reported as far as it can be read,
-//! with what was missing listed first.
+//! as SVG and PNG beside it, and a video of one greedy episode of the best version when the
+//! env draws itself. A damaged or partial run is reported as far as it can be read, with
+//! what was missing listed first.
 
 mod compare;
 pub(crate) mod figures;
 mod html;
 mod load;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -28,6 +29,49 @@ pub(crate) struct ReportArgs {
     /// runs, compare-<time> beside the first).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Leave out the video of the best version (recording runs one episode of the env).
+    #[arg(long)]
+    no_video: bool,
+}
+
+/// One greedy episode of a run's version, recorded for the page.
+pub(crate) struct Video {
+    /// Which checkpoint (`best evaluated`, `final checkpoint`).
+    pub(crate) which: String,
+    pub(crate) version: u64,
+    pub(crate) episode_return: f64,
+    pub(crate) frames: usize,
+    /// The GIF's bytes.
+    pub(crate) gif: Vec<u8>,
+}
+
+/// Records one greedy episode of the run's best version (else its final one) into
+/// `out/best-episode.gif`, on the run's evaluation seed; why not, for the page, otherwise.
+fn record_best(run_dir: &Path, out: &Path) -> Result<Video, String> {
+    use strata_runtime::{evaluate_recorded, load_policy, pick_checkpoint, PolicyPick};
+    let (path, which) = pick_checkpoint(run_dir, PolicyPick::Best)
+        .or_else(|_| pick_checkpoint(run_dir, PolicyPick::Final))
+        .map_err(|e| format!("no checkpoint to record ({e})"))?;
+    let mut policy = load_policy(&path).map_err(|e| e.to_string())?;
+    let seed = policy.config.report.eval_seed(policy.config.train.seed);
+    let gif = out.join("best-episode.gif");
+    let (result, video) = evaluate_recorded(&mut policy, 1, seed, true, &gif)
+        // A Python traceback's last line says what went wrong.
+        .map_err(|e| {
+            e.to_string()
+                .trim_end()
+                .lines()
+                .last()
+                .unwrap_or("")
+                .to_string()
+        })?;
+    Ok(Video {
+        which,
+        version: policy.policy_version,
+        episode_return: result.returns[0],
+        frames: video.frames,
+        gif: std::fs::read(&gif).map_err(|e| format!("{}: {e}", gif.display()))?,
+    })
 }
 
 /// Writes the report and prints where; problems go to stderr as warnings.
@@ -84,12 +128,14 @@ pub(crate) fn run(args: ReportArgs) -> Result<()> {
         ),
         None => (Vec::new(), None),
     };
+    let video = (!args.no_video && !run.gateway).then(|| record_best(run_dir, &out));
     let page = html::Page {
         run: &run,
         figures: &figures,
         drawn,
         summary,
         metrics,
+        video,
     };
     let path = out.join("report.html");
     std::fs::write(&path, page.render())

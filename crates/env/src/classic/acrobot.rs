@@ -127,6 +127,10 @@ impl Env for Acrobot {
     }
 
     #[inline]
+    fn render(&self) -> Option<crate::Frame> {
+        Some(crate::render::acrobot(&self.state()))
+    }
+
     fn observe(&self, obs: &mut [f32]) {
         let [t1, t2, d1, d2] = self.state;
         let (s1, c1) = t1.sin_cos();

@@ -87,6 +87,10 @@ impl Env for CartPole {
     }
 
     #[inline]
+    fn render(&self) -> Option<crate::Frame> {
+        Some(crate::render::cartpole(&self.state()))
+    }
+
     fn observe(&self, obs: &mut [f32]) {
         for (o, s) in obs.iter_mut().zip(&self.state) {
             *o = *s as f32;

@@ -94,6 +94,10 @@ impl<E: Env> Env for Masked<E> {
         t
     }
 
+    fn render(&self) -> Option<crate::Frame> {
+        self.inner.render()
+    }
+
     fn observe(&self, obs: &mut [f32]) {
         let mut full = vec![0.0; self.full.len()];
         self.inner.observe(&mut full);

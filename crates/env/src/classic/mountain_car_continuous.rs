@@ -105,6 +105,10 @@ impl Env for MountainCarContinuous {
     }
 
     #[inline]
+    fn render(&self) -> Option<crate::Frame> {
+        Some(crate::render::mountain_car(&self.state()))
+    }
+
     fn observe(&self, obs: &mut [f32]) {
         obs[0] = self.position as f32;
         obs[1] = self.velocity as f32;

@@ -66,6 +66,10 @@ impl Env for Pendulum {
     }
 
     #[inline]
+    fn render(&self) -> Option<crate::Frame> {
+        Some(crate::render::pendulum(&self.state()))
+    }
+
     fn observe(&self, obs: &mut [f32]) {
         let (s, c) = self.theta.sin_cos();
         obs[0] = c as f32;

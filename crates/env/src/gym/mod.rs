@@ -119,7 +119,15 @@ pub struct GymTarget {
     pub python: PathBuf,
     /// Directories put first on the processes' `sys.path` (where a factory's module is).
     pub python_path: Vec<PathBuf>,
+    /// Named wrapper stacks applied to each env made, in order ([`WRAPPERS`]).
+    pub wrappers: Vec<String>,
 }
+
+/// The wrapper stacks `GymTarget::wrappers` names (defined in the worker program's
+/// `strata_gym_wrappers.py`): `atari` is CleanRL's `ppo_atari` preprocessing (no-op reset,
+/// frame skip 4 with max-pool, 84x84 grey, an episode per life with the game's raw score
+/// counted, FIRE at reset, rewards clipped to their sign, 4 frames stacked).
+pub const WRAPPERS: &[&str] = &["atari"];
 
 impl GymTarget {
     /// `id` with no keyword arguments, run by `python`.
@@ -129,6 +137,7 @@ impl GymTarget {
             kwargs: serde_json::Map::new(),
             python: python.into(),
             python_path: Vec::new(),
+            wrappers: Vec::new(),
         }
     }
 
@@ -142,6 +151,12 @@ impl GymTarget {
         ];
         for p in &self.python_path {
             args.extend(["--path".to_string(), p.display().to_string()]);
+        }
+        if !self.wrappers.is_empty() {
+            args.extend([
+                "--wrappers".to_string(),
+                serde_json::to_string(&self.wrappers).expect("names serialise"),
+            ]);
         }
         args
     }

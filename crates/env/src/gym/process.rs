@@ -32,8 +32,12 @@ use super::GymError;
 /// The longest message a child may send: a layout or a traceback is far smaller.
 pub(crate) const MAX_MESSAGE: usize = 16 << 20;
 
-/// The worker program, fed to `python -` on its stdin.
-const WORKER_PROGRAM: &str = include_str!("../../python/strata_gym_worker.py");
+/// The worker program, fed to `python -` on its stdin: the named wrappers' source, then
+/// the serving loop's (which calls the wrappers' `apply_wrappers`).
+const WORKER_PROGRAM: &str = concat!(
+    include_str!("../../python/strata_gym_wrappers.py"),
+    include_str!("../../python/strata_gym_worker.py")
+);
 /// How long a process that was asked to quit gets before it is killed.
 const QUIT_GRACE: Duration = Duration::from_secs(2);
 /// How long a killed process gets to be reaped before it is given up on (logged).

@@ -13,7 +13,7 @@ use memmap2::MmapMut;
 /// Identifies a Strata region ("STRG", little-endian).
 const MAGIC: u32 = 0x4752_5453;
 /// Bumped whenever the layout changes; the worker refuses a region of another version.
-pub(crate) const PROTOCOL: u32 = 3;
+pub(crate) const PROTOCOL: u32 = 4;
 const HEADER: usize = 64;
 /// The header's words after magic, protocol, k, obs and action widths (all little-endian):
 /// how long the worker may spin for a command (ns, 0: never), the command's code, the
@@ -41,6 +41,9 @@ struct Offsets {
     terminated: usize,
     truncated: usize,
     success: usize,
+    game_return: usize,
+    game_length: usize,
+    game_over: usize,
     /// A failed command's traceback: a u32 length, then UTF-8.
     error: usize,
     end: usize,
@@ -74,6 +77,9 @@ impl Offsets {
         let terminated = next(k);
         let truncated = next(k);
         let success = next(k);
+        let game_return = next(k * 8);
+        let game_length = next(k * 8);
+        let game_over = next(k);
         let error = next(ERROR_BYTES);
         Offsets {
             actions,
@@ -87,6 +93,9 @@ impl Offsets {
             terminated,
             truncated,
             success,
+            game_return,
+            game_length,
+            game_over,
             error,
             end: at,
         }
@@ -104,6 +113,13 @@ pub(crate) struct StepView<'a> {
     pub(crate) terminated: &'a [u8],
     pub(crate) truncated: &'a [u8],
     pub(crate) success: &'a [u8],
+    /// A whole game's raw score, where `game_over` is 2.
+    pub(crate) game_return: &'a [f64],
+    /// A whole game's steps, where `game_over` is 2.
+    pub(crate) game_length: &'a [u64],
+    /// At an episode's end: 0, it is the episode users count; 1, a life lost in a game
+    /// that goes on (the `atari` wrapper); 2, the game ended too.
+    pub(crate) game_over: &'a [u8],
 }
 
 /// One process's region: `k` envs' actions, observations, rewards, flags, final
@@ -267,6 +283,9 @@ impl Region {
             terminated: self.slice(self.at.terminated, k),
             truncated: self.slice(self.at.truncated, k),
             success: self.slice(self.at.success, k),
+            game_return: self.slice(self.at.game_return, k),
+            game_length: self.slice(self.at.game_length, k),
+            game_over: self.slice(self.at.game_over, k),
         }
     }
 }
@@ -297,11 +316,14 @@ mod tests {
             at.terminated,
             at.truncated,
             at.success,
+            at.game_return,
+            at.game_length,
+            at.game_over,
         ];
         assert!(starts.iter().all(|s| s % 64 == 0));
         assert!(starts.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(at.obs - at.actions, align(3 * 6 * 4));
-        assert_eq!(at.error, at.success + 64);
+        assert_eq!(at.error, at.game_over + 64);
         assert_eq!(at.end, at.error + ERROR_BYTES);
     }
 

@@ -54,6 +54,9 @@ pub struct GymOptions {
     /// wake-ups); zero never spins. `None`: [`spin_budget`] for this vector's processes
     /// and the one thread driving them.
     pub spin: Option<Duration>,
+    /// Appends env 0's pictures to this file after every reset and step (the target must
+    /// make its envs with `render_mode="rgb_array"`): see [`read_frames`](super::read_frames).
+    pub record: Option<std::path::PathBuf>,
 }
 
 impl Default for GymOptions {
@@ -64,6 +67,7 @@ impl Default for GymOptions {
             start_timeout: Duration::from_secs(120),
             fault: None,
             spin: None,
+            record: None,
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct GymVecEnv {
     layout_json: String,
     start_timeout: Duration,
     spin: Duration,
+    /// Env 0's pictures, when started to record.
+    frames: Option<crate::FrameReader>,
     /// Members whose process failed and was stopped, to restart on revival.
     broken: Vec<usize>,
     num_envs: usize,
@@ -156,6 +162,7 @@ impl GymVecEnv {
             layout_json,
             start_timeout: options.start_timeout,
             spin,
+            frames: options.record.as_deref().map(crate::FrameReader::new),
             broken: Vec::new(),
             num_envs,
             obs_dim,
@@ -173,7 +180,7 @@ impl GymVecEnv {
             let index = envs.members.len();
             let fault = options.fault.as_ref().filter(|_| index == 0);
             let process = envs
-                .spawn_process(k, fault)
+                .spawn_process(first, k, fault)
                 .map_err(|e| envs.error(index, e))?;
             envs.members.push(Member { process, first, k });
             first += k;
@@ -189,8 +196,14 @@ impl GymVecEnv {
         Ok(envs)
     }
 
-    /// Starts (without waiting for it) a process stepping `k` envs, with `fault` injected.
-    fn spawn_process(&self, k: usize, fault: Option<&FaultPlan>) -> Result<EnvProcess, GymError> {
+    /// Starts (without waiting for it) a process stepping `k` envs from env `first`, with
+    /// `fault` injected.
+    fn spawn_process(
+        &self,
+        first: usize,
+        k: usize,
+        fault: Option<&FaultPlan>,
+    ) -> Result<EnvProcess, GymError> {
         let widths = (self.split.float_width(), self.split.byte_width());
         let region =
             Region::create(k, widths, self.act_dim).map_err(|e| GymError::Region(e.to_string()))?;
@@ -205,6 +218,12 @@ impl GymVecEnv {
                 "--fault".to_string(),
                 serde_json::to_string(plan).expect("a fault plan serialises"),
             ]);
+        }
+        if let (Some(path), true) = (
+            self.frames.as_ref().map(crate::FrameReader::path),
+            first == 0,
+        ) {
+            extra.extend(["--record-file".to_string(), path.display().to_string()]);
         }
         let mut process =
             EnvProcess::start(&self.target.launch(extra), Some(region), self.start_timeout)?;
@@ -394,16 +413,28 @@ impl VecEnv for GymVecEnv {
                 self.elapsed[i] += 1;
                 self.episode_return[i] += reward;
                 if done {
+                    // A game's lives are episodes to train on; the game is the one counted,
+                    // with its raw score (before any reward clipping).
+                    let (counted, episode_return, length) = match view.game_over[j] {
+                        1 => (false, self.episode_return[i], self.elapsed[i]),
+                        2 => (
+                            true,
+                            view.game_return[j],
+                            u32::try_from(view.game_length[j]).unwrap_or(u32::MAX),
+                        ),
+                        _ => (true, self.episode_return[i], self.elapsed[i]),
+                    };
                     out.episodes.push(EpisodeEnd {
                         env: i,
-                        episode_return: self.episode_return[i],
-                        length: self.elapsed[i],
+                        episode_return,
+                        length,
                         terminated: out.terminated[i],
                         success: match view.success[j] {
                             1 => Some(false),
                             2 => Some(true),
                             _ => None,
                         },
+                        counted,
                     });
                     self.elapsed[i] = 0;
                     self.episode_return[i] = 0.0;
@@ -470,14 +501,34 @@ impl VecEnv for GymVecEnv {
         false
     }
 
+    fn record(&mut self) -> Result<(), EnvError> {
+        match self.frames {
+            Some(_) => Ok(()),
+            None => Err(EnvError::NoPictures {
+                env: self.spec.name.clone(),
+                reason: "its processes were not started to record (GymOptions::record)".into(),
+            }),
+        }
+    }
+
+    fn take_frames(&mut self) -> Result<Vec<crate::Frame>, EnvError> {
+        let Some(reader) = self.frames.as_mut() else {
+            return Ok(Vec::new());
+        };
+        reader.read_new().map_err(|e| EnvError::NoPictures {
+            env: self.spec.name.clone(),
+            reason: format!("its recording cannot be read: {e}"),
+        })
+    }
+
     /// Restarts the processes that failed (their replacements carry no injected fault),
     /// keeping the healthy ones; a reset must follow.
     fn revive(&mut self) -> Result<bool, EnvError> {
         let broken = std::mem::take(&mut self.broken);
         for &index in &broken {
-            let k = self.members[index].k;
+            let (first, k) = (self.members[index].first, self.members[index].k);
             let process = self
-                .spawn_process(k, None)
+                .spawn_process(first, k, None)
                 .map_err(|e| self.error(index, e))?;
             self.members[index].process = process;
         }
