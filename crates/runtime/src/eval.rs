@@ -97,9 +97,7 @@ pub fn evaluate_recorded(
     greedy: bool,
     gif: &std::path::Path,
 ) -> Result<(EvalResult, Recording), RuntimeError> {
-    if episodes == 0 {
-        return Err(RuntimeError::Config("--episodes must be at least 1".into()));
-    }
+    let n = eval_env_count(episodes)?;
     let pinned = PinnedVersion {
         config: &policy.config,
         config_hash: &policy.config_hash,
@@ -110,7 +108,6 @@ pub fn evaluate_recorded(
     let frames_file = gif.with_extension("frames.tmp");
     let _ = std::fs::remove_file(&frames_file);
     let outcome = (|| {
-        let n = episodes.min(16);
         let mut envs =
             build_eval_envs_recording(pinned.config, n, pinned.normalizer, Some(&frames_file))?;
         let mut video = Video {
@@ -166,6 +163,14 @@ impl EvalEnvs {
     }
 }
 
+/// Envs an evaluation of `episodes` episodes runs: one an episode, at most 16.
+fn eval_env_count(episodes: usize) -> Result<usize, RuntimeError> {
+    if episodes == 0 {
+        return Err(RuntimeError::Config("--episodes must be at least 1".into()));
+    }
+    Ok(episodes.min(16))
+}
+
 /// The version an evaluation is pinned to: what defines it besides the weights.
 pub(crate) struct PinnedVersion<'a> {
     pub(crate) config: &'a RunConfig,
@@ -184,10 +189,7 @@ pub(crate) fn evaluate_model(
     greedy: bool,
     cache: &mut EvalEnvs,
 ) -> Result<EvalResult, RuntimeError> {
-    if episodes == 0 {
-        return Err(RuntimeError::Config("--episodes must be at least 1".into()));
-    }
-    let n = episodes.min(16);
+    let n = eval_env_count(episodes)?;
     let envs = cache.get(pinned, n)?;
     let outcome = run_episodes(model, pinned, envs.as_mut(), (episodes, seed, greedy), None);
     if outcome.is_err() {

@@ -55,7 +55,7 @@ pub struct GymOptions {
     /// and the one thread driving them.
     pub spin: Option<Duration>,
     /// Appends env 0's pictures to this file after every reset and step (the target must
-    /// make its envs with `render_mode="rgb_array"`): see [`read_frames`](super::read_frames).
+    /// make its envs with `render_mode="rgb_array"`): read by [`FrameReader`](crate::FrameReader).
     pub record: Option<std::path::PathBuf>,
 }
 
