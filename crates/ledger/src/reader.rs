@@ -7,6 +7,7 @@ use crate::schema::{self, Table};
 use crate::storage::Storage;
 use crate::LedgerError;
 use std::ops::ControlFlow;
+use std::time::Duration;
 
 /// Everything a ledger holds.
 #[derive(Clone, Debug, Default)]
@@ -34,16 +35,22 @@ fn settled<T>(
     storage: &Storage,
     read: impl Fn() -> Result<T, LedgerError>,
 ) -> Result<T, LedgerError> {
-    for _ in 0..4 {
+    // A compaction takes milliseconds; waiting a little longer after each collision lets a
+    // reader through even when its owner compacts back to back on a loaded machine (eight
+    // tries span about a quarter of a second).
+    let mut pause = Duration::from_millis(1);
+    for _ in 0..8 {
         let before = log_files(storage)?;
         let result = read();
-        if matches!(&result, Err(e) if e.is_not_found()) {
-            continue;
+        if !matches!(&result, Err(e) if e.is_not_found()) {
+            let after: std::collections::HashSet<String> =
+                log_files(storage)?.into_iter().collect();
+            if before.iter().all(|log| after.contains(log)) {
+                return result;
+            }
         }
-        let after: std::collections::HashSet<String> = log_files(storage)?.into_iter().collect();
-        if before.iter().all(|log| after.contains(log)) {
-            return result;
-        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(64));
     }
     read()
 }
