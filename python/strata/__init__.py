@@ -14,19 +14,25 @@ Python values into Strata's config, shows progress, and holds the gateway client
 from ._strata import ConfigError, Policy, StrataError, __version__
 from .client import (
     Action,
+    AdmittedPage,
+    AdmittedSample,
     AsyncClient,
     Client,
     Episode,
     GatewayError,
     Recheck,
+    Recorded,
     ReleaseStatus,
     Report,
+    Trained,
 )
 from .ledger import Ledger, ledger
 from .training import config, evaluate, load, train
 
 __all__ = [
     "Action",
+    "AdmittedPage",
+    "AdmittedSample",
     "AsyncClient",
     "Client",
     "ConfigError",
@@ -35,9 +41,11 @@ __all__ = [
     "Ledger",
     "Policy",
     "Recheck",
+    "Recorded",
     "ReleaseStatus",
     "Report",
     "StrataError",
+    "Trained",
     "__version__",
     "config",
     "evaluate",

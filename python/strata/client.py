@@ -13,6 +13,13 @@ Any other refusal raises :class:`GatewayError` with the gateway's own message.
     if client.recheck(action.action_id, target=now).verdict == "proceed":
         ...  # execute action.action
     client.report(action.action_id, observation_after=obs2, reward=1.0)
+
+An agent whose episode is pinned to an external version (``episode.external``: a policy
+the gateway does not execute) acts with its own model and records what it did with
+:meth:`Client.record` instead of :meth:`Client.act`; re-check and report are the same. A
+trainer that is not Strata reads what such agents recorded with :meth:`Client.admitted`,
+publishes what it trained with :meth:`Client.publish_external` and says what it trained on
+with :meth:`Client.trained`.
 """
 from __future__ import annotations
 
@@ -73,6 +80,9 @@ class Episode:
     pending_action: Optional[int]
     obs_dim: int
     action_dim: int
+    external: Optional[Dict[str, Any]] = None
+    """For an external version: ``{"artifact": {"uri", "sha256", "size"}, "config_hash",
+    "trainer", "metadata"}``, the model to act with (and record the actions of)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,71 @@ class Action:
     issued_at_ns: int
     side_effect: str
     trajectory_id: int
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded action: re-check and report it by ``action_id`` as an act's.
+    ``invalidated`` says why its trajectory was invalidated when it was recorded with a
+    version other than the episode's (the episode goes on in a new trajectory)."""
+
+    action_id: int
+    policy_version: int
+    config_hash: str
+    issued_at_ns: int
+    side_effect: str
+    trajectory_id: int
+    invalidated: Optional[str]
+
+
+@dataclass(frozen=True)
+class AdmittedSample:
+    """A transition a trainer may train on, its provenance and its admission:
+    ``admission`` is ``trained`` (``weight`` 1), ``down_weighted``, or ``needs_kl`` (rule
+    ``decay`` on a sample older than the trainer's version: ``weight`` is None, and the
+    KL the trainer measures goes into :meth:`Client.trained`)."""
+
+    sample_id: int
+    episode_id: int
+    trajectory_id: int
+    step: int
+    policy_version: int
+    config_hash: str
+    bucket: str
+    observation: List[float]
+    action: Any
+    behaviour_log_prob: Optional[float]
+    reward: float
+    next_observation: List[float]
+    terminated: bool
+    truncated: bool
+    completed_at_ns: int
+    admission: str
+    weight: Optional[float]
+
+
+@dataclass(frozen=True)
+class AdmittedPage:
+    """A page of admitted samples; pass ``next_cursor`` as ``after`` for the next one."""
+
+    samples: List[AdmittedSample]
+    next_cursor: int
+    more: bool
+    learner_version: int
+    rules_version: int
+    rules_hash: str
+    left_out: int
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a ``trained`` report recorded: samples by decision, decision records written."""
+
+    trained: int
+    down_weighted: int
+    dropped: int
+    decisions: int
+    rules_version: int
 
 
 @dataclass(frozen=True)
@@ -119,6 +194,8 @@ class ReleaseStatus:
     open_episodes: int
     updates: int
     rules_version: int
+    published: Optional[int] = None
+    """The version the call published, for a publish."""
 
 
 def _release_status(data: Dict[str, Any]) -> ReleaseStatus:
@@ -145,8 +222,20 @@ def _observation(values: Any) -> Any:
     return _floats(values)
 
 
+def _json_value(value: Any) -> Any:
+    """A value as JSON takes it: numpy arrays and scalars as lists and numbers."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return value
+
+
 class Client:
-    """A blocking client for one gateway and one token (an agent's or an operator's).
+    """A blocking client for one gateway and one token (an agent's, a trainer's or an
+    operator's).
     Thread-safe: each thread keeps its own connection alive."""
 
     def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0):
@@ -245,6 +334,44 @@ class Client:
             body["context"] = context
         return _from(Action, self.call("POST", f"/v1/episodes/{episode_id}/act", body))
 
+    def record(
+        self,
+        episode_id: int,
+        observation: Any,
+        action: Any,
+        *,
+        policy_version: int,
+        config_hash: str,
+        env_seq: int,
+        log_prob: Optional[float] = None,
+        issued_at_ns: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+        action_type: Optional[str] = None,
+        context: Optional[Dict[str, Any]] = None,
+    ) -> Recorded:
+        """Records an action chosen with the agent's own model: `action` is any JSON value
+        (numpy arrays and scalars become lists and numbers), `policy_version` and
+        `config_hash` the version it actually acted with (another than the episode's
+        invalidates its trajectory), `log_prob` its behaviour log-probability for
+        off-policy corrections. Re-check and report it as an act's action. Retries reuse
+        the idempotency key, so a record is stored once."""
+        body: Dict[str, Any] = {
+            "observation": _observation(observation),
+            "action": _json_value(action),
+            "policy_version": int(policy_version),
+            "config_hash": config_hash,
+            "env_seq": int(env_seq),
+            "idempotency_key": idempotency_key or uuid.uuid4().hex,
+        }
+        optional = {
+            "log_prob": None if log_prob is None else float(log_prob),
+            "issued_at_ns": issued_at_ns,
+            "action_type": action_type,
+            "context": context,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return _from(Recorded, self.call("POST", f"/v1/episodes/{episode_id}/record", body))
+
     def recheck(
         self,
         action_id: int,
@@ -310,8 +437,78 @@ class Client:
         return _release_status(self.call("POST", path, body))
 
     def publish(self, checkpoint: str) -> ReleaseStatus:
-        """Publishes a checkpoint written by ``strata train`` (same env and network)."""
+        """Publishes a checkpoint written by ``strata train`` (same env and network) as the
+        canary candidate; ``published`` is its version."""
         return self._release("/v1/operator/publish", {"checkpoint": str(checkpoint)})
+
+    # -- trainers (and operators) ------------------------------------------------------
+
+    def publish_external(
+        self,
+        uri: str,
+        sha256: str,
+        size: int,
+        *,
+        config_hash: str,
+        trainer: str,
+        metadata: Optional[Dict[str, Any]] = None,
+    ) -> ReleaseStatus:
+        """Publishes a version the gateway does not execute: agents act with the artifact
+        at `uri` (`sha256` and `size` let them check it) and record their actions. It gets
+        the next version number (``published``) and becomes the canary candidate after
+        the cooldown; promote and roll back treat it as any version. A trainer token may
+        call this; promoting stays an operator's."""
+        external: Dict[str, Any] = {
+            "artifact": {"uri": str(uri), "sha256": sha256, "size": int(size)},
+            "config_hash": config_hash,
+            "trainer": trainer,
+        }
+        if metadata is not None:
+            external["metadata"] = metadata
+        return self._release("/v1/operator/publish", {"external": external})
+
+    def admitted(
+        self,
+        after: Optional[int] = None,
+        *,
+        limit: Optional[int] = None,
+        learner_version: Optional[int] = None,
+        bucket: Optional[str] = None,
+    ) -> AdmittedPage:
+        """A page of the transitions agents recorded that the admission rules in force
+        admit for a trainer at `learner_version` (default: the newest version), after
+        sample `after`: not invalidated, not yet trained on. Strata's own versions'
+        samples are its learner's and never appear."""
+        query = {k: v for k, v in (("after", after), ("limit", limit),
+                                   ("learner_version", learner_version), ("bucket", bucket))
+                 if v is not None}
+        path = "/v1/trainer/admitted"
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        data = self.call("GET", path)
+        data["samples"] = [_from(AdmittedSample, s) for s in data["samples"]]
+        return _from(AdmittedPage, data)
+
+    def trained(
+        self,
+        version: int,
+        base_version: int,
+        samples: Sequence[int],
+        *,
+        kl: Optional[Dict[int, float]] = None,
+    ) -> Trained:
+        """Says that the update from `base_version` into `version` (published with
+        :meth:`publish_external`) consumed `samples`: each gets the decision the rules in
+        force make for it, so the ledger's decisions and per-generation metrics stay true.
+        Under rule ``decay``, `kl` gives KL(producing || base) by producing version."""
+        body: Dict[str, Any] = {
+            "version": int(version),
+            "base_version": int(base_version),
+            "samples": [int(s) for s in samples],
+        }
+        if kl:
+            body["kl"] = {str(int(v)): float(x) for v, x in kl.items()}
+        return _from(Trained, self.call("POST", "/v1/trainer/trained", body))
 
     def canary(self, fraction: float) -> ReleaseStatus:
         """Sends `fraction` of new episodes to the candidate version."""
@@ -397,12 +594,16 @@ class AsyncClient:
     start_episode = _awaitable(Client.start_episode)
     episode = _awaitable(Client.episode)
     act = _awaitable(Client.act)
+    record = _awaitable(Client.record)
     recheck = _awaitable(Client.recheck)
     report = _awaitable(Client.report)
     replay = _awaitable(Client.replay)
     end_episode = _awaitable(Client.end_episode)
     status = _awaitable(Client.status)
     publish = _awaitable(Client.publish)
+    publish_external = _awaitable(Client.publish_external)
+    admitted = _awaitable(Client.admitted)
+    trained = _awaitable(Client.trained)
     canary = _awaitable(Client.canary)
     cooldown = _awaitable(Client.cooldown)
     promote = _awaitable(Client.promote)

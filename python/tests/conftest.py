@@ -39,6 +39,7 @@ class Served:
         tokens = json.loads((dir / "tokens.json").read_text())
         self.operator = next(iter(tokens["operators"].values()))
         self.agents = sorted(tokens["agents"].items())
+        self.trainer = next(iter(tokens.get("trainers", {}).values()), None)
 
     def start(self):
         address = self.dir / "address"

@@ -2,10 +2,11 @@
 property-based tester (Schemathesis) generates requests from `/openapi.json` with an
 agent's and an operator's token against a real `strata serve`, and every check passes: no
 server error, every status and response body as documented, every schema-violating
-request refused, and every schema-valid one accepted. Four operations take data no schema
+request refused, and every schema-valid one accepted. Six operations take data no schema
 can describe (a checkpoint directory that exists, a sample range in order, a completion
-time after the action's issue, a replay answer that fits the action's side-effect class);
-their schema-valid requests are checked for everything but acceptance."""
+time after the action's issue, a replay answer that fits the action's side-effect class,
+a recorded version with its own config hash, trained samples that exist); their
+schema-valid requests are checked for everything but acceptance."""
 import os
 import shutil
 import subprocess
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-DATA_DEPENDENT = "^/v1/(operator/(publish|invalidate)|actions/\\{id\\}/(report|replay))$"
+DATA_DEPENDENT = ("^/v1/(operator/(publish|invalidate)|actions/\\{id\\}/(report|replay)"
+                  "|episodes/\\{id\\}/record|trainer/trained)$")
 
 
 def schemathesis() -> str:

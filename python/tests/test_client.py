@@ -69,9 +69,20 @@ def test_byte_arrays_travel_as_their_bytes(served):
     assert e.value.status == 400 and "shape [2, 2]; the policy expects [4]" in e.value.message
 
 
-def test_kill_9_mid_load_loses_no_acknowledged_report_and_stores_none_twice(served):
+EXTERNAL = {"uri": "file:///models/ext.npz", "sha256": "ab" * 32, "size": 10}
+
+
+@pytest.mark.parametrize("policy", ["strata", "external"])
+def test_kill_9_mid_load_loses_no_acknowledged_report_and_stores_none_twice(served, policy):
     """Agents keep playing while the gateway is killed (SIGKILL) and restarted twice; the
-    client's retries (same idempotency keys, same action ids) carry them through."""
+    client's retries (same idempotency keys, same action ids) carry them through. With an
+    external version, the agents act with their own model and record what they did."""
+    version = None
+    if policy == "external":
+        operator = strata.Client(served.url, served.operator)
+        version = operator.publish_external(**EXTERNAL, config_hash="ext-1",
+                                            trainer="test").published
+        operator.promote(version, force=True)
     stop = threading.Event()
     acked = []  # (ledger idempotency key, sample id)
     lock = threading.Lock()
@@ -86,7 +97,12 @@ def test_kill_9_mid_load_loses_no_acknowledged_report_and_stores_none_twice(serv
                     episode = client.start_episode(idempotency_key=f"{name}-ep-{step}").episode_id
                 key = f"{name}-{step}"
                 obs = [0.0, 0.1, 0.0, -0.1]
-                action = client.act(episode, obs, env_seq=step, idempotency_key=key)
+                if version is None:
+                    action = client.act(episode, obs, env_seq=step, idempotency_key=key)
+                else:
+                    action = client.record(episode, obs, {"move": step % 3}, policy_version=version,
+                                           config_hash="ext-1", env_seq=step, log_prob=-1.1,
+                                           idempotency_key=key)
                 done = step % 40 == 39
                 report = client.report(action.action_id, observation_after=obs, reward=1.0,
                                        env_seq=step + 1, terminated=done)
@@ -129,6 +145,12 @@ def test_kill_9_mid_load_loses_no_acknowledged_report_and_stores_none_twice(serv
     twice = {k: v for k, v in stored.items() if len(v) > 1}
     assert not twice, f"stored more than once: {list(twice.items())[:5]}"
     assert len(acked) >= 900
+    if version is not None:
+        ours = samples[samples["policy_version"] == version]
+        assert len(ours) >= 900
+        assert set(ours["config_hash"]) == {"ext-1"}
+        assert ours["action"].str.startswith('{"move":').all()
+        assert ours["observation"].map(len).eq(16).all(), "the transition is kept"
 
 
 def test_the_async_client_drives_agents_from_one_event_loop(served):

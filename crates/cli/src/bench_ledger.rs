@@ -61,6 +61,10 @@ fn batch(first: u64, rows: usize) -> SampleBatch {
         b.episode_return.push(end.then_some(200.0));
         b.success.push(end.then_some(false));
         b.worker.push(Some(0));
+        b.action.push(None);
+        b.behaviour_log_prob.push(None);
+        b.observation.push(None);
+        b.next_observation.push(None);
         b.fragment.push(Some(id / 256));
     }
     b

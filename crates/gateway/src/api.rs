@@ -84,7 +84,77 @@ pub struct EpisodeInfo {
     pub obs_dim: usize,
     /// Values per action.
     pub action_dim: usize,
+    /// For a version the gateway does not execute: the artifact the agent acts with (and
+    /// records its actions from, `POST /v1/episodes/{id}/record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalPolicy>,
 }
+
+/// Where an external version's artifact lies and how to check it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    /// Where agents fetch it (any scheme: `s3://`, `https://`, a path).
+    pub uri: String,
+    /// Its SHA-256, 64 hex digits.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// A policy version the gateway does not execute: published by reference, acted with by
+/// the agents' own model, trained by a trainer that need not be Strata.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalPolicy {
+    /// The artifact.
+    pub artifact: Artifact,
+    /// The config hash of what produced it (recorded with every sample it chooses).
+    pub config_hash: String,
+    /// The trainer that produced it (a name, e.g. `my-ppo@2.1`).
+    pub trainer: String,
+    /// Free metadata, kept as given.
+    #[serde(default)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ExternalPolicy {
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// Names the first bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        let a = &self.artifact;
+        if a.uri.trim().is_empty() {
+            return Err("external.artifact.uri is empty".into());
+        }
+        if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "external.artifact.sha256 {:?} is not 64 hex digits",
+                a.sha256
+            ));
+        }
+        if self.config_hash.trim().is_empty() {
+            return Err("external.config_hash is empty".into());
+        }
+        if self.trainer.trim().is_empty() {
+            return Err("external.trainer is empty".into());
+        }
+        let size = serde_json::to_vec(&self.metadata).map_or(0, |m| m.len());
+        if size > MAX_METADATA {
+            return Err(format!(
+                "external.metadata is {size} bytes of JSON (at most {MAX_METADATA})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The most JSON an external version's metadata may take.
+pub const MAX_METADATA: usize = 64 * 1024;
+
+/// The most JSON a recorded action may take.
+pub const MAX_RECORDED_ACTION: usize = 64 * 1024;
 
 /// What the agent sees that a re-check compares against.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -185,6 +255,58 @@ pub struct ActResponse {
     pub side_effect: SideEffect,
     /// The trajectory it belongs to.
     pub trajectory_id: u64,
+}
+
+/// `POST /v1/episodes/{id}/record`: an action the agent chose with its own model.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordRequest {
+    /// The observation it acted on.
+    pub observation: Observation,
+    /// The action, any JSON value but null (a vector, an index, a command).
+    pub action: serde_json::Value,
+    /// The version it actually acted with. Another than the episode's pinned version
+    /// invalidates the episode's trajectory (reason `version_switch`).
+    pub policy_version: u64,
+    /// That version's config hash.
+    pub config_hash: String,
+    /// The action's log-probability under the policy that chose it, for off-policy
+    /// corrections by the trainer.
+    #[serde(default)]
+    pub log_prob: Option<f32>,
+    /// When the agent's model issued the action (ns since the Unix epoch); now when absent.
+    #[serde(default)]
+    pub issued_at_ns: Option<i64>,
+    /// The environment's own clock or sequence number.
+    pub env_seq: u64,
+    /// Unique per action: a retry with the same key gets the same answer.
+    pub idempotency_key: String,
+    /// The action type (declares the side-effect class); `default` when absent.
+    #[serde(default)]
+    pub action_type: Option<String>,
+    /// What a later re-check compares against.
+    #[serde(default)]
+    pub context: Option<Context>,
+}
+
+/// The answer to a record.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RecordResponse {
+    /// Action id, to re-check, report or replay, as for an act.
+    pub action_id: u64,
+    /// The version it was recorded with.
+    pub policy_version: u64,
+    /// Its config hash.
+    pub config_hash: String,
+    /// When it was issued (ns since the Unix epoch).
+    pub issued_at_ns: i64,
+    /// The action type's side-effect class.
+    pub side_effect: SideEffect,
+    /// The trajectory it belongs to.
+    pub trajectory_id: u64,
+    /// Why that trajectory was invalidated by this record (a version other than the
+    /// episode's); the episode goes on in a new trajectory.
+    pub invalidated: Option<String>,
 }
 
 /// `POST /v1/actions/{id}/recheck`: the agent's current view.
@@ -317,13 +439,18 @@ pub struct ReplayRequest {
     pub query_result: Option<String>,
 }
 
-/// `POST /v1/operator/publish`.
-#[derive(Debug, Deserialize)]
+/// `POST /v1/operator/publish`: one of `checkpoint` or `external`. The version becomes
+/// the canary candidate after the cooldown.
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublishRequest {
     /// A checkpoint directory (or run directory) written by `strata train` for the same
     /// env and network.
-    pub checkpoint: String,
+    #[serde(default)]
+    pub checkpoint: Option<String>,
+    /// Or a version the gateway does not execute.
+    #[serde(default)]
+    pub external: Option<ExternalPolicy>,
 }
 
 /// `POST /v1/operator/canary`.
@@ -394,5 +521,119 @@ pub struct ReleaseStatus {
     /// The learner's updates so far.
     pub updates: u64,
     /// The admission-rules version in force (new versions are bound to it).
+    pub rules_version: u64,
+    /// The version published by this request, when it published one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<u64>,
+}
+
+/// `GET /v1/trainer/admitted`: a page of the samples a trainer may train on.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmittedQuery {
+    /// Samples after this id (the previous page's `next_cursor`); from the first when absent.
+    #[serde(default)]
+    pub after: Option<u64>,
+    /// Samples on a page, at most 10,000 (1,000 when absent).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// The version the trainer trains from: samples' ages are counted from it (the newest
+    /// version published when absent).
+    #[serde(default)]
+    pub learner_version: Option<u64>,
+    /// Only samples of this bucket (`stable`, `canary`, ...); all when absent.
+    #[serde(default)]
+    pub bucket: Option<String>,
+}
+
+/// A sample a trainer may train on: the transition, its provenance and its admission.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AdmittedSample {
+    /// Sample id (what `trained` reports).
+    pub sample_id: u64,
+    /// Episode.
+    pub episode_id: u64,
+    /// Trajectory (steps of one episode under one version).
+    pub trajectory_id: u64,
+    /// Step within the episode.
+    pub step: u32,
+    /// The version that chose the action.
+    pub policy_version: u64,
+    /// Its config hash.
+    pub config_hash: String,
+    /// The bucket.
+    pub bucket: String,
+    /// The observation acted on (the gateway's layout, images channels-last).
+    pub observation: Vec<f32>,
+    /// The action as recorded.
+    pub action: serde_json::Value,
+    /// The behaviour log-probability, if recorded.
+    pub behaviour_log_prob: Option<f32>,
+    /// Reward.
+    pub reward: f32,
+    /// The observation after the action.
+    pub next_observation: Vec<f32>,
+    /// A terminal state was reached.
+    pub terminated: bool,
+    /// The episode was cut.
+    pub truncated: bool,
+    /// When the action completed (ns since the Unix epoch).
+    pub completed_at_ns: i64,
+    /// `trained` (weight 1), `down_weighted`, or `needs_kl` (rule `decay` on a sample
+    /// older than `learner_version`: its weight follows from the KL the trainer measures
+    /// and reports).
+    pub admission: String,
+    /// The policy-loss weight under the rules in force (`null` for `needs_kl`).
+    pub weight: Option<f32>,
+}
+
+/// A page of admitted samples.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AdmittedPage {
+    /// The samples, by id.
+    pub samples: Vec<AdmittedSample>,
+    /// Pass as `after` for the next page.
+    pub next_cursor: u64,
+    /// Whether samples beyond this page were stored when it was read.
+    pub more: bool,
+    /// The version ages were counted from.
+    pub learner_version: u64,
+    /// The admission rules applied.
+    pub rules_version: u64,
+    /// Their hash.
+    pub rules_hash: String,
+    /// Stored samples after `after` that were left out: invalidated, dropped by the rules,
+    /// already trained on, or of Strata's own versions (no stored transition).
+    pub left_out: u64,
+}
+
+/// `POST /v1/trainer/trained`: what a trainer trained on, into which version.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainedRequest {
+    /// The version the training produced (published before reporting).
+    pub version: u64,
+    /// The version it trained from (ages are counted from it).
+    pub base_version: u64,
+    /// The samples it consumed. Each gets the decision the rules in force make for it.
+    pub samples: Vec<u64>,
+    /// For rule `decay`: the KL(producing || base) the trainer measured, by producing
+    /// version (as a string key, JSON's only kind).
+    #[serde(default)]
+    pub kl: std::collections::BTreeMap<String, f64>,
+}
+
+/// What a `trained` report recorded.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TrainedResponse {
+    /// Samples recorded as trained on with full weight.
+    pub trained: u64,
+    /// Samples recorded as down-weighted.
+    pub down_weighted: u64,
+    /// Samples the rules drop (recorded as dropped: they must not have been trained on).
+    pub dropped: u64,
+    /// Decision records written (one per run of consecutive samples).
+    pub decisions: u64,
+    /// The rules applied.
     pub rules_version: u64,
 }

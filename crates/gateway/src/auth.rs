@@ -1,4 +1,4 @@
-//! Credentials and rate limits: bearer tokens with a role (agent or operator), read from
+//! Credentials and rate limits: bearer tokens with a role (agent, trainer or operator), read from
 //! `tokens.json` in the gateway's directory (created with fresh random tokens on first
 //! start, readable by its owner only), and a token bucket per token.
 
@@ -18,8 +18,12 @@ use crate::error::{GatewayError, RequestError};
 pub enum Role {
     /// Start episodes, act, re-check, report, replay, end — on its own episodes only.
     Agent,
-    /// Publish, set the canary and cooldown, promote, roll back, invalidate, confirm.
+    /// Publish, set the canary and cooldown, promote, roll back, invalidate, confirm; and
+    /// whatever a trainer may.
     Operator,
+    /// A trainer that is not Strata: publish versions (as canary candidates), read the
+    /// admitted samples and report what it trained on. Nothing an operator decides.
+    Trainer,
 }
 
 /// Who is calling.
@@ -38,6 +42,9 @@ pub struct TokensFile {
     pub operators: HashMap<String, String>,
     /// Agent name -> token.
     pub agents: HashMap<String, String>,
+    /// Trainer name -> token (absent from files written before trainers existed).
+    #[serde(default)]
+    pub trainers: HashMap<String, String>,
 }
 
 impl TokensFile {
@@ -63,6 +70,7 @@ impl TokensFile {
             agents: (0..agents)
                 .map(|i| Ok((format!("agent-{i}"), random_token("ag")?)))
                 .collect::<Result<_, GatewayError>>()?,
+            trainers: HashMap::from([("trainer".to_string(), random_token("tr")?)]),
         };
         let json = serde_json::to_vec_pretty(&file).expect("tokens serialise");
         write_private(path, &json)?;
@@ -165,6 +173,15 @@ impl Auth {
                 },
             );
         }
+        for (name, token) in &file.trainers {
+            by_token.insert(
+                token.clone(),
+                Caller {
+                    name: name.clone(),
+                    role: Role::Trainer,
+                },
+            );
+        }
         Auth {
             by_token,
             rate,
@@ -173,35 +190,59 @@ impl Auth {
         }
     }
 
-    /// Checks an `Authorization` header value against `role` and the rate limit.
+    /// Checks an `Authorization` header value against `role` and the rate limit: agent
+    /// endpoints take agent tokens only, operator endpoints operator tokens only, trainer
+    /// endpoints trainer or operator tokens.
     ///
     /// # Errors
     /// `Unauthenticated` without a known bearer token, `Forbidden` for the wrong role,
     /// `RateLimited` over the limit.
     pub fn check(&self, header: Option<&str>, role: Role) -> Result<Caller, RequestError> {
-        let token = header
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .ok_or_else(|| {
-                RequestError::unauthenticated("missing `Authorization: Bearer <token>` header")
-            })?;
-        let caller = self
-            .by_token
-            .get(token.trim())
-            .ok_or_else(|| RequestError::unauthenticated("unknown token"))?;
-        if role == Role::Operator && caller.role != Role::Operator {
+        let caller = self.known(header)?;
+        let allowed = match role {
+            Role::Agent => caller.role == Role::Agent,
+            Role::Operator => caller.role == Role::Operator,
+            Role::Trainer => matches!(caller.role, Role::Trainer | Role::Operator),
+        };
+        if !allowed {
+            let is = match caller.role {
+                Role::Agent => "an agent",
+                Role::Operator => "an operator",
+                Role::Trainer => "a trainer",
+            };
+            let needs = match role {
+                Role::Agent => "agent endpoints need an agent token",
+                Role::Operator => "this needs operator credentials",
+                Role::Trainer => "this needs trainer or operator credentials",
+            };
             return Err(RequestError::forbidden(format!(
-                "{} is an agent: this needs operator credentials",
-                caller.name
-            )));
-        }
-        if role == Role::Agent && caller.role != Role::Agent {
-            return Err(RequestError::forbidden(format!(
-                "{} is an operator: agent endpoints need an agent token",
+                "{} is {is}: {needs}",
                 caller.name
             )));
         }
         self.take(&caller.name)?;
         Ok(caller.clone())
+    }
+
+    /// Checks a token of any role and the rate limit (read-only endpoints).
+    ///
+    /// # Errors
+    /// As [`Auth::check`], never `Forbidden`.
+    pub fn check_any(&self, header: Option<&str>) -> Result<Caller, RequestError> {
+        let caller = self.known(header)?;
+        self.take(&caller.name)?;
+        Ok(caller.clone())
+    }
+
+    fn known(&self, header: Option<&str>) -> Result<&Caller, RequestError> {
+        let token = header
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .ok_or_else(|| {
+                RequestError::unauthenticated("missing `Authorization: Bearer <token>` header")
+            })?;
+        self.by_token
+            .get(token.trim())
+            .ok_or_else(|| RequestError::unauthenticated("unknown token"))
     }
 
     fn take(&self, name: &str) -> Result<(), RequestError> {
@@ -266,5 +307,27 @@ mod tests {
         );
         let names: Vec<String> = file.agent_tokens().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["agent-0", "agent-1"]);
+        // A trainer reaches trainer endpoints, an operator too; an agent does not, and a
+        // trainer reaches no operator endpoint.
+        let auth = Auth::new(&file, 100.0, 100.0);
+        let trainer = format!("Bearer {}", file.trainers["trainer"]);
+        assert_eq!(
+            auth.check(Some(&trainer), Role::Trainer).unwrap().role,
+            Role::Trainer
+        );
+        assert!(auth.check(Some(&op), Role::Trainer).is_ok());
+        assert!(matches!(
+            auth.check(Some(&agent), Role::Trainer),
+            Err(E::Forbidden(_))
+        ));
+        assert!(matches!(
+            auth.check(Some(&trainer), Role::Operator),
+            Err(E::Forbidden(_))
+        ));
+        assert!(matches!(
+            auth.check(Some(&trainer), Role::Agent),
+            Err(E::Forbidden(_))
+        ));
+        assert_eq!(auth.check_any(Some(&trainer)).unwrap().name, "trainer");
     }
 }

@@ -66,7 +66,12 @@ struct UpdateLine {
 /// # Errors
 /// The thread could not be spawned, or the starting parameters could not be loaded.
 pub fn spawn(gateway: Arc<Gateway>, rx: Receiver<Box<Segment>>) -> std::io::Result<JoinHandle<()>> {
-    let start = gateway.status().latest;
+    // The newest of Strata's own versions: an external one has no parameters to go on from.
+    let latest = gateway.status().latest;
+    let start = (0..=latest)
+        .rev()
+        .find(|&v| gateway.policies.external(v).is_none() && gateway.policies.exists(v))
+        .unwrap_or(latest);
     let params = gateway
         .policies
         .served(start)

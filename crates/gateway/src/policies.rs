@@ -2,6 +2,9 @@
 //! (synced, renamed into place), a bounded set kept in memory with a model for inference.
 //! The gateway's [`PolicyStore`]: a version stays readable until the gateway's retention
 //! rule removes it.
+//!
+//! An external version (an artifact the gateway never executes: agents act with their own
+//! model) is stored as its reference, `vNNNNNNNN.external.json`, beside them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -15,7 +18,12 @@ use strata_nn::{ActorCritic, NamedTensor};
 use strata_runtime::checkpoint::{tensors_from_bytes, tensors_to_bytes};
 use strata_runtime::{PolicyStore, PublishedPolicy, RunConfig, StoreError};
 
+use crate::api::ExternalPolicy;
 use crate::error::{GatewayError, RequestError};
+
+/// The file name suffixes of a stored version: Strata's own, an external one.
+const OWN: &str = ".safetensors";
+const EXTERNAL: &str = ".external.json";
 
 /// One served version: its parameters and a model to act with.
 pub struct Served {
@@ -33,6 +41,8 @@ pub struct DiskPolicyStore {
     capacity: usize,
     /// The newest version stored (0 when none is).
     latest: AtomicU64,
+    /// External versions stored (small: every one is kept in memory until removed).
+    external: RwLock<BTreeMap<u64, Arc<ExternalPolicy>>>,
 }
 
 impl DiskPolicyStore {
@@ -43,27 +53,81 @@ impl DiskPolicyStore {
     pub fn open(dir: &Path, config: &RunConfig, capacity: usize) -> Result<Self, GatewayError> {
         std::fs::create_dir_all(dir).map_err(|e| GatewayError::io(dir, e))?;
         let stored = std::fs::read_dir(dir).map_err(|e| GatewayError::io(dir, e))?;
-        let latest = stored
-            .filter_map(|entry| {
-                let name = entry.ok()?.file_name().into_string().ok()?;
-                name.strip_prefix('v')?
-                    .strip_suffix(".safetensors")?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .max()
-            .unwrap_or(0);
+        let mut latest = 0;
+        let mut external = BTreeMap::new();
+        for entry in stored {
+            let name = entry.map_err(|e| GatewayError::io(dir, e))?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(rest) = name.strip_prefix('v') else {
+                continue;
+            };
+            if let Some(v) = rest.strip_suffix(OWN).and_then(|v| v.parse::<u64>().ok()) {
+                latest = latest.max(v);
+            } else if let Some(v) = rest.strip_suffix(EXTERNAL).and_then(|v| v.parse().ok()) {
+                let path = dir.join(name);
+                let text = std::fs::read(&path).map_err(|e| GatewayError::io(&path, e))?;
+                let policy: ExternalPolicy = serde_json::from_slice(&text)
+                    .map_err(|e| GatewayError::Config(format!("{}: {e}", path.display())))?;
+                external.insert(v, Arc::new(policy));
+                latest = latest.max(v);
+            }
+        }
         Ok(DiskPolicyStore {
             dir: dir.to_path_buf(),
             config: config.clone(),
             cache: RwLock::new(BTreeMap::new()),
             capacity: capacity.max(2),
             latest: AtomicU64::new(latest),
+            external: RwLock::new(external),
         })
     }
 
     fn path(&self, version: u64) -> PathBuf {
-        self.dir.join(format!("v{version:08}.safetensors"))
+        self.dir.join(format!("v{version:08}{OWN}"))
+    }
+
+    fn external_path(&self, version: u64) -> PathBuf {
+        self.dir.join(format!("v{version:08}{EXTERNAL}"))
+    }
+
+    /// Writes `bytes` to `path` durably: a synced temporary file renamed into place, the
+    /// directory synced.
+    fn write_durably(&self, path: &Path, bytes: &[u8]) -> Result<(), GatewayError> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("version");
+        let tmp = self.dir.join(format!(".{name}.tmp-{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            std::fs::File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|e| GatewayError::io(path, e))
+    }
+
+    /// Stores an external version's reference as `version` (durable before it returns).
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn insert_external(
+        &self,
+        version: u64,
+        policy: ExternalPolicy,
+    ) -> Result<Arc<ExternalPolicy>, GatewayError> {
+        let bytes = serde_json::to_vec_pretty(&policy).expect("references serialise");
+        self.write_durably(&self.external_path(version), &bytes)?;
+        self.latest.fetch_max(version, Ordering::Relaxed);
+        let policy = Arc::new(policy);
+        self.external.write().insert(version, policy.clone());
+        Ok(policy)
+    }
+
+    /// The reference of an external version; `None` for Strata's own or an unknown one.
+    pub fn external(&self, version: u64) -> Option<Arc<ExternalPolicy>> {
+        self.external.read().get(&version).cloned()
     }
 
     /// Removes `version` from disk and memory; whether it was stored.
@@ -72,17 +136,23 @@ impl DiskPolicyStore {
     /// The file cannot be removed.
     pub fn remove(&self, version: u64) -> Result<bool, GatewayError> {
         self.cache.write().remove(&version);
-        let path = self.path(version);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(GatewayError::io(&path, e)),
+        self.external.write().remove(&version);
+        let mut removed = false;
+        for path in [self.path(version), self.external_path(version)] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(GatewayError::io(&path, e)),
+            }
         }
+        Ok(removed)
     }
 
-    /// Whether `version` is stored.
+    /// Whether `version` is stored (Strata's own or external).
     pub fn exists(&self, version: u64) -> bool {
-        self.cache.read().contains_key(&version) || self.path(version).exists()
+        self.cache.read().contains_key(&version)
+            || self.external.read().contains_key(&version)
+            || self.path(version).exists()
     }
 
     /// Stores `params` as `version` (durable before it returns) and caches it.
@@ -97,18 +167,7 @@ impl DiskPolicyStore {
         };
         let bytes = tensors_to_bytes(std::slice::from_ref(&tensor))
             .map_err(|e| GatewayError::Config(format!("policy v{version}: {e}")))?;
-        let path = self.path(version);
-        let tmp = self
-            .dir
-            .join(format!(".v{version:08}.tmp-{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| GatewayError::io(&path, e))?;
+        self.write_durably(&self.path(version), &bytes)?;
         self.latest.fetch_max(version, Ordering::Relaxed);
         self.cache_params(version, tensor.data)
     }
@@ -134,10 +193,17 @@ impl DiskPolicyStore {
     /// A stored version ready to act with, loaded from disk if it left the cache.
     ///
     /// # Errors
-    /// `NotFound` for a version never stored; `Unavailable` for an unreadable file.
+    /// `NotFound` for a version never stored; `Conflict` for an external one; `Unavailable`
+    /// for an unreadable file.
     pub fn served(&self, version: u64) -> Result<Arc<Served>, RequestError> {
         if let Some(s) = self.cache.read().get(&version) {
             return Ok(s.clone());
+        }
+        if let Some(external) = self.external(version) {
+            return Err(RequestError::conflict(format!(
+                "policy version {version} is external ({}, by {}): the gateway does not execute it; act with it and record the action (POST /v1/episodes/{{id}}/record)",
+                external.artifact.uri, external.trainer
+            )));
         }
         let path = self.path(version);
         let bytes = match std::fs::read(&path) {

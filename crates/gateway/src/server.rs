@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,6 +16,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::api::AdmittedQuery;
 use crate::auth::{Caller, Role};
 use crate::error::{GatewayError, RequestError};
 use crate::gateway::Gateway;
@@ -120,13 +121,7 @@ fn caller(g: &Gateway, headers: &HeaderMap, role: Option<Role>) -> Result<Caller
         .and_then(|v| v.to_str().ok());
     match role {
         Some(role) => g.auth.check(h, role),
-        None => g.auth.check(h, Role::Agent).or_else(|e| {
-            if matches!(e, RequestError::Forbidden(_)) {
-                g.auth.check(h, Role::Operator)
-            } else {
-                Err(e)
-            }
-        }),
+        None => g.auth.check_any(h),
     }
 }
 
@@ -191,18 +186,58 @@ async fn as_operator<B: Send + 'static, T: Serialize + Send + 'static>(
     parse: fn(&Bytes) -> Result<B, RequestError>,
     op: impl FnOnce(&Gateway, &Caller, B) -> Result<T, RequestError> + Send + 'static,
 ) -> Reply {
-    let c = caller(&g, headers, Some(Role::Operator))?;
+    as_role(Role::Operator, g, headers, body, parse, op).await
+}
+
+/// A request of `role`: checks the token, parses the body, runs `op` off the async
+/// workers.
+async fn as_role<B: Send + 'static, T: Serialize + Send + 'static>(
+    role: Role,
+    g: Arc<Gateway>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    parse: fn(&Bytes) -> Result<B, RequestError>,
+    op: impl FnOnce(&Gateway, &Caller, B) -> Result<T, RequestError> + Send + 'static,
+) -> Reply {
+    let c = caller(&g, headers, Some(role))?;
     let req = parse(body)?;
     ok(&blocking(move || op(&g, &c, req)).await?)
 }
 
+/// Publishing is open to trainers: a version they publish only becomes the canary
+/// candidate; promoting it stays an operator's decision.
 async fn publish(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
-    as_operator(
+    as_role(
+        Role::Trainer,
         g,
         &headers,
         &body,
         parse_required,
-        Gateway::publish_checkpoint,
+        Gateway::publish,
+    )
+    .await
+}
+
+async fn record(State(g): Gw, Path(e): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
+    let c = caller(&g, &headers, Some(Role::Agent))?;
+    ok(&g.record(&c, id(&e, "episode")?, parse_required(&body)?)?)
+}
+
+async fn admitted(State(g): Gw, headers: HeaderMap, RawQuery(query): RawQuery) -> Reply {
+    caller(&g, &headers, Some(Role::Trainer))?;
+    let query: AdmittedQuery = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
+        .map_err(|e| RequestError::invalid(format!("query: {e}")))?;
+    ok(&blocking(move || g.admitted(&query)).await?)
+}
+
+async fn trained(State(g): Gw, headers: HeaderMap, body: Bytes) -> Reply {
+    as_role(
+        Role::Trainer,
+        g,
+        &headers,
+        &body,
+        parse_required,
+        Gateway::trained,
     )
     .await
 }
@@ -507,6 +542,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/episodes", post(start_episode))
         .route("/v1/episodes/{id}", get(get_episode))
         .route("/v1/episodes/{id}/act", post(act))
+        .route("/v1/episodes/{id}/record", post(record))
         .route("/v1/episodes/{id}/end", post(end_episode))
         .route("/v1/actions/{id}/recheck", post(recheck))
         .route("/v1/actions/{id}/report", post(report))
@@ -519,6 +555,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/operator/rules", post(rules))
         .route("/v1/operator/invalidate", post(invalidate))
         .route("/v1/operator/episodes/{id}/confirm", post(confirm))
+        .route("/v1/trainer/admitted", get(admitted))
+        .route("/v1/trainer/trained", post(trained))
         .route_layer(axum::middleware::from_fn_with_state(metrics, track))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))

@@ -153,6 +153,20 @@ pub struct ActionRec {
     pub context: Option<Context>,
     /// Status.
     pub status: ActionStatus,
+    /// For an action the agent chose with its own model and recorded: what it recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<Recorded>,
+}
+
+/// An action an agent chose with its own model (`record`), as it recorded it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Recorded {
+    /// The action, as JSON text.
+    pub action: String,
+    /// Its log-probability under the policy that chose it, if given.
+    pub log_prob: Option<f32>,
+    /// Why this record invalidated its trajectory, if it did.
+    pub invalidated: Option<String>,
 }
 
 /// A version waiting out the cooldown.
@@ -555,6 +569,7 @@ mod tests {
             env_seq: id,
             context: None,
             status,
+            recorded: None,
         }
     }
 

@@ -271,6 +271,10 @@ mod tests {
             success: None,
             worker: None,
             fragment: None,
+            action: None,
+            behaviour_log_prob: None,
+            observation: None,
+            next_observation: None,
         };
         b.push(&record).unwrap();
         let arrow = crate::samples::to_arrow(&b);

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, Float32Array, Float64Array, ListArray, RecordBatch, StringArray,
-    TimestampNanosecondArray, UInt32Array, UInt64Array,
+    Array, ArrayRef, BinaryArray, BooleanArray, Float32Array, Float64Array, ListArray, RecordBatch,
+    StringArray, TimestampNanosecondArray, UInt32Array, UInt64Array,
 };
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
@@ -164,35 +164,56 @@ scalar_codecs! {
         |a, i| a.is_valid(i).then(|| a.value(i).to_string());
 }
 
-/// Optional `u64` in a column added after the first ledgers were written: a file without
-/// it reads as nulls.
-pub(crate) struct AddedOptU64;
+/// Optional values in columns added after the first ledgers were written: a file without
+/// such a column reads as nulls.
+macro_rules! added_codecs {
+    ($( $(#[$doc:meta])* $codec:ident: $elem:ty, $array:ty, $data_type:expr,
+        |$column:ident| $encode:expr, |$a:ident, $i:ident| $read:expr; )*) => {$(
+        $(#[$doc])*
+        pub(crate) struct $codec;
 
-impl Codec for AddedOptU64 {
-    type Elem = Option<u64>;
-    type Cell = Option<u64>;
-    fn push(column: &mut Vec<Option<u64>>, cell: &Option<u64>) {
-        column.push(*cell);
-    }
-    fn cell(column: &[Option<u64>], i: usize, _width: usize) -> Option<u64> {
-        column[i]
-    }
-    fn field(name: &str) -> Field {
-        Field::new(name, DataType::UInt64, true)
-    }
-    fn encode(column: &[Option<u64>], _rows: usize, _obs_dim: usize) -> ArrayRef {
-        Arc::new(UInt64Array::from(column.to_vec()))
-    }
-    fn decode(
-        batch: &RecordBatch,
-        name: &str,
-    ) -> Result<(Vec<Option<u64>>, Option<usize>), String> {
-        if batch.column_by_name(name).is_none() {
-            return Ok((vec![None; batch.num_rows()], None));
+        impl Codec for $codec {
+            type Elem = Option<$elem>;
+            type Cell = Option<$elem>;
+            fn push(column: &mut Vec<Option<$elem>>, cell: &Option<$elem>) {
+                column.push(cell.clone());
+            }
+            fn cell(column: &[Option<$elem>], i: usize, _width: usize) -> Option<$elem> {
+                column[i].clone()
+            }
+            fn field(name: &str) -> Field {
+                Field::new(name, $data_type, true)
+            }
+            fn encode($column: &[Option<$elem>], _rows: usize, _obs_dim: usize) -> ArrayRef {
+                Arc::new($encode)
+            }
+            fn decode(
+                batch: &RecordBatch,
+                name: &str,
+            ) -> Result<(Vec<Option<$elem>>, Option<usize>), String> {
+                if batch.column_by_name(name).is_none() {
+                    return Ok((vec![None; batch.num_rows()], None));
+                }
+                let $a = column::<$array>(batch, name)?;
+                Ok(((0..$a.len()).map(|$i| $a.is_valid($i).then(|| $read)).collect(), None))
+            }
         }
-        let a = column::<UInt64Array>(batch, name)?;
-        Ok(((0..a.len()).map(|i| opt_u64(a, i)).collect(), None))
-    }
+    )*};
+}
+
+added_codecs! {
+    /// Optional `u64`.
+    AddedOptU64: u64, UInt64Array, DataType::UInt64,
+        |c| UInt64Array::from(c.to_vec()), |a, i| a.value(i);
+    /// Optional `f32`.
+    AddedOptF32: f32, Float32Array, DataType::Float32,
+        |c| Float32Array::from(c.to_vec()), |a, i| a.value(i);
+    /// Optional text.
+    AddedOptText: String, StringArray, DataType::Utf8,
+        |c| c.iter().map(|v| v.as_deref()).collect::<StringArray>(), |a, i| a.value(i).to_string();
+    /// Optional bytes.
+    AddedOptBytes: Vec<u8>, BinaryArray, DataType::Binary,
+        |c| c.iter().map(|v| v.as_deref()).collect::<BinaryArray>(), |a, i| a.value(i).to_vec();
 }
 
 /// Nanoseconds since the epoch, as a UTC timestamp.

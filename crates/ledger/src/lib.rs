@@ -28,6 +28,7 @@
 //! files. What a crash can lose is the unflushed tail: at most `flush_rows` rows or
 //! `flush_interval` of data.
 
+mod admitted;
 mod analysis;
 mod append_log;
 mod arrow_codec;
@@ -58,6 +59,10 @@ use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use admitted::{
+    admitted, trained_decisions, AdmittedAs, AdmittedPage, AdmittedQuery, AdmittedRow,
+    TrainedReport,
+};
 pub use analysis::{
     metrics, recompute, summary, GenerationSummary, MetricsReport, Recomputed, SideMetrics,
 };

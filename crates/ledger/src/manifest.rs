@@ -50,6 +50,8 @@ struct ManifestRow {
     decision: Option<&'static str>,
     weight: Option<f32>,
     rules_version: Option<u64>,
+    learner_version: Option<u64>,
+    update: Option<u64>,
     invalidation: Option<&'static str>,
 }
 
@@ -57,6 +59,8 @@ struct Extra {
     decision: Vec<Option<&'static str>>,
     weight: Vec<Option<f32>>,
     rules_version: Vec<Option<u64>>,
+    learner_version: Vec<Option<u64>>,
+    update: Vec<Option<u64>>,
     invalidation: Vec<Option<&'static str>>,
 }
 
@@ -65,6 +69,8 @@ fn extra(index: &Index<'_>, b: &SampleBatch) -> Extra {
         decision: Vec::with_capacity(b.len()),
         weight: Vec::with_capacity(b.len()),
         rules_version: Vec::with_capacity(b.len()),
+        learner_version: Vec::with_capacity(b.len()),
+        update: Vec::with_capacity(b.len()),
         invalidation: Vec::with_capacity(b.len()),
     };
     for i in 0..b.len() {
@@ -72,6 +78,8 @@ fn extra(index: &Index<'_>, b: &SampleBatch) -> Extra {
         e.decision.push(d.map(|d| d.decision.as_str()));
         e.weight.push(d.map(|d| d.weight));
         e.rules_version.push(d.map(|d| d.rules_version));
+        e.learner_version.push(d.map(|d| d.learner_version));
+        e.update.push(d.map(|d| d.update));
         e.invalidation.push(
             index
                 .invalidation(b.sample_id[i], b.trajectory_id[i])
@@ -103,8 +111,9 @@ fn csv_value(v: &serde_json::Value) -> String {
 }
 
 /// The manifest of `data` as Arrow: one batch per sample batch, each sample's stored
-/// columns followed by its `bucket`, `decision`, `weight`, `rules_version` and
-/// `invalidation` (null where none).
+/// columns followed by its `bucket`, `decision`, `weight`, `rules_version`,
+/// `learner_version` (the version that consumed it), `update` (the update that did; for a
+/// trainer elsewhere, the version it produced) and `invalidation` (null where none).
 pub fn manifest_batches(data: &LedgerData) -> Vec<RecordBatch> {
     let index = Index::new(data);
     data.samples
@@ -129,6 +138,10 @@ pub fn manifest_batches(data: &LedgerData) -> Vec<RecordBatch> {
             columns.push(Arc::new(Float32Array::from(e.weight)));
             fields.push(Field::new("rules_version", DataType::UInt64, true));
             columns.push(Arc::new(UInt64Array::from(e.rules_version)));
+            fields.push(Field::new("learner_version", DataType::UInt64, true));
+            columns.push(Arc::new(UInt64Array::from(e.learner_version)));
+            fields.push(Field::new("update", DataType::UInt64, true));
+            columns.push(Arc::new(UInt64Array::from(e.update)));
             fields.push(Field::new("invalidation", DataType::Utf8, true));
             columns.push(Arc::new(StringArray::from(e.invalidation)));
             let schema = Arc::new(Schema::new(fields));
@@ -187,13 +200,19 @@ pub fn write_manifest(
             for b in &data.samples {
                 let e = extra(&index, b);
                 for i in 0..b.len() {
-                    let sample = b.row(i);
+                    let mut sample = b.row(i);
+                    // A transition's observations are data, not provenance: the Parquet
+                    // manifest keeps their bytes, the text formats leave them out.
+                    sample.observation = None;
+                    sample.next_observation = None;
                     let row = ManifestRow {
                         newer_policy_sampling: sample.newer_policy_sampling(),
                         sample,
                         decision: e.decision[i],
                         weight: e.weight[i],
                         rules_version: e.rules_version[i],
+                        learner_version: e.learner_version[i],
+                        update: e.update[i],
                         invalidation: e.invalidation[i],
                     };
                     let value = serde_json::to_value(&row).expect("rows serialise");

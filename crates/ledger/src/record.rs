@@ -56,7 +56,8 @@ pub struct DecisionRecord {
     pub policy_version: u64,
     /// The learner's version when it consumed them.
     pub learner_version: u64,
-    /// The update (training batch) number.
+    /// The update (training batch) number; for a trainer that is not Strata, the version
+    /// its update produced.
     pub update: u64,
     /// Admission-rules version in force.
     pub rules_version: u64,

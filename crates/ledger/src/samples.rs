@@ -9,8 +9,8 @@ use arrow_schema::{DataType, Field, SchemaRef};
 use serde::{Deserialize, Serialize};
 
 use crate::arrow_codec::{
-    column, record_batch, AddedOptU64, Bool, Codec, Nanos, ObsList, OptBool, OptF64, OptText, F32,
-    U32, U64,
+    column, record_batch, AddedOptBytes, AddedOptF32, AddedOptText, AddedOptU64, Bool, Codec,
+    Nanos, ObsList, OptBool, OptF64, OptText, F32, U32, U64,
 };
 use crate::bucket::Bucket;
 use crate::schema::{table_schema, Table};
@@ -195,6 +195,18 @@ sample_columns! {
     worker: Option<u64>, [Option<u64>] by AddedOptU64 => "worker",
     /// That worker's fragment number.
     fragment: Option<u64>, [Option<u64>] by AddedOptU64 => "fragment",
+    /// The action as the agent executed it, in JSON (deployed agents' samples; a vector
+    /// for Strata's own versions, any JSON value for an external policy's).
+    action: Option<String>, [Option<String>] by AddedOptText => "action",
+    /// The log-probability of the action under the policy that chose it, where known (for
+    /// off-policy corrections by a trainer elsewhere).
+    behaviour_log_prob: Option<f32>, [Option<f32>] by AddedOptF32 => "behaviour_log_prob",
+    /// The observation the action was chosen on, as little-endian `f32`s of the gateway's
+    /// observation layout: stored for external policies' samples, which a trainer
+    /// elsewhere trains on (Strata's own keep only the summary).
+    observation: Option<Vec<u8>>, [Option<Vec<u8>>] by AddedOptBytes => "observation",
+    /// The observation after the action, as `observation`.
+    next_observation: Option<Vec<u8>>, [Option<Vec<u8>>] by AddedOptBytes => "next_observation",
 }
 
 impl SampleRecord {
@@ -361,26 +373,41 @@ pub(crate) mod tests {
             success: (id == 2).then_some(true),
             worker: (id != 1).then_some(1),
             fragment: (id != 1).then_some(40 + id),
+            action: (id == 2).then(|| r#"{"click":[3,4]}"#.to_string()),
+            behaviour_log_prob: (id == 2).then_some(-0.7),
+            observation: (id == 2).then(|| vec![1, 2, 3, 4]),
+            next_observation: (id == 2).then(|| vec![5, 6, 7, 8]),
             config_hash: config.into(),
             bucket: Bucket::train(),
         }
     }
 
-    /// A ledger written before the `worker` and `fragment` columns existed reads back with
-    /// them null.
+    /// A ledger written before the `worker`, `fragment` and payload columns existed reads
+    /// back with them null.
     #[test]
     fn files_without_the_added_columns_read_as_nulls() {
         let mut b = SampleBatch::new(&Bucket::train(), "cafe", 2);
         b.push(&record(2, "cafe")).unwrap();
         let full = to_arrow(&b);
         let keep: Vec<usize> = (0..full.num_columns())
-            .filter(|&i| !["worker", "fragment"].contains(&full.schema().field(i).name().as_str()))
+            .filter(|&i| {
+                let added = [
+                    "worker",
+                    "fragment",
+                    "action",
+                    "behaviour_log_prob",
+                    "observation",
+                    "next_observation",
+                ];
+                !added.contains(&full.schema().field(i).name().as_str())
+            })
             .collect();
         let old = full.project(&keep).unwrap();
         let mut read = Vec::new();
         from_arrow(&old, &mut read).unwrap();
         let row = read[0].row(0);
         assert_eq!((row.worker, row.fragment), (None, None));
+        assert_eq!((row.action, row.observation), (None, None));
         assert_eq!(row.sample_id, 2);
     }
 
@@ -402,10 +429,17 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(names[4..6], ["policy_version", "config_hash"]);
         assert_eq!(names[14..16], ["sampler_version", "newer_policy_sampling"]);
-        assert_eq!(names.len(), 24);
+        assert_eq!(names.len(), 28);
         assert_eq!(
             names[22..],
-            ["worker", "fragment"],
+            [
+                "worker",
+                "fragment",
+                "action",
+                "behaviour_log_prob",
+                "observation",
+                "next_observation"
+            ],
             "added columns come last"
         );
         let newer = column::<BooleanArray>(&arrow, NEWER_POLICY_SAMPLING).unwrap();

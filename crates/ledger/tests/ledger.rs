@@ -47,6 +47,10 @@ fn record(id: u64, trajectory: u64, step: u32, version: u64, last: bool) -> Samp
         success: last.then_some(step >= 3),
         worker: None,
         fragment: None,
+        action: None,
+        behaviour_log_prob: None,
+        observation: None,
+        next_observation: None,
     }
 }
 

@@ -96,6 +96,10 @@ pub fn append_fragment(
             out.episode_return.push(counted.map(|e| e.episode_return));
             out.success.push(counted.and_then(|e| e.success));
             out.worker.push(Some(w as u64));
+            out.action.push(None);
+            out.behaviour_log_prob.push(None);
+            out.observation.push(None);
+            out.next_observation.push(None);
             out.fragment.push(Some(f.index));
             cursor.step[env] += 1;
             if done {

@@ -124,19 +124,12 @@ impl Gateway {
         req: ActRequest,
     ) -> Result<ActResponse, RequestError> {
         self.counters.acts.fetch_add(1, Ordering::Relaxed);
-        let observation = self.observation_row("observation", req.observation)?;
-        if req.idempotency_key.is_empty() {
-            return Err(RequestError::invalid("idempotency_key is empty"));
-        }
-        let action_type = req.action_type.clone().unwrap_or_else(|| "default".into());
-        let side_effect = self.side_effect(&action_type)?;
-        if let Some(t) = req.context.as_ref().and_then(|c| c.target.as_ref()) {
-            if t.iter().any(|x| !x.is_finite()) {
-                return Err(RequestError::invalid(
-                    "context.target holds a non-finite number",
-                ));
-            }
-        }
+        let (observation, action_type, side_effect) = self.checked_action_request(
+            req.observation,
+            &req.idempotency_key,
+            req.action_type.as_deref(),
+            req.context.as_ref(),
+        )?;
         let key = agent_key(&caller.name, &req.idempotency_key);
         let (version, trajectory, mut memory) = {
             let mut state = self.state.lock();
@@ -154,12 +147,7 @@ impl Gateway {
                 return Ok(a.answer.clone());
             }
             let e = Self::own(&mut state, caller, id)?;
-            Self::check_active(e)?;
-            if let Some(p) = e.pending {
-                return Err(RequestError::conflict(format!(
-                    "episode {id} has action {p} outstanding: report it first"
-                )));
-            }
+            Self::check_can_act(e)?;
             (e.version, e.trajectory, e.memory.clone())
         };
         let policy = self.policies.served(version)?;
@@ -221,10 +209,200 @@ impl Gateway {
             env_seq: req.env_seq,
             context: req.context,
             status: ActionStatus::Pending,
+            recorded: None,
         };
         state.remember(rec.clone(), self.settings.remembered_actions);
         self.journal_action(&state, rec)?;
         Ok(answer)
+    }
+
+    /// What an act and a record both check: the observation as a row, a non-empty key,
+    /// a known action type (its side-effect class), finite target coordinates.
+    fn checked_action_request(
+        &self,
+        observation: Observation,
+        idempotency_key: &str,
+        action_type: Option<&str>,
+        context: Option<&Context>,
+    ) -> Result<(Vec<f32>, String, SideEffect), RequestError> {
+        let observation = self.observation_row("observation", observation)?;
+        if idempotency_key.is_empty() {
+            return Err(RequestError::invalid("idempotency_key is empty"));
+        }
+        let action_type = action_type.unwrap_or("default").to_string();
+        let side_effect = self.side_effect(&action_type)?;
+        if let Some(t) = context.and_then(|c| c.target.as_ref()) {
+            if t.iter().any(|x| !x.is_finite()) {
+                return Err(RequestError::invalid(
+                    "context.target holds a non-finite number",
+                ));
+            }
+        }
+        Ok((observation, action_type, side_effect))
+    }
+
+    /// An episode may take a new action: active, none outstanding.
+    fn check_can_act(e: &EpisodeRec) -> Result<(), RequestError> {
+        Self::check_active(e)?;
+        if let Some(p) = e.pending {
+            return Err(RequestError::conflict(format!(
+                "episode {} has action {p} outstanding: report it first",
+                e.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Records an action the agent chose with its own model. It is then re-checked,
+    /// reported and replayed as an act's is. Recorded with a version other than the
+    /// episode's pinned one, it invalidates the episode's trajectory (reason
+    /// `version_switch`, the agent as author): the action belongs to that trajectory,
+    /// and the episode goes on, still pinned, in a new one. The same idempotency key gets
+    /// the same answer.
+    ///
+    /// # Errors
+    /// `Invalid` bad observation, action, action type, times or a config hash that is not
+    /// the version's; `NotFound` an unknown version or episode; `Forbidden` another
+    /// agent's episode; `Conflict` wrong state or a key used for another episode.
+    pub fn record(
+        &self,
+        caller: &Caller,
+        id: u64,
+        req: RecordRequest,
+    ) -> Result<RecordResponse, RequestError> {
+        let (observation, action_type, side_effect) = self.checked_action_request(
+            req.observation,
+            &req.idempotency_key,
+            req.action_type.as_deref(),
+            req.context.as_ref(),
+        )?;
+        if req.action.is_null() {
+            return Err(RequestError::invalid("action is null"));
+        }
+        let action = req.action.to_string();
+        if action.len() > MAX_RECORDED_ACTION {
+            return Err(RequestError::invalid(format!(
+                "action is {} bytes of JSON (at most {MAX_RECORDED_ACTION})",
+                action.len()
+            )));
+        }
+        if let Some(p) = req.log_prob.filter(|p| !p.is_finite() || *p > 0.0) {
+            return Err(RequestError::invalid(format!(
+                "log_prob {p} is not a finite number <= 0"
+            )));
+        }
+        let issued_at_ns = req.issued_at_ns.unwrap_or_else(now_ns);
+        if issued_at_ns <= 0 {
+            return Err(RequestError::invalid(format!(
+                "issued_at_ns {issued_at_ns} is not a time (ns since the Unix epoch)"
+            )));
+        }
+        self.check_recorded_version(req.policy_version, &req.config_hash)?;
+        let key = agent_key(&caller.name, &req.idempotency_key);
+        let mut state = self.state.lock();
+        if let Some(a) = state
+            .action_keys
+            .get(&key)
+            .and_then(|a| state.actions.get(a))
+        {
+            if a.episode != id || a.recorded.is_none() {
+                return Err(RequestError::conflict(format!(
+                    "idempotency key {:?} was used for {} on episode {}",
+                    req.idempotency_key,
+                    if a.recorded.is_some() {
+                        "a record"
+                    } else {
+                        "an act"
+                    },
+                    a.episode
+                )));
+            }
+            return Ok(Self::record_answer(a));
+        }
+        let action_id = state.next_action;
+        let e = Self::own(&mut state, caller, id)?;
+        Self::check_can_act(e)?;
+        let (pinned, trajectory) = (e.version, e.trajectory);
+        let invalidated = (req.policy_version != pinned).then(|| {
+            format!(
+                "{} recorded an action of version {} on episode {id}, pinned to version {pinned}",
+                caller.name, req.policy_version
+            )
+        });
+        if let Some(text) = &invalidated {
+            self.invalidate_and_restart(
+                &mut state,
+                id,
+                ReasonCode::VersionSwitch,
+                text,
+                &caller.name,
+            )?;
+        }
+        let e = state.episodes.get_mut(&id).expect("episode");
+        e.pending = Some(action_id);
+        e.last_seq = Some(req.env_seq);
+        e.last_activity_ns = now_ns();
+        state.next_action += 1;
+        let numeric: Option<Vec<f32>> = serde_json::from_value(req.action.clone()).ok();
+        let rec = ActionRec {
+            answer: ActResponse {
+                action_id,
+                action: numeric.unwrap_or_default(),
+                policy_version: req.policy_version,
+                config_hash: req.config_hash,
+                issued_at_ns,
+                side_effect,
+                trajectory_id: trajectory,
+            },
+            episode: id,
+            key: req.idempotency_key,
+            action_type,
+            obs: observation,
+            log_prob: req.log_prob.unwrap_or(0.0),
+            value: 0.0,
+            env_seq: req.env_seq,
+            context: req.context,
+            status: ActionStatus::Pending,
+            recorded: Some(Recorded {
+                action,
+                log_prob: req.log_prob,
+                invalidated,
+            }),
+        };
+        let answer = Self::record_answer(&rec);
+        state.remember(rec.clone(), self.settings.remembered_actions);
+        self.journal_action(&state, rec)?;
+        Ok(answer)
+    }
+
+    fn record_answer(a: &ActionRec) -> RecordResponse {
+        RecordResponse {
+            action_id: a.answer.action_id,
+            policy_version: a.answer.policy_version,
+            config_hash: a.answer.config_hash.clone(),
+            issued_at_ns: a.answer.issued_at_ns,
+            side_effect: a.answer.side_effect,
+            trajectory_id: a.answer.trajectory_id,
+            invalidated: a.recorded.as_ref().and_then(|r| r.invalidated.clone()),
+        }
+    }
+
+    /// A recorded version must have been published, with its own config hash (a version
+    /// the retention rule removed is taken at its word).
+    fn check_recorded_version(&self, version: u64, config_hash: &str) -> Result<(), RequestError> {
+        if config_hash.trim().is_empty() {
+            return Err(RequestError::invalid("config_hash is empty"));
+        }
+        if !self.policies.exists(version) {
+            return self.require_version_number(version);
+        }
+        let expected = self.version_hash(version);
+        if expected != config_hash {
+            return Err(RequestError::invalid(format!(
+                "config_hash {config_hash:?} is not version {version}'s ({expected:?})"
+            )));
+        }
+        Ok(())
     }
 
     pub(super) fn owned_action<'a>(

@@ -22,7 +22,7 @@ use crate::journal::Journal;
 use crate::policies::DiskPolicyStore;
 use crate::segment::Segment;
 use crate::settings::{GatewaySettings, ReleaseMode};
-use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, State};
+use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, Recorded, State};
 
 mod acting;
 mod episodes;
@@ -33,6 +33,7 @@ mod release;
 mod reporting;
 mod retention;
 mod shared;
+mod training;
 
 pub use retention::KEEP_RECENT;
 pub use shared::{ServingPointer, SharedRelease};
@@ -85,6 +86,8 @@ pub struct Gateway {
     state: Mutex<State>,
     /// Training rows per trajectory, gathered until it is cut.
     rows: Mutex<std::collections::HashMap<u64, Segment>>,
+    /// Held while a trainer's report is checked and recorded (one at a time).
+    trained_lock: Mutex<()>,
     pub(crate) policies: DiskPolicyStore,
     pub(crate) auth: Auth,
     pub(crate) tokens: TokensFile,
@@ -167,7 +170,7 @@ impl Gateway {
         EpisodeInfo {
             episode_id: e.id,
             policy_version: e.version,
-            config_hash: self.config_hash.clone(),
+            config_hash: self.version_hash(e.version),
             channel: e.channel,
             bucket: e.bucket.clone(),
             trajectory_id: e.trajectory,
@@ -176,6 +179,7 @@ impl Gateway {
             pending_action: e.pending,
             obs_dim: self.obs_dim,
             action_dim: self.action_dim,
+            external: self.policies.external(e.version).map(|p| (*p).clone()),
         }
     }
 

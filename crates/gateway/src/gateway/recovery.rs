@@ -97,6 +97,7 @@ impl Gateway {
             journal,
             state: Mutex::new(state),
             rows: Mutex::new(Default::default()),
+            trained_lock: Mutex::new(()),
             policies,
             auth,
             tokens,

@@ -34,6 +34,7 @@ impl Gateway {
                 .count(),
             updates: self.counters.updates.load(Ordering::Relaxed),
             rules_version: *self.active_rules.lock(),
+            published: None,
         }
     }
 
@@ -94,16 +95,61 @@ impl Gateway {
         self.policies
             .insert(version, params)
             .map_err(|e| RequestError::unavailable(e.to_string()))?;
+        self.bind_published(version, &self.config_hash, channel, author)?;
+        Ok(version)
+    }
+
+    /// Stores an external version's reference as the next version and queues it as the
+    /// canary candidate after the cooldown, as [`Gateway::publish_params`] does. Returns
+    /// the version.
+    ///
+    /// # Errors
+    /// `Invalid` a bad reference; storage failures.
+    pub fn publish_external(
+        &self,
+        policy: ExternalPolicy,
+        author: &str,
+    ) -> Result<u64, RequestError> {
+        policy.validate().map_err(RequestError::invalid)?;
+        let version = {
+            let mut state = self.state.lock();
+            state.release.latest += 1;
+            state.release.latest
+        };
+        let hash = policy.config_hash.clone();
+        self.policies
+            .insert_external(version, policy)
+            .map_err(|e| RequestError::unavailable(e.to_string()))?;
+        self.bind_published(version, &hash, Channel::Canary, author)?;
+        Ok(version)
+    }
+
+    /// Binds a stored `version` to the admission rules in force and queues it.
+    fn bind_published(
+        &self,
+        version: u64,
+        config_hash: &str,
+        channel: Channel,
+        author: &str,
+    ) -> Result<(), RequestError> {
         let rules = *self.active_rules.lock();
         self.ledger
-            .bind(version, &self.config_hash, rules, "publish", author)?;
+            .bind(version, config_hash, rules, "publish", author)?;
         let mut state = self.state.lock();
         state.release.publish(version, channel, now_ns());
         if author != LEARNER {
             state.release.retention.pin(version);
         }
         self.journal_release(&state)?;
-        Ok(version)
+        Ok(())
+    }
+
+    /// The config hash of a stored version: an external version's own, else the
+    /// gateway's.
+    pub(super) fn version_hash(&self, version: u64) -> String {
+        self.policies
+            .external(version)
+            .map_or_else(|| self.config_hash.clone(), |p| p.config_hash.clone())
     }
 
     /// Serves `params` as the stable version at once (`strata serve --checkpoint`):
@@ -142,36 +188,57 @@ impl Gateway {
         Ok((version, true))
     }
 
-    /// Publishes a checkpoint written by `strata train` as the canary candidate.
+    /// Publishes a checkpoint written by `strata train`, or an external version, as the
+    /// canary candidate (after the cooldown).
     ///
     /// # Errors
-    /// `Invalid` when the checkpoint is unreadable or for another env or network.
-    pub fn publish_checkpoint(
+    /// `Invalid` when the checkpoint is unreadable or for another env or network, when the
+    /// external reference is bad, or when the request names neither or both.
+    pub fn publish(
         &self,
         caller: &Caller,
         req: PublishRequest,
     ) -> Result<ReleaseStatus, RequestError> {
-        let policy = strata_runtime::load_policy(Path::new(&req.checkpoint))
+        let version = match (req.checkpoint, req.external) {
+            (Some(checkpoint), None) => self.publish_checkpoint(caller, &checkpoint)?,
+            (None, Some(external)) => self.publish_external(external, &caller.name)?,
+            (None, None) => {
+                return Err(RequestError::invalid(
+                    "publish needs `checkpoint` (a directory written by strata train) or `external` (an artifact reference)",
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err(RequestError::invalid(
+                    "publish takes one of `checkpoint` and `external`, not both",
+                ))
+            }
+        };
+        Ok(ReleaseStatus {
+            published: Some(version),
+            ..self.status()
+        })
+    }
+
+    fn publish_checkpoint(&self, caller: &Caller, checkpoint: &str) -> Result<u64, RequestError> {
+        let policy = strata_runtime::load_policy(Path::new(checkpoint))
             .map_err(|e| RequestError::invalid(e.to_string()))?;
         let ours = &self.settings.run;
         if policy.config.env.name != ours.env.name || policy.config.network != ours.network {
             return Err(RequestError::invalid(format!(
                 "checkpoint {} is for env {:?} with network {:?}; this gateway serves {:?} with {:?}",
-                req.checkpoint, policy.config.env.name, policy.config.network, ours.env.name, ours.network
+                checkpoint, policy.config.env.name, policy.config.network, ours.env.name, ours.network
             )));
         }
         if policy.config.env.normalize_obs {
             return Err(RequestError::invalid(format!(
-                "checkpoint {} normalises observations; the gateway serves raw observations",
-                req.checkpoint
+                "checkpoint {checkpoint} normalises observations; the gateway serves raw observations"
             )));
         }
         self.publish_params(
             policy.model.flat_params().to_vec(),
             Channel::Canary,
             &caller.name,
-        )?;
-        Ok(self.status())
+        )
     }
 
     /// Sets the canary fraction.
@@ -239,7 +306,7 @@ impl Gateway {
         })?;
         self.ledger.bind(
             version,
-            &self.config_hash,
+            &self.version_hash(version),
             rules.version,
             "promote",
             &caller.name,
@@ -277,7 +344,7 @@ impl Gateway {
         })?;
         let rules = self
             .ledger
-            .rollback(version, &self.config_hash, &caller.name)?;
+            .rollback(version, &self.version_hash(version), &caller.name)?;
         *self.active_rules.lock() = rules.version;
         let status = self.change_release(|g, state| {
             state.release.pending.clear();

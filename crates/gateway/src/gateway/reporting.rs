@@ -107,13 +107,29 @@ impl Gateway {
         };
         let sample_id = self.ledger.reserve_sample_ids(1);
         let ended = req.terminated || req.truncated;
+        // What a trainer elsewhere needs: the action as executed, and for an action the
+        // agent chose with its own model the transition itself.
+        let (executed, behaviour_log_prob, observation, next_observation) = match &rec.recorded {
+            Some(r) => (
+                r.action.clone(),
+                r.log_prob,
+                Some(f32_bytes(&rec.obs)),
+                Some(f32_bytes(after)),
+            ),
+            None => (
+                serde_json::to_string(&rec.answer.action).expect("numbers serialise"),
+                Some(rec.log_prob),
+                None,
+                None,
+            ),
+        };
         let record = SampleRecord {
             sample_id,
             episode_id: episode.id,
             trajectory_id: rec.answer.trajectory_id,
             step: episode.steps,
             policy_version: rec.answer.policy_version,
-            config_hash: self.config_hash.clone(),
+            config_hash: rec.answer.config_hash.clone(),
             issued_at_ns: rec.answer.issued_at_ns,
             completed_at_ns: completed,
             obs_count: during.count,
@@ -139,8 +155,13 @@ impl Gateway {
             success: if ended { req.success } else { None },
             worker: None,
             fragment: None,
+            action: Some(executed),
+            behaviour_log_prob,
+            observation,
+            next_observation,
         };
-        let mut batch = SampleBatch::new(&episode.bucket, &self.config_hash, self.summary_dim());
+        let mut batch =
+            SampleBatch::new(&episode.bucket, &rec.answer.config_hash, self.summary_dim());
         batch.push(&record).map_err(RequestError::invalid)?;
         self.ledger.append_samples_durable(batch)?;
         // Durable: now remember it.
@@ -168,7 +189,9 @@ impl Gateway {
             e.status = EpisodeStatus::Ended;
         }
         let (trajectory, version) = (e.trajectory, e.version);
-        if trajectory == rec.answer.trajectory_id {
+        // Strata's learner trains on its own versions' steps only: a recorded action's
+        // step is for the trainer that produced its version.
+        if trajectory == rec.answer.trajectory_id && rec.recorded.is_none() {
             let held = self.add_row(
                 &rec,
                 &record,
@@ -315,4 +338,9 @@ impl Gateway {
         )?;
         Ok(rec.answer)
     }
+}
+
+/// Values as little-endian `f32` bytes: how the ledger stores a transition's observations.
+pub(crate) fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
