@@ -344,6 +344,7 @@ class Client:
         config_hash: str,
         env_seq: int,
         log_prob: Optional[float] = None,
+        probability: Optional[float] = None,
         issued_at_ns: Optional[int] = None,
         idempotency_key: Optional[str] = None,
         action_type: Optional[str] = None,
@@ -352,9 +353,9 @@ class Client:
         """Records an action chosen with the agent's own model: `action` is any JSON value
         (numpy arrays and scalars become lists and numbers), `policy_version` and
         `config_hash` the version it actually acted with (another than the episode's
-        invalidates its trajectory), `log_prob` its behaviour log-probability for
-        off-policy corrections. Re-check and report it as an act's action. Retries reuse
-        the idempotency key, so a record is stored once."""
+        invalidates its trajectory), `log_prob` (or `probability`) its behaviour
+        log-probability for off-policy corrections. Re-check and report it as an act's
+        action. Retries reuse the idempotency key, so a record is stored once."""
         body: Dict[str, Any] = {
             "observation": _observation(observation),
             "action": _json_value(action),
@@ -365,6 +366,7 @@ class Client:
         }
         optional = {
             "log_prob": None if log_prob is None else float(log_prob),
+            "probability": None if probability is None else float(probability),
             "issued_at_ns": issued_at_ns,
             "action_type": action_type,
             "context": context,

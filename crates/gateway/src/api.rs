@@ -274,6 +274,9 @@ pub struct RecordRequest {
     /// corrections by the trainer.
     #[serde(default)]
     pub log_prob: Option<f32>,
+    /// Or its probability, in (0, 1] (stored as its logarithm).
+    #[serde(default)]
+    pub probability: Option<f32>,
     /// When the agent's model issued the action (ns since the Unix epoch); now when absent.
     #[serde(default)]
     pub issued_at_ns: Option<i64>,

@@ -145,8 +145,19 @@ fn external_versions_take_part_in_release_and_their_agents_record_what_they_did(
     );
     let stored = outcome(&a, r1.action_id, 0, false);
     assert_eq!(stored.status, ReportStatus::Stored);
-    let r2 = record(&a, e.episode_id, ("r2", 1), 1, "ext-a");
-    outcome(&a, r2.action_id, 1, false);
+    let both = json!({
+        "observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "policy_version": 1,
+        "config_hash": "ext-a", "env_seq": 2, "idempotency_key": "r-both",
+        "log_prob": -0.1, "probability": 0.9,
+    });
+    let path = format!("/v1/episodes/{}/record", e.episode_id);
+    let (code, msg) = status_of(a.post::<_, RecordResponse>(&path, &both));
+    assert_eq!(code, 400, "{msg}");
+    let mut by_probability = both.clone();
+    by_probability["log_prob"] = Value::Null;
+    by_probability["idempotency_key"] = json!("r2");
+    let r2: RecordResponse = a.post(&path, &by_probability).unwrap();
+    let r2_sample = outcome(&a, r2.action_id, 1, false).sample_id.unwrap();
 
     // A second episode's agent acts with another version than its episode's: the whole
     // trajectory is invalidated (its earlier step too), the agent named as author.
@@ -200,6 +211,9 @@ fn external_versions_take_part_in_release_and_their_agents_record_what_they_did(
         Some(r#"{"force":[0.5],"push":"left"}"#)
     );
     assert_eq!(first.behaviour_log_prob, Some(-0.69));
+    let second = rows.iter().find(|r| r.sample_id == r2_sample).unwrap();
+    assert_eq!(second.behaviour_log_prob, Some(0.9f32.ln()));
+    assert_eq!(second.action.as_deref(), Some("1"));
     assert_eq!(first.observation.as_ref().map(Vec::len), Some(16));
     let by_v0 = rows.iter().find(|r| r.policy_version == 0).unwrap();
     assert_eq!(by_v0.config_hash, hash0, "recorded as the version it used");

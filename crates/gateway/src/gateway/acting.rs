@@ -286,11 +286,24 @@ impl Gateway {
                 action.len()
             )));
         }
-        if let Some(p) = req.log_prob.filter(|p| !p.is_finite() || *p > 0.0) {
-            return Err(RequestError::invalid(format!(
-                "log_prob {p} is not a finite number <= 0"
-            )));
-        }
+        let log_prob = match (req.log_prob, req.probability) {
+            (Some(_), Some(_)) => {
+                return Err(RequestError::invalid(
+                    "give log_prob or probability, not both",
+                ))
+            }
+            (Some(l), None) if !(l.is_finite() && l <= 0.0) => {
+                return Err(RequestError::invalid(format!(
+                    "log_prob {l} is not a finite number <= 0"
+                )))
+            }
+            (None, Some(p)) if !(p > 0.0 && p <= 1.0) => {
+                return Err(RequestError::invalid(format!(
+                    "probability {p} is not in (0, 1]"
+                )))
+            }
+            (l, p) => l.or(p.map(f32::ln)),
+        };
         let issued_at_ns = req.issued_at_ns.unwrap_or_else(now_ns);
         if issued_at_ns <= 0 {
             return Err(RequestError::invalid(format!(
@@ -358,14 +371,14 @@ impl Gateway {
             key: req.idempotency_key,
             action_type,
             obs: observation,
-            log_prob: req.log_prob.unwrap_or(0.0),
+            log_prob: log_prob.unwrap_or(0.0),
             value: 0.0,
             env_seq: req.env_seq,
             context: req.context,
             status: ActionStatus::Pending,
             recorded: Some(Recorded {
                 action,
-                log_prob: req.log_prob,
+                log_prob,
                 invalidated,
             }),
         };
