@@ -61,4 +61,4 @@ def test_the_external_trainer_example_learns_canaries_and_rolls_back(tmp_path, g
     subprocess.run([strata_bin(), "report", str(gateway), "--out", str(out)], check=True,
                    capture_output=True, timeout=300)
     html = (out / "report.html").read_text()
-    assert "generation" in html.lower()
+    assert "per generation" in html and "version switches" in html, "curves with switch markers"
