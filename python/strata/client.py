@@ -480,7 +480,9 @@ class Client:
         """A page of the transitions agents recorded that the admission rules in force
         admit for a trainer at `learner_version` (default: the newest version), after
         sample `after`: not invalidated, not yet trained on. Strata's own versions'
-        samples are its learner's and never appear."""
+        samples are its learner's and never appear. A page stops short of a sample whose
+        report is still being stored (``more`` is then set), so the cursor never passes
+        a sample that becomes durable later."""
         query = {k: v for k, v in (("after", after), ("limit", limit),
                                    ("learner_version", learner_version), ("bucket", bucket))
                  if v is not None}

@@ -64,6 +64,10 @@ pub struct AdmittedPage {
 pub struct AdmittedQuery<'a> {
     /// Samples after this id.
     pub after: Option<u64>,
+    /// Only samples below this id: a writer's horizon, below which every id is stored or
+    /// never will be (ids are reserved before their rows are durable, so a higher one may
+    /// be stored first). Rows at or above it wait for a later page (`more` is set).
+    pub before: Option<u64>,
     /// At most this many rows.
     pub limit: usize,
     /// The trainer's version: ages count from it.
@@ -102,7 +106,7 @@ pub fn admitted(data: &LedgerData, rules: &VersionedRules, query: &AdmittedQuery
     };
     let unseen = |id: u64| query.after.is_none_or(|after| id > after);
     for (id, b, i) in by_id(data).into_iter().filter(|&(id, ..)| unseen(id)) {
-        if page.rows.len() == query.limit {
+        if page.rows.len() == query.limit || query.before.is_some_and(|h| id >= h) {
             page.more = true;
             break;
         }
@@ -278,6 +282,7 @@ mod tests {
     fn query(learner_version: u64) -> AdmittedQuery<'static> {
         AdmittedQuery {
             after: None,
+            before: None,
             limit: 100,
             learner_version,
             bucket: None,
@@ -331,6 +336,19 @@ mod tests {
             },
         );
         assert_eq!((ids(&rest), rest.more), (vec![1, 4], false));
+        // Below a writer's horizon only: the rest waits, and the cursor stops short of it.
+        let held = admitted(
+            &data,
+            &drop,
+            &AdmittedQuery {
+                before: Some(4),
+                ..query(2)
+            },
+        );
+        assert_eq!(
+            (ids(&held), held.more, held.next_cursor),
+            (vec![0, 1], true, 3)
+        );
         let none = admitted(
             &data,
             &drop,

@@ -118,8 +118,13 @@ pub(crate) fn files(root: &Path) -> std::io::Result<Vec<(Bucket, PathBuf)>> {
 /// Reads one append-log file; a torn last message (the writer died mid-append, before the
 /// sync that would have acknowledged it) ends the file.
 pub(crate) fn read(bucket: &Bucket, path: &Path) -> Result<Vec<SampleBatch>, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        // Retired by its writer since it was listed: its rows are in the sample log.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e.to_string()),
+    };
     let reader = match StreamReader::try_new(std::io::BufReader::new(file), None) {
         Ok(r) => r,
         // Not even a schema: created, never acknowledged.
@@ -141,7 +146,7 @@ pub(crate) fn read(bucket: &Bucket, path: &Path) -> Result<Vec<SampleBatch>, Str
 ///
 /// # Errors
 /// An unreadable append-log file.
-fn logged(
+pub(crate) fn logged(
     storage: &crate::Storage,
 ) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
     let Some(root) = storage.local_root() else {
@@ -215,26 +220,27 @@ fn keep_missing(
     out
 }
 
-/// Rows in the append log that are not among `stored`'s samples (read without the append
-/// log: a writer died before flushing them), and the append-log files to remove once
-/// they are in the sample log.
+/// The rows of the append log (`logged`, as [`logged`] read it) that are not among
+/// `stored`'s samples (read without the append log: not flushed yet, or a writer died
+/// before flushing them), and the append-log files to remove once they are in the sample
+/// log.
 ///
-/// # Errors
-/// An unreadable append-log file.
+/// Read the append log before the stored samples: a flush that moves rows from the one to
+/// the other in between then leaves them in what was read second (the writer retires an
+/// append-log file only after its rows are in the sample log), never in neither.
 pub(crate) fn stranded(
-    storage: &crate::Storage,
+    (rows, paths): (Vec<SampleBatch>, Vec<PathBuf>),
     stored: &crate::LedgerData,
-) -> Result<(Vec<SampleBatch>, Vec<PathBuf>), crate::LedgerError> {
-    let (rows, paths) = logged(storage)?;
+) -> (Vec<SampleBatch>, Vec<PathBuf>) {
     if rows.is_empty() {
-        return Ok((rows, paths));
+        return (rows, paths);
     }
     let in_log: std::collections::HashSet<u64> = stored
         .samples
         .iter()
         .flat_map(|b| b.sample_id.iter().copied())
         .collect();
-    Ok((keep_missing(rows, &in_log), paths))
+    (keep_missing(rows, &in_log), paths)
 }
 
 #[cfg(test)]

@@ -63,8 +63,11 @@ impl LedgerData {
     /// [`LedgerError::BadFile`] naming the first unreadable, foreign or misplaced file.
     pub fn read(storage: &Storage) -> Result<LedgerData, LedgerError> {
         settled(storage, || {
+            // The append log first (see `stranded`): rows a flush moves meanwhile are
+            // read once, not missed.
+            let logged = crate::append_log::logged(storage)?;
             let mut data = Self::read_stored(storage)?;
-            let (stranded, files) = crate::append_log::stranded(storage, &data)?;
+            let (stranded, files) = crate::append_log::stranded(logged, &data);
             data.files += files.len();
             data.samples.extend(stranded);
             Ok(data)
@@ -82,14 +85,14 @@ impl LedgerData {
     ) -> Result<(LedgerData, Vec<LedgerError>), LedgerError> {
         settled(storage, || {
             let mut skipped = Vec::new();
+            let logged = crate::append_log::logged(storage).unwrap_or_else(|e| {
+                skipped.push(e);
+                Default::default()
+            });
             let mut data = Self::read_tables(storage, Some(&mut skipped))?;
-            match crate::append_log::stranded(storage, &data) {
-                Ok((stranded, files)) => {
-                    data.files += files.len();
-                    data.samples.extend(stranded);
-                }
-                Err(e) => skipped.push(e),
-            }
+            let (stranded, files) = crate::append_log::stranded(logged, &data);
+            data.files += files.len();
+            data.samples.extend(stranded);
             Ok((data, skipped))
         })
     }

@@ -88,6 +88,9 @@ pub struct Gateway {
     rows: Mutex<std::collections::HashMap<u64, Segment>>,
     /// Held while a trainer's report is checked and recorded (one at a time).
     trained_lock: Mutex<()>,
+    /// Sample ids reserved by reports not yet durable (or failed): a trainer's cursor
+    /// must not pass the lowest, or a slower report's sample would be skipped for good.
+    in_flight: Mutex<std::collections::BTreeSet<u64>>,
     pub(crate) policies: DiskPolicyStore,
     pub(crate) auth: Auth,
     pub(crate) tokens: TokensFile,

@@ -98,6 +98,7 @@ impl Gateway {
             state: Mutex::new(state),
             rows: Mutex::new(Default::default()),
             trained_lock: Mutex::new(()),
+            in_flight: Mutex::new(Default::default()),
             policies,
             auth,
             tokens,

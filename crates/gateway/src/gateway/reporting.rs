@@ -105,7 +105,8 @@ impl Gateway {
                 }
             }
         };
-        let sample_id = self.ledger.reserve_sample_ids(1);
+        let reservation = self.reserve_sample();
+        let sample_id = reservation.id;
         let ended = req.terminated || req.truncated;
         // What a trainer elsewhere needs: the action as executed, and for an action the
         // agent chose with its own model the transition itself.
@@ -164,6 +165,7 @@ impl Gateway {
             SampleBatch::new(&episode.bucket, &rec.answer.config_hash, self.summary_dim());
         batch.push(&record).map_err(RequestError::invalid)?;
         self.ledger.append_samples_durable(batch)?;
+        drop(reservation);
         // Durable: now remember it.
         let mut state = self.state.lock();
         let a = state.actions.get_mut(&action).expect("action");
@@ -343,4 +345,37 @@ impl Gateway {
 /// Values as little-endian `f32` bytes: how the ledger stores a transition's observations.
 pub(crate) fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A sample id reserved by a report, given up when dropped (stored or failed).
+pub(super) struct Reservation<'g> {
+    gateway: &'g Gateway,
+    /// The id.
+    pub(super) id: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.gateway.in_flight.lock().remove(&self.id);
+    }
+}
+
+impl Gateway {
+    /// Reserves the next sample id until the returned reservation is dropped.
+    pub(super) fn reserve_sample(&self) -> Reservation<'_> {
+        // Under the lock: a reader of the horizon sees an id reserved or not yet handed out.
+        let mut in_flight = self.in_flight.lock();
+        let id = self.ledger.reserve_sample_ids(1);
+        in_flight.insert(id);
+        Reservation { gateway: self, id }
+    }
+
+    /// Every sample id below this one is durable in the ledger or will never be.
+    pub(super) fn durable_horizon(&self) -> u64 {
+        let in_flight = self.in_flight.lock();
+        in_flight
+            .first()
+            .copied()
+            .unwrap_or_else(|| self.ledger.next_sample_id())
+    }
 }

@@ -514,3 +514,23 @@ fn a_recurrent_episode_keeps_its_state_through_aborts_and_restarts_and_a_switch_
     assert_ne!(now.trajectory_id, e.trajectory_id);
     assert_eq!(memory_of(&g, e.episode_id), (zero, Vec::new()));
 }
+
+/// A trainer's cursor stops below the lowest sample id whose report is not durable yet:
+/// a slower report's sample is read later, never skipped.
+#[test]
+fn the_durable_horizon_waits_for_the_slowest_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = open(dir.path());
+    let start = g.durable_horizon();
+    let slow = g.reserve_sample();
+    let fast = g.reserve_sample();
+    assert_eq!((slow.id, fast.id), (start, start + 1));
+    drop(fast);
+    assert_eq!(g.durable_horizon(), start, "the slower one holds it");
+    drop(slow);
+    assert_eq!(
+        g.durable_horizon(),
+        start + 2,
+        "none in flight: the next id"
+    );
+}

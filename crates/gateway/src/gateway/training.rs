@@ -34,12 +34,15 @@ impl Gateway {
             .learner_version
             .unwrap_or_else(|| self.state.lock().release.latest);
         let rules = self.active_rules()?;
+        // Taken before the read: every id below it is then in what is read.
+        let horizon = self.durable_horizon();
         let data = strata_ledger::LedgerData::read(self.ledger.storage())?;
         let page = strata_ledger::admitted(
             &data,
             &rules,
             &strata_ledger::AdmittedQuery {
                 after: query.after,
+                before: Some(horizon),
                 limit,
                 learner_version,
                 bucket: bucket.as_ref(),
