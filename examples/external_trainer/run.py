@@ -229,12 +229,12 @@ def start_gateway(directory: Path) -> subprocess.Popen:
     address = directory / "address"
     address.unlink(missing_ok=True)
     directory.mkdir(parents=True, exist_ok=True)
-    log = open(directory / "serve.log", "ab")
-    process = subprocess.Popen(
-        strata_command() + ["serve", "--env", "cartpole", "--release", "manual",
-                            "--cooldown-secs", "0", "--addr", "127.0.0.1:0",
-                            "--agent-tokens", "4", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=log)
+    with open(directory / "serve.log", "ab") as log:
+        process = subprocess.Popen(
+            strata_command() + ["serve", "--env", "cartpole", "--release", "manual",
+                                "--cooldown-secs", "0", "--addr", "127.0.0.1:0",
+                                "--agent-tokens", "4", "--dir", str(directory)],
+            stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 60
     while not (address.exists() and address.read_text().endswith("\n")):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -247,7 +247,9 @@ def start_gateway(directory: Path) -> subprocess.Popen:
 def main(argv: Optional[List[str]] = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="runs/external-trainer",
-                        help="where the gateway and the artifacts live (replaced)")
+                        help="where the gateway and the artifacts live (a new directory)")
+    parser.add_argument("--replace", action="store_true",
+                        help="remove --dir first if it exists (an earlier run of this example)")
     parser.add_argument("--generations", type=int, default=12)
     parser.add_argument("--episodes", type=int, default=24, help="episodes per generation")
     parser.add_argument("--canary", type=float, default=0.5,
@@ -259,7 +261,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args = parser.parse_args(argv)
 
     root = Path(args.dir)
-    if root.exists():
+    if root.exists() and any(root.iterdir()):
+        if not args.replace:
+            raise SystemExit(f"{root} exists: pass --replace to remove it, or another --dir")
         shutil.rmtree(root)
     gateway_dir = root / "gateway"
     process = start_gateway(gateway_dir)
