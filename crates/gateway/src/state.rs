@@ -87,7 +87,7 @@ mod state_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(state: &[f32], s: S) -> Result<S::Ok, S::Error> {
-        let bytes: Vec<u8> = state.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = super::f32_le_bytes(state);
         s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
     }
 
@@ -102,11 +102,22 @@ mod state_bytes {
                 bytes.len()
             )));
         }
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
-            .collect())
+        Ok(super::f32_from_le_bytes(&bytes))
     }
+}
+
+/// Values as little-endian `f32` bytes: how the journal keeps a recurrent state and the
+/// ledger a transition's observations.
+pub(crate) fn f32_le_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// [`f32_le_bytes`] read back (a trailing partial value is ignored).
+pub(crate) fn f32_from_le_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
+        .collect()
 }
 
 /// Where an action stands.

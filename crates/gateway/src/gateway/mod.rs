@@ -22,7 +22,10 @@ use crate::journal::Journal;
 use crate::policies::DiskPolicyStore;
 use crate::segment::Segment;
 use crate::settings::{GatewaySettings, ReleaseMode};
-use crate::state::{agent_key, ActionRec, ActionStatus, EpisodeRec, Event, Recorded, State};
+use crate::state::{
+    agent_key, f32_from_le_bytes, f32_le_bytes, ActionRec, ActionStatus, EpisodeRec, Event,
+    Recorded, State,
+};
 
 mod acting;
 mod episodes;

@@ -114,8 +114,8 @@ impl Gateway {
             Some(r) => (
                 r.action.clone(),
                 r.log_prob,
-                Some(f32_bytes(&rec.obs)),
-                Some(f32_bytes(after)),
+                Some(f32_le_bytes(&rec.obs)),
+                Some(f32_le_bytes(after)),
             ),
             None => (
                 serde_json::to_string(&rec.answer.action).expect("numbers serialise"),
@@ -340,11 +340,6 @@ impl Gateway {
         )?;
         Ok(rec.answer)
     }
-}
-
-/// Values as little-endian `f32` bytes: how the ledger stores a transition's observations.
-pub(crate) fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// A sample id reserved by a report, given up when dropped (stored or failed).

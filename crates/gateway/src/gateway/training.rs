@@ -62,7 +62,7 @@ impl Gateway {
                     policy_version: s.policy_version,
                     config_hash: s.config_hash,
                     bucket: s.bucket.to_string(),
-                    observation: f32_values(s.observation.as_deref()),
+                    observation: f32_from_le_bytes(s.observation.as_deref().unwrap_or_default()),
                     action: s
                         .action
                         .as_deref()
@@ -70,7 +70,9 @@ impl Gateway {
                         .unwrap_or(serde_json::Value::Null),
                     behaviour_log_prob: s.behaviour_log_prob,
                     reward: s.reward,
-                    next_observation: f32_values(s.next_observation.as_deref()),
+                    next_observation: f32_from_le_bytes(
+                        s.next_observation.as_deref().unwrap_or_default(),
+                    ),
                     terminated: s.terminated,
                     truncated: s.truncated,
                     completed_at_ns: s.completed_at_ns,
@@ -195,13 +197,4 @@ impl Gateway {
         }
         Ok(())
     }
-}
-
-/// Little-endian `f32` bytes as values.
-fn f32_values(bytes: Option<&[u8]>) -> Vec<f32> {
-    bytes
-        .unwrap_or_default()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
-        .collect()
 }
