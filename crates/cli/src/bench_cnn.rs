@@ -1,7 +1,9 @@
 //! `strata bench --cnn-only`: the convolutional encoders' forward and forward + backward
 //! passes on uint8 image batches, per thread count, against PyTorch's on the same shapes in
 //! the same run (when the Python in `STRATA_PYTHON` has torch), and the memory of one batch
-//! of observations kept as bytes against floats.
+//! of observations kept as bytes against floats. The two sides take turns, round after
+//! round, and the speed ratio is taken within each round: a shared machine's speed drifts
+//! more between minutes than between neighbouring seconds.
 
 use std::process::Stdio;
 use std::time::Instant;
@@ -20,15 +22,33 @@ const TORCH_PROGRAM: &str = include_str!("../python/cnn_torch_bench.py");
 /// The section's figures.
 #[derive(Serialize, Default, Debug)]
 pub struct CnnReport {
-    /// One row per encoder, thread count and runner.
+    /// One row per round, encoder, thread count and runner.
     pub rows: Vec<CnnRow>,
+    /// Strata's speed over PyTorch's (training images per second), per encoder and thread
+    /// count: the median and range of the rounds' ratios.
+    pub ratios: Vec<CnnRatio>,
     /// Why PyTorch's rows are missing, when they are.
     pub torch_missing: Option<String>,
 }
 
-/// One encoder on one batch.
+/// Strata's training speed over PyTorch's for one encoder and thread count.
+#[derive(Serialize, Debug)]
+pub struct CnnRatio {
+    pub arch: String,
+    pub threads: usize,
+    /// Median over the rounds of PyTorch's forward+backward time over Strata's.
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// The same for the forward pass alone.
+    pub forward_median: f64,
+}
+
+/// One encoder on one batch, in one round.
 #[derive(Serialize, Debug)]
 pub struct CnnRow {
+    /// Which round of the alternation (0-based).
+    pub round: usize,
     /// `nature_cnn` or `minatar_cnn`.
     pub arch: String,
     /// `strata` or `pytorch`.
@@ -105,44 +125,72 @@ fn median_ms(mut f: impl FnMut(), reps: usize) -> f64 {
     )
 }
 
-fn strata_row(case: &Case, threads: usize, reps: usize) -> Result<CnnRow> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
+/// A case's encoder, weights and pixels, made once: NatureCNN's orthogonal initialisation
+/// takes longer than all its timed passes.
+struct Prepared {
+    case: Case,
+    cnn: Cnn,
+    params: Vec<f32>,
+    pixels: Vec<u8>,
+}
+
+fn prepare(case: Case) -> Result<Prepared> {
     let cnn = Cnn::new(case.arch, case.shape)?;
     let mut rng = SampleRng::seed_from_u64(0);
     let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
     let pixels: Vec<u8> = (0..case.batch * case.shape.len())
         .map(|_| rng.random())
         .collect();
+    Ok(Prepared {
+        case,
+        cnn,
+        params,
+        pixels,
+    })
+}
+
+fn strata_row(p: &Prepared, threads: usize, reps: usize, round: usize) -> Result<CnnRow> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let (case, cnn) = (&p.case, &p.cnn);
     let ones = vec![1.0; case.batch * cnn.features()];
     let mut grads = vec![0.0; cnn.num_params()];
     let mut cache = CnnCache::default();
+    let pixels = Pixels::U8(&p.pixels);
     let (forward_ms, train_ms) = pool.install(|| {
         let forward = median_ms(
             || {
-                cnn.forward(&params, Pixels::U8(&pixels), case.batch, &mut cache);
+                cnn.forward(&p.params, pixels, case.batch, &mut cache);
             },
             reps,
         );
         let train = median_ms(
             || {
                 grads.fill(0.0);
-                cnn.forward(&params, Pixels::U8(&pixels), case.batch, &mut cache);
-                cnn.backward(&params, &mut cache, &ones, &mut grads);
+                cnn.forward(&p.params, pixels, case.batch, &mut cache);
+                cnn.backward(&p.params, &mut cache, &ones, &mut grads);
             },
             reps,
         );
         (forward, train)
     });
-    let mut r = row(case, "strata", threads, forward_ms, train_ms);
+    let mut r = row(case, "strata", threads, forward_ms, train_ms, round);
     r.working_bytes = Some(cache.bytes());
     Ok(r)
 }
 
-fn row(case: &Case, runner: &str, threads: usize, forward_ms: f64, train_ms: f64) -> CnnRow {
+fn row(
+    case: &Case,
+    runner: &str,
+    threads: usize,
+    forward_ms: f64,
+    train_ms: f64,
+    round: usize,
+) -> CnnRow {
     let s = case.shape;
     CnnRow {
+        round,
         arch: case.arch.name().into(),
         runner: runner.into(),
         shape: [s.height, s.width, s.channels],
@@ -157,7 +205,7 @@ fn row(case: &Case, runner: &str, threads: usize, forward_ms: f64, train_ms: f64
     }
 }
 
-fn torch_rows(threads: &[usize], reps: usize) -> Result<Vec<CnnRow>> {
+fn torch_rows(threads: &[usize], reps: usize, round: usize) -> Result<Vec<CnnRow>> {
     let python = default_python();
     let spec: Vec<serde_json::Value> = cases()
         .iter()
@@ -202,50 +250,97 @@ fn torch_rows(threads: &[usize], reps: usize) -> Result<Vec<CnnRow>> {
         .into_iter()
         .filter_map(|r| {
             let case = cases().into_iter().find(|c| c.arch.name() == r.arch)?;
-            Some(row(&case, "pytorch", r.threads, r.forward_ms, r.train_ms))
+            Some(row(
+                &case,
+                "pytorch",
+                r.threads,
+                r.forward_ms,
+                r.train_ms,
+                round,
+            ))
         })
         .collect())
 }
 
 /// Runs the section and prints its table.
 pub fn run(quick: bool) -> Result<CnnReport> {
-    let reps = if quick { 5 } else { 20 };
+    let (reps, rounds) = if quick { (5, 1) } else { (20, 3) };
     let threads = [1, 2];
+    let prepared = cases()
+        .into_iter()
+        .map(prepare)
+        .collect::<Result<Vec<_>>>()?;
     let mut report = CnnReport::default();
-    for case in cases() {
-        for &t in &threads {
-            report.rows.push(strata_row(&case, t, reps)?);
+    for round in 0..rounds {
+        for p in &prepared {
+            for &t in &threads {
+                report.rows.push(strata_row(p, t, reps, round)?);
+            }
+        }
+        if report.torch_missing.is_none() {
+            match torch_rows(&threads, reps, round) {
+                Ok(rows) => report.rows.extend(rows),
+                Err(e) => report.torch_missing = Some(format!("{e:#}")),
+            }
         }
     }
-    match torch_rows(&threads, reps) {
-        Ok(rows) => report.rows.extend(rows),
-        Err(e) => report.torch_missing = Some(format!("{e:#}")),
-    }
+    report.ratios = ratios(&report.rows);
     print(&report);
     Ok(report)
 }
 
-fn print(report: &CnnReport) {
-    println!("convolutional encoders, uint8 batches (median per batch):");
-    for r in &report.rows {
-        let torch = report
-            .rows
+/// Per encoder and thread count, the rounds' PyTorch-over-Strata time ratios.
+fn ratios(rows: &[CnnRow]) -> Vec<CnnRatio> {
+    let mut out: Vec<CnnRatio> = Vec::new();
+    for r in rows.iter().filter(|r| r.runner == "strata" && r.round == 0) {
+        let pairs: Vec<(f64, f64)> = rows
             .iter()
-            .find(|o| o.runner == "pytorch" && o.arch == r.arch && o.threads == r.threads);
-        let vs = match (r.runner.as_str(), torch) {
-            ("strata", Some(t)) => format!("  ({:.2}x PyTorch's speed)", t.train_ms / r.train_ms),
-            _ => String::new(),
-        };
+            .filter(|s| s.runner == "strata" && s.arch == r.arch && s.threads == r.threads)
+            .filter_map(|s| {
+                let t = rows.iter().find(|t| {
+                    t.runner == "pytorch"
+                        && t.arch == s.arch
+                        && t.threads == s.threads
+                        && t.round == s.round
+                })?;
+                Some((t.train_ms / s.train_ms, t.forward_ms / s.forward_ms))
+            })
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let train: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+        out.push(CnnRatio {
+            arch: r.arch.clone(),
+            threads: r.threads,
+            median: median(train.clone()),
+            min: train.iter().copied().fold(f64::INFINITY, f64::min),
+            max: train.iter().copied().fold(0.0, f64::max),
+            forward_median: median(pairs.iter().map(|p| p.1).collect()),
+        });
+    }
+    out
+}
+
+fn print(report: &CnnReport) {
+    println!("convolutional encoders, uint8 batches (median per batch, each round):");
+    for r in &report.rows {
         println!(
-            "  {:<11} {:>2}x{:<2}x{} batch {} {:<7} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s{vs}",
-            r.arch, r.shape[0], r.shape[1], r.shape[2], r.batch, r.runner, r.threads,
+            "  round {} {:<11} {:>2}x{:<2}x{} batch {} {:<7} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s",
+            r.round + 1, r.arch, r.shape[0], r.shape[1], r.shape[2], r.batch, r.runner, r.threads,
             r.forward_ms, r.train_ms, r.train_images_per_sec
+        );
+    }
+    for q in &report.ratios {
+        println!(
+            "  {} {} thread(s): Strata at {:.2}x PyTorch's speed (forward+backward; rounds {:.2}-{:.2}x), forward alone {:.2}x",
+            q.arch, q.threads, q.median, q.min, q.max, q.forward_median
         );
     }
     for r in report
         .rows
         .iter()
-        .filter(|r| r.runner == "strata" && r.threads == 1)
+        .filter(|r| r.runner == "strata" && r.threads == 1 && r.round == 0)
     {
         println!(
             "  {} batch of {} observations: {:.1} MB as uint8, {:.1} MB as f32; {:.0} MB kept for the backward pass",

@@ -17,24 +17,25 @@ use crate::activation::Activation;
 use crate::conv::{Conv2d, ImageShape};
 use crate::init::{orthogonal, orthogonal_transposed};
 use crate::kernels::{activation_backward, add_rows, bias_activation};
-use crate::matmul::{add_partials, matmul, par_matmul, par_matmul_tn, View};
+use crate::matmul::{add_partials, matmul, par_matmul, View};
 use rayon::prelude::*;
 
-/// `v / 255` for every byte, looked up while gathering patches (a division per pixel
-/// costs more than the gather itself).
-static BYTE_TO_UNIT: [f32; 256] = {
-    let mut table = [0.0; 256];
-    let mut v = 0;
-    while v < 256 {
-        table[v] = v as f32 / 255.0;
-        v += 1;
-    }
-    table
-};
+/// What a byte pixel is divided by. The division is folded into the first layer instead
+/// of done per pixel: its weights are divided before the forward product and its weight
+/// gradient after the backward one (`x/255 . w == x . w/255`), so the pixels' patches are
+/// plain conversions, which vectorise (a lookup or a division per pixel cost more than
+/// the product with them).
+const BYTE_SCALE: f32 = 255.0;
 
-/// Images per parallel task in the forward pass: fixed, so results never depend on the
-/// thread count; few enough that a task's patches stay in cache between gather and product.
+/// Images per parallel task in the forward pass, and per step of a backward task: fixed,
+/// so results never depend on the thread count; few enough that their patches stay in
+/// cache between gather and product.
 const SAMPLES_PER_TASK: usize = 4;
+
+/// Images per parallel task in the backward pass. Each task adds its weight gradient into
+/// a partial of its own, and the partials are summed in task order: more images a task,
+/// fewer partials to sum.
+const BACKWARD_SAMPLES_PER_TASK: usize = 16;
 
 /// A named encoder architecture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,9 +126,10 @@ impl Pixels<'_> {
     }
 }
 
-/// A copy of the last forward pass's pixels: the first layer's patches are gathered again
-/// in the backward pass instead of being kept (they are the largest intermediate, every
-/// pixel repeated (kernel / stride)^2 times: 105 MB for 256 Atari frames).
+/// A copy of the last forward pass's pixels: every layer's patches are gathered again in
+/// the backward pass instead of being kept (they are the largest intermediates, every
+/// value repeated up to (kernel / stride)^2 times: 105 MB for the first layer of 256
+/// Atari frames, 71 MB for the two others).
 #[derive(Clone, Debug, Default)]
 enum KeptPixels {
     #[default]
@@ -161,22 +163,85 @@ impl KeptPixels {
     }
 }
 
-/// Gathers the first layer's patches of `images` (whole images of `conv`'s input).
-fn gather_first(
-    conv: &Conv2d,
-    pixels: Pixels<'_>,
-    images: std::ops::Range<usize>,
-    out: &mut [f32],
-) {
+/// Gathers the patches of `images` (whole images of `conv`'s input) into `out`, bytes
+/// unscaled (see [`BYTE_SCALE`]).
+fn gather(conv: &Conv2d, pixels: Pixels<'_>, images: std::ops::Range<usize>, out: &mut [f32]) {
     let span = images.start * conv.input.len()..images.end * conv.input.len();
     match pixels {
-        Pixels::U8(px) => conv.im2col_into(&px[span], |v| BYTE_TO_UNIT[usize::from(v)], out),
+        Pixels::U8(px) => conv.im2col_into(&px[span], f32::from, out),
         Pixels::F32(px) => conv.im2col_into(&px[span], |v| v, out),
     }
 }
 
+/// One convolution's backward pass, a few images at a time, so that each group's patches
+/// are gathered again, multiplied and scattered back while they are in cache (the patch
+/// matrices of a whole batch, each value repeated up to (kernel / stride)^2 times, are
+/// never kept). `dy` is d loss / d the layer's output `y` (after its ReLU), taken through
+/// the ReLU here, in place. `parts` holds one block per task of
+/// [`BACKWARD_SAMPLES_PER_TASK`] images, laid out as the layer's parameters: the task's
+/// dY^T P (`out_channels x patch_len`), then its column sums of dY (the biases'
+/// gradient). `d_input`, when given, is overwritten with d loss / d input.
+fn conv_backward(
+    conv: &Conv2d,
+    input: Pixels<'_>,
+    y: &[f32],
+    dy: &mut [f32],
+    w: &[f32],
+    parts: &mut [f32],
+    d_input: Option<&mut [f32]>,
+) {
+    let (pl, oc, positions) = (conv.patch_len(), conv.out_channels, conv.positions());
+    let image = conv.input.len();
+    let task_rows = BACKWARD_SAMPLES_PER_TASK * positions * oc;
+    let bytes = matches!(input, Pixels::U8(_));
+    let task = |k: usize, part: &mut [f32], dy: &mut [f32], y: &[f32], d_in: Option<&mut [f32]>| {
+        activation_backward(Activation::Relu, y, dy);
+        let (part_w, part_b) = part.split_at_mut(pl * oc);
+        part_b.fill(0.0);
+        add_rows(dy, part_b);
+        let first = k * BACKWARD_SAMPLES_PER_TASK;
+        let mut d_in = d_in;
+        let step = SAMPLES_PER_TASK * positions * oc;
+        for (j, dy) in dy.chunks(step).enumerate() {
+            let n = dy.len() / oc;
+            let images = first + j * SAMPLES_PER_TASK..first + j * SAMPLES_PER_TASK + n / positions;
+            let scratch = if d_in.is_some() { 2 * n * pl } else { n * pl };
+            with_scratch(scratch, |scratch| {
+                let (p, dp) = scratch.split_at_mut(n * pl);
+                gather(conv, input, images.clone(), p);
+                // dW += dY^T P (filters as rows).
+                matmul(part_w, View::new(dy, n, oc).t(), View::new(p, n, pl), j > 0);
+                if let Some(d_in) = d_in.as_deref_mut() {
+                    matmul(dp, View::new(dy, n, oc), View::new(w, oc, pl), false);
+                    let local = (images.start - first) * image..(images.end - first) * image;
+                    conv.col2im_into(dp, &mut d_in[local]);
+                }
+            });
+        }
+        if bytes {
+            part_w.iter_mut().for_each(|v| *v /= BYTE_SCALE);
+        }
+    };
+    let tasks = dy.len().div_ceil(task_rows);
+    let mut d_chunks: Vec<Option<&mut [f32]>> = match d_input {
+        Some(d) => d
+            .chunks_mut(BACKWARD_SAMPLES_PER_TASK * image)
+            .map(Some)
+            .collect(),
+        None => (0..tasks).map(|_| None).collect(),
+    };
+    parts
+        .par_chunks_mut((pl + 1) * oc)
+        .zip(dy.par_chunks_mut(task_rows))
+        .zip(y.par_chunks(task_rows))
+        .zip(d_chunks.par_iter_mut())
+        .enumerate()
+        .for_each(|(k, (((part, dy), y), d_in))| task(k, part, dy, y, d_in.as_deref_mut()));
+}
+
 thread_local! {
-    /// Each thread's buffer for the first layer's patches of one task's images.
+    /// Each thread's buffer for the patches (and, backward, their gradients) of a few
+    /// images.
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -206,14 +271,14 @@ pub struct Cnn {
 /// Per-batch intermediate values kept for the backward pass, grown on demand and reused.
 #[derive(Clone, Debug, Default)]
 pub struct CnnCache {
-    /// Each convolution's patch matrix.
-    patches: Vec<Vec<f32>>,
     /// Each convolution's output after its ReLU (channels-last).
     outputs: Vec<Vec<f32>>,
     features: Vec<f32>,
     grad_a: Vec<f32>,
     grad_b: Vec<f32>,
     partials: Vec<f32>,
+    /// The first layer's weights divided by [`BYTE_SCALE`], for byte pixels.
+    first_weights: Vec<f32>,
     pixels: KeptPixels,
     batch: usize,
 }
@@ -232,15 +297,17 @@ impl CnnCache {
             KeptPixels::U8(v) => v.capacity(),
             KeptPixels::F32(v) => v.capacity() * 4,
         };
-        self.patches
-            .iter()
-            .chain(&self.outputs)
+        self.outputs.iter().map(floats).sum::<usize>()
+            + [
+                &self.features,
+                &self.grad_a,
+                &self.grad_b,
+                &self.partials,
+                &self.first_weights,
+            ]
+            .into_iter()
             .map(floats)
             .sum::<usize>()
-            + [&self.features, &self.grad_a, &self.grad_b, &self.partials]
-                .into_iter()
-                .map(floats)
-                .sum::<usize>()
             + pixels
     }
 }
@@ -374,7 +441,6 @@ impl Cnn {
         assert_eq!(params.len(), self.num_params, "parameter vector length");
         assert_eq!(pixels.len(), batch * self.input().len(), "pixel count");
         let layers = self.convs.len();
-        cache.patches.resize_with(layers, Vec::new);
         cache.outputs.resize_with(layers, Vec::new);
         cache.batch = batch;
         cache.pixels.keep(pixels);
@@ -382,39 +448,29 @@ impl Cnn {
             let (pl, oc) = (conv.patch_len(), conv.out_channels);
             let (w, b) = self.layer(params, self.offsets[l], pl, oc);
             let (done, rest) = cache.outputs.split_at_mut(l);
+            let (input, w) = match (l, pixels) {
+                (0, Pixels::U8(_)) => {
+                    let scaled = &mut cache.first_weights;
+                    scaled.clear();
+                    scaled.extend(w.iter().map(|v| v / BYTE_SCALE));
+                    (pixels, &scaled[..])
+                }
+                (0, Pixels::F32(_)) => (pixels, w),
+                _ => (Pixels::F32(&done[l - 1]), w),
+            };
             let y = &mut rest[0];
             y.resize(batch * conv.positions() * oc, 0.0);
             // Gather a few images' patches and multiply them while they are in cache.
             let rows = SAMPLES_PER_TASK * conv.positions();
-            let multiply = |p: &[f32], y: &mut [f32]| {
-                let n = p.len() / pl;
-                matmul(y, View::new(p, n, pl), View::new(w, oc, pl).t(), false);
-                bias_activation(y, b, Some(Activation::Relu));
-            };
-            if l == 0 {
-                y.par_chunks_mut(rows * oc).enumerate().for_each(|(k, y)| {
-                    let n = y.len() / oc;
-                    let images = k * SAMPLES_PER_TASK..k * SAMPLES_PER_TASK + n / conv.positions();
-                    with_scratch(n * pl, |p| {
-                        gather_first(conv, pixels, images, p);
-                        multiply(p, y);
-                    });
+            y.par_chunks_mut(rows * oc).enumerate().for_each(|(k, y)| {
+                let n = y.len() / oc;
+                let first = k * SAMPLES_PER_TASK;
+                with_scratch(n * pl, |p| {
+                    gather(conv, input, first..first + n / conv.positions(), p);
+                    matmul(y, View::new(p, n, pl), View::new(w, oc, pl).t(), false);
+                    bias_activation(y, b, Some(Activation::Relu));
                 });
-                continue;
-            }
-            let patches = &mut cache.patches[l];
-            patches.resize(batch * conv.positions() * pl, 0.0);
-            let image = conv.input.len() * SAMPLES_PER_TASK;
-            let input = &done[l - 1];
-            patches
-                .par_chunks_mut(rows * pl)
-                .zip(y.par_chunks_mut(rows * oc))
-                .enumerate()
-                .for_each(|(k, (p, y))| {
-                    let span = k * image..(k * image + image).min(input.len());
-                    conv.im2col_into(&input[span], |v| v, p);
-                    multiply(p, y);
-                });
+            });
         }
         let features = self.features();
         let (w, b) = self.layer(params, self.fc_offset, self.flat, features);
@@ -449,7 +505,6 @@ impl Cnn {
         );
         assert_eq!(grads.len(), self.num_params, "gradient vector length");
         let CnnCache {
-            patches,
             outputs,
             features: out,
             grad_a,
@@ -485,50 +540,29 @@ impl Cnn {
         std::mem::swap(grad_a, grad_b);
         for (l, conv) in self.convs.iter().enumerate().rev() {
             // grad_a: d loss / d (layer l's output after ReLU), channels-last.
-            activation_backward(Activation::Relu, &outputs[l], grad_a);
-            let (rows, pl, oc) = (
-                batch * conv.positions(),
-                conv.patch_len(),
-                conv.out_channels,
-            );
+            let (pl, oc) = (conv.patch_len(), conv.out_channels);
             let off = self.offsets[l];
-            let (gw, gb) = grads[off..off + (pl + 1) * oc].split_at_mut(pl * oc);
-            add_rows(grad_a, gb);
-            // dW += dY^T P (filters as rows).
+            let (w, _) = self.layer(params, off, pl, oc);
+            // The layer's input: the pixels, or the previous layer's output, which gets
+            // its gradient (the pixels do not).
+            let input = match l {
+                0 => pixels.view(),
+                _ => Pixels::F32(&outputs[l - 1]),
+            };
+            let d_input = (l > 0).then(|| {
+                grad_b.resize(batch * conv.input.len(), 0.0);
+                &mut grad_b[..]
+            });
+            let block = (pl + 1) * oc;
+            let tasks = batch.div_ceil(BACKWARD_SAMPLES_PER_TASK);
+            partials.resize(tasks * block, 0.0);
+            let parts = &mut partials[..tasks * block];
+            conv_backward(conv, input, &outputs[l], grad_a, w, parts, d_input);
+            add_partials(&mut grads[off..off + block], parts);
             if l == 0 {
-                // The pixels' patches again, a task's images at a time, each task's
-                // product a partial added in task order.
-                let rows = SAMPLES_PER_TASK * conv.positions();
-                let tasks = batch.div_ceil(SAMPLES_PER_TASK);
-                partials.resize(tasks * oc * pl, 0.0);
-                let dy = &grad_a[..];
-                partials[..tasks * oc * pl]
-                    .par_chunks_mut(oc * pl)
-                    .enumerate()
-                    .for_each(|(k, part)| {
-                        let dy = &dy[k * rows * oc..((k + 1) * rows * oc).min(dy.len())];
-                        let n = dy.len() / oc;
-                        let images =
-                            k * SAMPLES_PER_TASK..k * SAMPLES_PER_TASK + n / conv.positions();
-                        with_scratch(n * pl, |p| {
-                            gather_first(conv, pixels.view(), images, p);
-                            matmul(part, View::new(dy, n, oc).t(), View::new(p, n, pl), false);
-                        });
-                    });
-                add_partials(gw, &partials[..tasks * oc * pl]);
                 break;
             }
-            par_matmul_tn(gw, grad_a, &patches[l], (rows, oc, pl), partials);
-            let (w, _) = self.layer(params, off, pl, oc);
-            grad_b.resize(rows * pl, 0.0);
-            par_matmul(
-                grad_b,
-                View::new(grad_a, rows, oc),
-                View::new(w, oc, pl),
-                false,
-            );
-            grad_a.resize(batch * conv.input.len(), 0.0);
-            conv.col2im(grad_b, batch, grad_a);
+            std::mem::swap(grad_a, grad_b);
         }
     }
 
@@ -661,8 +695,47 @@ mod tests {
         );
     }
 
+    /// Tasks are fixed groups of images and their partials are summed in task order, so
+    /// the pool's size changes nothing, bit for bit.
     #[test]
-    fn u8_and_scaled_f32_pixels_give_the_same_features() {
+    fn gradients_do_not_depend_on_the_thread_count() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+        let cnn = small_nature();
+        let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
+        let batch = 2 * BACKWARD_SAMPLES_PER_TASK + SAMPLES_PER_TASK + 1;
+        let pixels: Vec<u8> = (0..batch * cnn.input().len())
+            .map(|_| rng.random_range(0..=255))
+            .collect();
+        let dl: Vec<f32> = (0..batch * cnn.features())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let results: Vec<(Vec<f32>, Vec<f32>)> = [1, 2, 3]
+            .into_iter()
+            .map(|threads| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    let mut cache = CnnCache::default();
+                    let features = cnn
+                        .forward(&params, Pixels::U8(&pixels), batch, &mut cache)
+                        .to_vec();
+                    let mut grads = vec![0.0; cnn.num_params()];
+                    cnn.backward(&params, &mut cache, &dl, &mut grads);
+                    (features, grads)
+                })
+            })
+            .collect();
+        assert!(results[0].1.iter().all(|g| g.is_finite()));
+        assert!(
+            results.windows(2).all(|w| w[0] == w[1]),
+            "depends on the thread count"
+        );
+    }
+
+    #[test]
+    fn u8_and_scaled_f32_pixels_give_the_same_features_and_gradients() {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
         let cnn = Cnn::new(CnnArch::MinatarCnn, shape(10, 10, 4)).unwrap();
         let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
@@ -671,7 +744,20 @@ mod tests {
         let (mut a, mut b) = (CnnCache::default(), CnnCache::default());
         let fa = cnn.forward(&params, Pixels::U8(&bytes), 2, &mut a).to_vec();
         let fb = cnn.forward(&params, Pixels::F32(&floats), 2, &mut b);
-        assert_eq!(fa, fb);
+        // Equal up to rounding: bytes meet weights divided by 255, floats arrive divided.
+        for (x, y) in fa.iter().zip(fb) {
+            assert!((x - y).abs() <= 1e-6 + 1e-5 * y.abs(), "{x} vs {y}");
+        }
         assert!(fa.iter().any(|v| *v > 0.0));
+        // The first layer's weight gradient is divided by 255 after its product.
+        let dl: Vec<f32> = (0..fa.len()).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (mut ga, mut gb) = (vec![0.0; cnn.num_params()], vec![0.0; cnn.num_params()]);
+        cnn.backward(&params, &mut a, &dl, &mut ga);
+        cnn.backward(&params, &mut b, &dl, &mut gb);
+        let first = cnn.convs()[0].patch_len() * cnn.convs()[0].out_channels;
+        assert!(ga[..first].iter().any(|g| g.abs() > 1e-3));
+        for (x, y) in ga.iter().zip(&gb) {
+            assert!((x - y).abs() <= 1e-6 + 1e-4 * y.abs(), "{x} vs {y}");
+        }
     }
 }

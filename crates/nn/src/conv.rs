@@ -171,20 +171,34 @@ impl Conv2d {
         let per_sample = self.positions() * self.patch_len();
         assert_eq!(d_patches.len(), batch * per_sample, "patch-gradient length");
         assert_eq!(d_input.len(), batch * image, "input-gradient length");
-        let run = self.run();
         d_input
             .par_chunks_mut(image * SAMPLES_PER_TASK)
             .zip(d_patches.par_chunks(per_sample * SAMPLES_PER_TASK))
-            .for_each(|(images, rows)| {
-                for (img, rows) in images.chunks_mut(image).zip(rows.chunks(per_sample)) {
-                    img.fill(0.0);
-                    for (g, start) in rows.chunks_exact(run).zip(self.run_starts()) {
-                        for (d, g) in img[start..start + run].iter_mut().zip(g) {
-                            *d += g;
-                        }
-                    }
+            .for_each(|(images, rows)| self.col2im_into(rows, images));
+    }
+
+    /// [`Conv2d::col2im`] on this thread, for as many images as `d_images` holds, from
+    /// exactly their patch rows.
+    ///
+    /// # Panics
+    /// When `d_patches` is not sized for `d_images`.
+    pub fn col2im_into(&self, d_patches: &[f32], d_images: &mut [f32]) {
+        let image = self.input.len();
+        let per_sample = self.positions() * self.patch_len();
+        assert_eq!(
+            d_patches.len() * image,
+            d_images.len() * per_sample,
+            "patch rows for the images"
+        );
+        let run = self.run();
+        for (img, rows) in d_images.chunks_mut(image).zip(d_patches.chunks(per_sample)) {
+            img.fill(0.0);
+            for (g, start) in rows.chunks_exact(run).zip(self.run_starts()) {
+                for (d, g) in img[start..start + run].iter_mut().zip(g) {
+                    *d += g;
                 }
-            });
+            }
+        }
     }
 }
 

@@ -111,55 +111,6 @@ pub(crate) fn par_matmul(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumula
     product(dst, lhs, rhs, accumulate, gemm::Parallelism::Rayon(0));
 }
 
-/// Inner-dimension rows per partial product in [`par_matmul_tn`]: fixed, so the result
-/// never depends on the thread count.
-const ROWS_PER_PARTIAL: usize = 2048;
-
-/// `dst (m x n) += lhs^T rhs` for a tall `lhs` (`rows x m`) and `rhs` (`rows x n`), both
-/// row-major: the weight gradient of a layer seen by every output pixel of a batch, whose
-/// long inner dimension leaves `gemm` too small an output to share among threads. The
-/// rows are split into fixed chunks whose partial products run in parallel (in
-/// `partials`, grown on demand and reused) and are added in chunk order.
-///
-/// # Panics
-/// When the lengths disagree.
-pub(crate) fn par_matmul_tn(
-    dst: &mut [f32],
-    lhs: &[f32],
-    rhs: &[f32],
-    (rows, m, n): (usize, usize, usize),
-    partials: &mut Vec<f32>,
-) {
-    use rayon::prelude::*;
-    assert_eq!(lhs.len(), rows * m, "left operand length");
-    assert_eq!(rhs.len(), rows * n, "right operand length");
-    assert_eq!(dst.len(), m * n, "destination length");
-    let chunks = rows.div_ceil(ROWS_PER_PARTIAL);
-    if chunks <= 1 {
-        return par_matmul(
-            dst,
-            View::new(lhs, rows, m).t(),
-            View::new(rhs, rows, n),
-            true,
-        );
-    }
-    partials.resize(chunks * m * n, 0.0);
-    partials
-        .par_chunks_mut(m * n)
-        .enumerate()
-        .for_each(|(c, partial)| {
-            let start = c * ROWS_PER_PARTIAL;
-            let len = ROWS_PER_PARTIAL.min(rows - start);
-            matmul(
-                partial,
-                View::new(&lhs[start * m..(start + len) * m], len, m).t(),
-                View::new(&rhs[start * n..(start + len) * n], len, n),
-                false,
-            );
-        });
-    add_partials(dst, &partials[..chunks * m * n]);
-}
-
 /// `dst += sum of the dst-sized blocks of partials`, in block order, in parallel over
 /// `dst` (every value summed in the same order whatever the thread count).
 ///
@@ -252,36 +203,5 @@ mod tests {
         for (x, y) in via_t.iter().zip(&serial) {
             assert!((x - (y - 0.5)).abs() < 1e-4);
         }
-    }
-
-    #[test]
-    fn chunked_transposed_product_matches_the_naive_one_on_any_pool() {
-        let (rows, m, n) = (2 * ROWS_PER_PARTIAL + 77, 5, 9);
-        let a: Vec<f32> = (0..rows * m).map(|i| (i as f32 * 0.013).sin()).collect();
-        let b: Vec<f32> = (0..rows * n).map(|i| (i as f32 * 0.029).cos()).collect();
-        let mut at = vec![0.0; m * rows];
-        for r in 0..rows {
-            for i in 0..m {
-                at[i * rows + r] = a[r * m + i];
-            }
-        }
-        let want = naive(&at, &b, m, rows, n);
-        let mut results = Vec::new();
-        for threads in [1, 2, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let mut dst = vec![1.0; m * n];
-            pool.install(|| par_matmul_tn(&mut dst, &a, &b, (rows, m, n), &mut Vec::new()));
-            for (x, y) in dst.iter().zip(&want) {
-                assert!((x - (y + 1.0)).abs() < 1e-2, "{x} vs {}", y + 1.0);
-            }
-            results.push(dst);
-        }
-        assert!(
-            results.windows(2).all(|w| w[0] == w[1]),
-            "depends on the thread count"
-        );
     }
 }
