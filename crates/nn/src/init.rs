@@ -30,32 +30,36 @@ pub(crate) fn orthogonal<R: Rng + ?Sized>(
 ) -> Vec<f32> {
     // Orthonormalise the columns of a tall Gaussian matrix by modified Gram-Schmidt (a QR
     // decomposition with R's diagonal made positive, so the result is Haar-distributed).
+    // The matrix is drawn row by row, then held a column a slice: the sweeps run down
+    // columns, and strided columns made NatureCNN's 3136 x 512 layer take seconds.
     let (tall, short) = (rows.max(cols), rows.min(cols));
-    let mut q: Vec<f64> = (0..tall * short)
+    let drawn: Vec<f64> = (0..tall * short)
         .map(|_| rng.sample(StandardNormal))
         .collect();
+    let mut columns: Vec<Vec<f64>> = (0..short)
+        .map(|j| (0..tall).map(|i| drawn[i * short + j]).collect())
+        .collect();
     for j in 0..short {
-        for p in 0..j {
-            let dot: f64 = (0..tall).map(|i| q[i * short + j] * q[i * short + p]).sum();
-            for i in 0..tall {
-                q[i * short + j] -= dot * q[i * short + p];
+        let (done, rest) = columns.split_at_mut(j);
+        let column = &mut rest[0];
+        for previous in done.iter() {
+            let dot: f64 = column.iter().zip(previous).map(|(a, b)| a * b).sum();
+            for (a, b) in column.iter_mut().zip(previous) {
+                *a -= dot * b;
             }
         }
-        let norm = (0..tall)
-            .map(|i| q[i * short + j].powi(2))
-            .sum::<f64>()
-            .sqrt();
-        for i in 0..tall {
-            q[i * short + j] /= norm;
+        let norm = column.iter().map(|v| v.powi(2)).sum::<f64>().sqrt();
+        for v in column.iter_mut() {
+            *v /= norm;
         }
     }
     let mut out = vec![0.0_f32; rows * cols];
     for r in 0..rows {
         for c in 0..cols {
             let v = if rows >= cols {
-                q[r * short + c]
+                columns[c][r]
             } else {
-                q[c * short + r]
+                columns[r][c]
             };
             out[r * cols + c] = gain * v as f32;
         }
