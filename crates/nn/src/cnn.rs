@@ -617,6 +617,17 @@ mod tests {
         Cnn::new(CnnArch::NatureCnn, shape(36, 37, 2)).unwrap()
     }
 
+    /// Random pixels for `batch` images and a random gradient for their features.
+    fn random_batch(cnn: &Cnn, batch: usize, rng: &mut Xoshiro256PlusPlus) -> (Vec<u8>, Vec<f32>) {
+        let pixels = (0..batch * cnn.input().len())
+            .map(|_| rng.random_range(0..=255))
+            .collect();
+        let dl = (0..batch * cnn.features())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        (pixels, dl)
+    }
+
     #[test]
     fn gradients_match_finite_differences() {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
@@ -625,13 +636,9 @@ mod tests {
         for p in params.iter_mut() {
             *p += rng.random_range(-0.02..0.02); // non-zero biases too
         }
-        let batch = SAMPLES_PER_TASK + 1; // two tasks, the second partial
-        let pixels: Vec<u8> = (0..batch * cnn.input().len())
-            .map(|_| rng.random_range(0..=255))
-            .collect();
-        let dl: Vec<f32> = (0..batch * cnn.features())
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect();
+        // Two forward tasks, the second partial; one backward task of two steps.
+        let batch = SAMPLES_PER_TASK + 1;
+        let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
         // A ReLU network with a linear loss is multilinear in each parameter while no unit
         // changes sign, so a probe whose interval keeps every unit's sign must match
         // tightly; one whose interval crosses a kink is skipped (and counted).
@@ -703,12 +710,7 @@ mod tests {
         let cnn = small_nature();
         let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
         let batch = 2 * BACKWARD_SAMPLES_PER_TASK + SAMPLES_PER_TASK + 1;
-        let pixels: Vec<u8> = (0..batch * cnn.input().len())
-            .map(|_| rng.random_range(0..=255))
-            .collect();
-        let dl: Vec<f32> = (0..batch * cnn.features())
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect();
+        let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
         let results: Vec<(Vec<f32>, Vec<f32>)> = [1, 2, 3]
             .into_iter()
             .map(|threads| {
