@@ -168,8 +168,8 @@ impl KeptPixels {
 fn gather(conv: &Conv2d, pixels: Pixels<'_>, images: std::ops::Range<usize>, out: &mut [f32]) {
     let span = images.start * conv.input.len()..images.end * conv.input.len();
     match pixels {
-        Pixels::U8(px) => conv.im2col_into(&px[span], f32::from, out),
-        Pixels::F32(px) => conv.im2col_into(&px[span], |v| v, out),
+        Pixels::U8(px) => conv.im2col(&px[span], f32::from, out),
+        Pixels::F32(px) => conv.im2col(&px[span], |v| v, out),
     }
 }
 
@@ -194,34 +194,35 @@ fn conv_backward(
     let image = conv.input.len();
     let task_rows = BACKWARD_SAMPLES_PER_TASK * positions * oc;
     let bytes = matches!(input, Pixels::U8(_));
-    let task = |k: usize, part: &mut [f32], dy: &mut [f32], y: &[f32], d_in: Option<&mut [f32]>| {
-        activation_backward(Activation::Relu, y, dy);
-        let (part_w, part_b) = part.split_at_mut(pl * oc);
-        part_b.fill(0.0);
-        add_rows(dy, part_b);
-        let first = k * BACKWARD_SAMPLES_PER_TASK;
-        let mut d_in = d_in;
-        let step = SAMPLES_PER_TASK * positions * oc;
-        for (j, dy) in dy.chunks(step).enumerate() {
-            let n = dy.len() / oc;
-            let images = first + j * SAMPLES_PER_TASK..first + j * SAMPLES_PER_TASK + n / positions;
-            let scratch = if d_in.is_some() { 2 * n * pl } else { n * pl };
-            with_scratch(scratch, |scratch| {
-                let (p, dp) = scratch.split_at_mut(n * pl);
-                gather(conv, input, images.clone(), p);
-                // dW += dY^T P (filters as rows).
-                matmul(part_w, View::new(dy, n, oc).t(), View::new(p, n, pl), j > 0);
-                if let Some(d_in) = d_in.as_deref_mut() {
-                    matmul(dp, View::new(dy, n, oc), View::new(w, oc, pl), false);
-                    let local = (images.start - first) * image..(images.end - first) * image;
-                    conv.col2im_into(dp, &mut d_in[local]);
-                }
-            });
-        }
-        if bytes {
-            part_w.iter_mut().for_each(|v| *v /= BYTE_SCALE);
-        }
-    };
+    let task =
+        |k: usize, part: &mut [f32], dy: &mut [f32], y: &[f32], mut d_in: Option<&mut [f32]>| {
+            activation_backward(Activation::Relu, y, dy);
+            let (part_w, part_b) = part.split_at_mut(pl * oc);
+            part_b.fill(0.0);
+            add_rows(dy, part_b);
+            let first = k * BACKWARD_SAMPLES_PER_TASK;
+            let step = SAMPLES_PER_TASK * positions * oc;
+            for (j, dy) in dy.chunks(step).enumerate() {
+                let n = dy.len() / oc;
+                let images =
+                    first + j * SAMPLES_PER_TASK..first + j * SAMPLES_PER_TASK + n / positions;
+                let scratch = if d_in.is_some() { 2 * n * pl } else { n * pl };
+                with_scratch(scratch, |scratch| {
+                    let (p, dp) = scratch.split_at_mut(n * pl);
+                    gather(conv, input, images.clone(), p);
+                    // dW += dY^T P (filters as rows).
+                    matmul(part_w, View::new(dy, n, oc).t(), View::new(p, n, pl), j > 0);
+                    if let Some(d_in) = d_in.as_deref_mut() {
+                        matmul(dp, View::new(dy, n, oc), View::new(w, oc, pl), false);
+                        let local = (images.start - first) * image..(images.end - first) * image;
+                        conv.col2im(dp, &mut d_in[local]);
+                    }
+                });
+            }
+            if bytes {
+                part_w.iter_mut().for_each(|v| *v /= BYTE_SCALE);
+            }
+        };
     let tasks = dy.len().div_ceil(task_rows);
     let mut d_chunks: Vec<Option<&mut [f32]>> = match d_input {
         Some(d) => d

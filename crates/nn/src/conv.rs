@@ -7,8 +7,6 @@
 //! for the next layer without a transpose. The backward pass is the two transposed
 //! products and a scatter-add of the patch gradients back onto the image (`col2im`).
 
-use rayon::prelude::*;
-
 /// Height, width and channels of one channels-last image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ImageShape {
@@ -44,10 +42,6 @@ pub struct Conv2d {
     /// Step between receptive fields.
     pub stride: usize,
 }
-
-/// Samples per parallel task in the patch loops: fixed, so results never depend on the
-/// thread count.
-const SAMPLES_PER_TASK: usize = 8;
 
 impl Conv2d {
     /// The output image's shape, or `None` when the kernel does not fit the input.
@@ -88,40 +82,14 @@ impl Conv2d {
         self.patch_len() * self.out_channels + self.out_channels
     }
 
-    /// Fills `patches` (`batch * positions` rows of [`Conv2d::patch_len`]) from `batch`
-    /// channels-last images, converting each value with `to_f32` (so `u8` pixels become
-    /// floats here, not in a separate pass).
-    ///
-    /// # Panics
-    /// When `input` does not hold `batch` images.
-    pub fn im2col<T: Copy + Sync>(
-        &self,
-        input: &[T],
-        batch: usize,
-        to_f32: impl Fn(T) -> f32 + Sync,
-        patches: &mut Vec<f32>,
-    ) {
-        let image = self.input.len();
-        assert_eq!(input.len(), batch * image, "input length");
-        let per_sample = self.positions() * self.patch_len();
-        patches.resize(batch * per_sample, 0.0);
-        patches
-            .par_chunks_mut(per_sample * SAMPLES_PER_TASK)
-            .zip(input.par_chunks(image * SAMPLES_PER_TASK))
-            .for_each(|(rows, images)| self.im2col_into(images, &to_f32, rows));
-    }
-
-    /// [`Conv2d::im2col`] on this thread, for as many images as `images` holds, into a
-    /// `patches` slice of exactly their patch rows.
+    /// Fills `patches` (`positions` rows of [`Conv2d::patch_len`] per image) from as many
+    /// channels-last images as `images` holds, converting each value with `to_f32` (so
+    /// `u8` pixels become floats here, not in a separate pass). Callers run it on a few
+    /// images at a time, so that the patches are used while they are in cache.
     ///
     /// # Panics
     /// When `patches` is not sized for `images`.
-    pub fn im2col_into<T: Copy>(
-        &self,
-        images: &[T],
-        to_f32: impl Fn(T) -> f32,
-        patches: &mut [f32],
-    ) {
+    pub fn im2col<T: Copy>(&self, images: &[T], to_f32: impl Fn(T) -> f32, patches: &mut [f32]) {
         let image = self.input.len();
         let per_sample = self.positions() * self.patch_len();
         assert_eq!(
@@ -162,27 +130,12 @@ impl Conv2d {
     }
 
     /// Adds the patch gradients `d_patches` (laid out as [`Conv2d::im2col`]'s output) back
-    /// onto the images they came from: `d_input` (overwritten) is d loss / d input.
-    ///
-    /// # Panics
-    /// When the lengths disagree with `batch`.
-    pub fn col2im(&self, d_patches: &[f32], batch: usize, d_input: &mut [f32]) {
-        let image = self.input.len();
-        let per_sample = self.positions() * self.patch_len();
-        assert_eq!(d_patches.len(), batch * per_sample, "patch-gradient length");
-        assert_eq!(d_input.len(), batch * image, "input-gradient length");
-        d_input
-            .par_chunks_mut(image * SAMPLES_PER_TASK)
-            .zip(d_patches.par_chunks(per_sample * SAMPLES_PER_TASK))
-            .for_each(|(images, rows)| self.col2im_into(rows, images));
-    }
-
-    /// [`Conv2d::col2im`] on this thread, for as many images as `d_images` holds, from
-    /// exactly their patch rows.
+    /// onto the images they came from: `d_images` (overwritten, as many images as the
+    /// patch rows cover) is d loss / d input.
     ///
     /// # Panics
     /// When `d_patches` is not sized for `d_images`.
-    pub fn col2im_into(&self, d_patches: &[f32], d_images: &mut [f32]) {
+    pub fn col2im(&self, d_patches: &[f32], d_images: &mut [f32]) {
         let image = self.input.len();
         let per_sample = self.positions() * self.patch_len();
         assert_eq!(
@@ -237,12 +190,12 @@ mod tests {
     #[test]
     fn patches_match_a_direct_convolution_and_col2im_is_the_adjoint() {
         let conv = layer(7, 6, 3, 2, 3, 2);
-        let batch = 11; // more than one parallel task
+        let batch = 11;
         let x: Vec<f32> = (0..batch * conv.input.len())
             .map(|i| ((i * 37) % 23) as f32 * 0.1 - 1.0)
             .collect();
-        let mut patches = Vec::new();
-        conv.im2col(&x, batch, |v| v, &mut patches);
+        let mut patches = vec![0.0; batch * conv.positions() * conv.patch_len()];
+        conv.im2col(&x, |v| v, &mut patches);
         let (pl, out) = (conv.patch_len(), conv.output().unwrap());
         let weight: Vec<f32> = (0..pl).map(|i| (i as f32 * 0.7).sin()).collect();
         for b in 0..batch {
@@ -266,7 +219,7 @@ mod tests {
         }
         let g: Vec<f32> = (0..patches.len()).map(|i| (i as f32 * 0.3).cos()).collect();
         let mut back = vec![7.0; x.len()]; // overwritten, not added to
-        conv.col2im(&g, batch, &mut back);
+        conv.col2im(&g, &mut back);
         let lhs: f64 = patches.iter().zip(&g).map(|(a, b)| f64::from(a * b)).sum();
         let rhs: f64 = x.iter().zip(&back).map(|(a, b)| f64::from(a * b)).sum();
         assert!(
@@ -278,13 +231,8 @@ mod tests {
     #[test]
     fn u8_pixels_are_converted_while_gathering() {
         let conv = layer(2, 2, 1, 1, 2, 1);
-        let mut patches = Vec::new();
-        conv.im2col(
-            &[0u8, 51, 102, 255],
-            1,
-            |v| f32::from(v) / 255.0,
-            &mut patches,
-        );
+        let mut patches = vec![0.0; 4];
+        conv.im2col(&[0u8, 51, 102, 255], |v| f32::from(v) / 255.0, &mut patches);
         assert_eq!(patches, vec![0.0, 0.2, 0.4, 1.0]);
     }
 }
