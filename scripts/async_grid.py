@@ -19,7 +19,9 @@ Usage:
 
 A variant is `LABEL:ARGS`: extra `strata train` arguments (shell words). Every run gets
 `--workers W --deterministic --seed S --max-steps N` (`--workers`, default 2) and periodic
-evaluations off.
+evaluations off. `--free-timing` leaves `--deterministic` out: versions are then adopted as
+timing has them, as in a user's run (keep such runs in a results file of their own, with
+their own `sync`). Each line records the run's mean policy lag.
 """
 import argparse
 import json
@@ -56,7 +58,8 @@ def run_one(env, seed, steps, extra, args):
         started = time.perf_counter()
         subprocess.run(
             [args.strata, "train", "--env", env, "--seed", str(seed), "--max-steps", str(steps),
-             "--workers", str(args.workers), "--deterministic", "--quiet", "--run-dir", str(run_dir),
+             "--workers", str(args.workers), *([] if args.free_timing else ["--deterministic"]),
+             "--quiet", "--run-dir", str(run_dir),
              "--summary-json", str(summary), "--set", "report.eval_episodes=0", *extra],
             check=True, stdout=subprocess.DEVNULL)
         seconds = time.perf_counter() - started
@@ -66,7 +69,12 @@ def run_one(env, seed, steps, extra, args):
              str(EVAL_EPISODES), "--seed", str(EVAL_SEED + seed), "--json"],
             check=True, capture_output=True, text=True).stdout
         returns = json.loads(out)["returns"]
+        lags = [json.loads(line).get("policy_lag_avg") for line in
+                (run_dir / "metrics.jsonl").read_text().splitlines()]
+        lags = [x for x in lags if x is not None]
         return {
+            "deterministic": not args.free_timing,
+            "mean_lag": round(statistics.fmean(lags), 3) if lags else None,
             "curve": training_curve(run_dir / "metrics.jsonl"),
             "seconds": round(seconds, 2),
             "steps_to_solve": s.get("steps_to_solve"),
@@ -128,8 +136,9 @@ def table(args):
         return at if at is not None else r["steps"]
     sync = by.get("sync")
     base = statistics.fmean(solve(r) for r in sync) if sync else None
-    print("| variant | seeds | solve, mean (per seed, k steps) | vs sync | final mean | final worst |")
-    print("|---|---:|---|---:|---:|---:|")
+    print("| variant | seeds | mean lag | solve, mean (per seed, k steps) | vs sync "
+          "| final mean | final worst |")
+    print("|---|---:|---:|---|---:|---:|---:|")
     for variant, rs in by.items():
         mean = statistics.fmean(solve(r) for r in rs)
         per = ", ".join(
@@ -137,7 +146,9 @@ def table(args):
             for r in rs)
         ratio = f"{mean / base:.2f}×" if base else "–"
         finals = [r["final_greedy"] for r in rs]
-        print(f"| {variant} | {len(rs)} | {mean / 1000:.0f}k ({per}) | {ratio} "
+        lags = [r["mean_lag"] for r in rs if r.get("mean_lag") is not None]
+        lag = f"{statistics.fmean(lags):.2f}" if lags else "–"
+        print(f"| {variant} | {len(rs)} | {lag} | {mean / 1000:.0f}k ({per}) | {ratio} "
               f"| {statistics.fmean(finals):.0f} | {min(finals):.0f} |")
     print("\n(*: not solved within the budget; counted as the budget.)")
 
@@ -152,6 +163,8 @@ def main():
     r.add_argument("--workers", type=int, default=2,
                    help="rollout workers (the env count must divide among them)")
     r.add_argument("--strata", default=str(REPO / "target/release/strata"))
+    r.add_argument("--free-timing", action="store_true",
+                   help="train without --deterministic (versions adopted as timing has them)")
     t = sub.add_parser("table", help="the Markdown table of one env's results")
     for p in (r, t):
         p.add_argument("--env", default="pendulum")

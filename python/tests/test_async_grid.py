@@ -34,6 +34,7 @@ def test_table_counts_steps_to_a_chosen_return(tmp_path, capsys):
         for seed, curve in enumerate(curves, start=1):
             rows.append({"env": "e", "variant": variant, "seed": seed, "steps": 5000,
                          "steps_to_solve_trained": None, "final_greedy": 1.0,
+                         "mean_lag": 0.0 if variant == "sync" else 0.5 * seed,
                          "curve": curve})
     results.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     grid.table(argparse.Namespace(results=str(results), env="e", steps=None, threshold=50.0))
@@ -41,5 +42,6 @@ def test_table_counts_steps_to_a_chosen_return(tmp_path, capsys):
     # sync: 2000 and 1000 -> 1.5k; async: 3000 and never (the budget, 5000) -> 4k.
     sync = next(line for line in out.splitlines() if line.startswith("| sync "))
     lagged = next(line for line in out.splitlines() if line.startswith("| async L=1 "))
-    assert "| 2k (2, 1) | 1.00× |" in sync, sync
-    assert "| 4k (3, 5*) | 2.67× |" in lagged, lagged
+    assert "| 0.00 | 2k (2, 1) | 1.00× |" in sync, sync
+    # The mean policy lag over the variant's runs: (0.5 + 1.0) / 2.
+    assert "| 0.75 | 4k (3, 5*) | 2.67× |" in lagged, lagged

@@ -75,7 +75,7 @@ pub use record::{
     now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,
     ReasonCode, Target,
 };
-pub use rules::{Admission, AdmissionRules, RuleKind, SampleFacts, VersionedRules};
+pub use rules::{Admission, AdmissionRules, Pacing, RuleKind, SampleFacts, VersionedRules};
 pub use samples::{SampleBatch, SampleRecord};
 pub use schema::{
     decisions_to_arrow, duplicates_to_arrow, generations_to_arrow, invalidations_to_arrow,

@@ -32,6 +32,38 @@ impl RuleKind {
     }
 }
 
+/// How far ahead of the learner workers collect, within `max_policy_lag` (async mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pacing {
+    /// Each worker collects one fragment ahead of the learner: fragment `u` waits for
+    /// version `u - 1`, so collection still overlaps the update and every sample is one
+    /// version old, whatever the bound. Every update waits for one fragment of every
+    /// worker, so running further ahead would make no update come sooner, only older.
+    #[default]
+    Fresh,
+    /// Workers run as far ahead as the bound allows: on a fast env every sample is
+    /// `max_policy_lag` versions old. For staleness experiments, and for workers a new
+    /// version takes time to reach (other machines), which then need not wait for it.
+    Bound,
+}
+
+impl Pacing {
+    /// The config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pacing::Fresh => "fresh",
+            Pacing::Bound => "bound",
+        }
+    }
+
+    /// Whether this is the default (left out of the canonical form, so rule sets written
+    /// before pacing existed keep their hashes).
+    pub fn is_fresh(&self) -> bool {
+        *self == Pacing::Fresh
+    }
+}
+
 /// One admission rule set. Serialisable to TOML and JSON; its [`AdmissionRules::hash`]
 /// identifies it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,6 +74,9 @@ pub struct AdmissionRules {
     /// Admission at collection time (async mode): workers wait (back-pressure) rather than
     /// sample with a policy more than this many versions behind the learner.
     pub max_policy_lag: u64,
+    /// How far ahead of the learner workers collect within that bound.
+    #[serde(skip_serializing_if = "Pacing::is_fresh")]
+    pub pacing: Pacing,
     /// `drop`/`decay`: drop samples more than this many versions old.
     pub max_age_versions: Option<u64>,
     /// `drop`/`decay`: drop samples completed more than this many seconds ago (wall-clock:
@@ -58,6 +93,7 @@ impl Default for AdmissionRules {
         AdmissionRules {
             rule: RuleKind::Drop,
             max_policy_lag: 1,
+            pacing: Pacing::Fresh,
             max_age_versions: None,
             max_age_seconds: None,
             kl_scale: 0.02,
@@ -292,6 +328,30 @@ mod tests {
         assert_ne!(AdmissionRules::default().hash(), rules.hash());
         let section = format!("[admission]\n{}", rules.to_toml());
         assert_eq!(AdmissionRules::parse(&section).unwrap(), rules);
+    }
+
+    #[test]
+    fn pacing_is_read_and_hashed_but_the_default_keeps_older_hashes() {
+        // Rule sets written before pacing existed have no such key: they read as `fresh`
+        // and hash as they did, since the default is left out of the canonical form.
+        let default = AdmissionRules::default();
+        assert!(!default.to_toml().contains("pacing"));
+        assert_eq!(
+            default.hash(),
+            AdmissionRules::parse("rule = \"drop\"\nmax_policy_lag = 1")
+                .unwrap()
+                .hash()
+        );
+        let bound = AdmissionRules::parse("max_policy_lag = 4\npacing = \"bound\"").unwrap();
+        assert_eq!(bound.pacing, Pacing::Bound);
+        assert_eq!(AdmissionRules::parse(&bound.to_toml()).unwrap(), bound);
+        let fresh = AdmissionRules {
+            pacing: Pacing::Fresh,
+            ..bound.clone()
+        };
+        assert_ne!(bound.hash(), fresh.hash());
+        let err = AdmissionRules::parse("pacing = \"eager\"").unwrap_err();
+        assert!(err.to_string().contains("pacing"), "{err}");
     }
 
     #[test]

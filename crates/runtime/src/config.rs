@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use strata_algo::{InvalidConfig, PpoConfig};
-use strata_ledger::{AdmissionRules, RuleKind};
+use strata_ledger::{AdmissionRules, Pacing, RuleKind};
 use strata_nn::NetworkConfig;
 
 use crate::RuntimeError;
@@ -136,7 +136,8 @@ pub enum Mode {
     Sync,
     /// Collection never stops: workers collect with the newest version they have while the
     /// learner trains, at most `admission.max_policy_lag` versions behind (they wait beyond
-    /// that; nothing is dropped). Decoupled PPO corrects for the lag.
+    /// that; nothing is dropped), one version behind unless `admission.pacing = "bound"`.
+    /// Decoupled PPO corrects for the lag.
     Async,
 }
 
@@ -678,10 +679,22 @@ impl RunConfig {
         }
     }
 
-    /// Whether workers adopt exactly version `u - lag` for fragment `u` (deterministic
-    /// mode, and sync mode always) rather than the newest published.
+    /// Whether workers adopt exactly version `u - sampling_lag()` for fragment `u`
+    /// (deterministic mode, and sync mode always) rather than the newest published.
     pub fn exact_versions(&self) -> bool {
         self.train.deterministic || self.effective_lag() == 0
+    }
+
+    /// How many versions behind the learner a worker samples: fragment `u` is collected
+    /// with version `u - sampling_lag()` or newer (exactly that version when versions are
+    /// exact). Under `fresh` pacing one version, whatever the bound: every update waits
+    /// for one fragment of every worker, so a worker further ahead makes no update come
+    /// sooner, only its samples older. Under `bound` pacing the bound. 0 in sync mode.
+    pub fn sampling_lag(&self) -> u64 {
+        match self.admission.pacing {
+            Pacing::Fresh => self.effective_lag().min(1),
+            Pacing::Bound => self.effective_lag(),
+        }
     }
 
     /// SHA-256 (hex, first 16 chars) of the canonical JSON of what defines the policy:

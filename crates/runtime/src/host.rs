@@ -101,7 +101,6 @@ impl WorkerHost {
         let (cmd_tx, cmd_rx) = sync_channel(1);
         let heartbeat = Heartbeat::new(format!("worker-{}", what.id), on.epoch);
         let holding = Arc::new(Holding::default());
-        let lag = config.effective_lag();
         let handle = launcher
             .launch(WorkerSetup {
                 id: what.id,
@@ -113,7 +112,7 @@ impl WorkerHost {
                 commands: cmd_rx,
                 with_fault: what.with_fault,
                 start: what.start,
-                max_lag: lag,
+                max_lag: config.sampling_lag(),
                 exact: config.exact_versions(),
                 wait_timeout: Duration::from_secs_f64(config.runtime.wait_timeout_secs),
                 incarnation: what.incarnation,

@@ -188,6 +188,16 @@ impl RunConfig {
         let mut table = toml::Table::try_from(self).expect("a RunConfig always serialises");
         let json = serde_json::to_value(self).expect("a RunConfig always serialises");
         mark_none(&mut table, &json);
+        // Left out of the serialised form at its default (so older configs keep their
+        // hashes), shown here all the same: a user reads the pacing in force.
+        if let Some(admission) = table
+            .get_mut("admission")
+            .and_then(toml::Value::as_table_mut)
+        {
+            admission
+                .entry("pacing")
+                .or_insert_with(|| self.admission.pacing.as_str().into());
+        }
         table
     }
 }
@@ -366,6 +376,25 @@ mod tests {
         assert_eq!(RunConfig::from_toml(&text).unwrap(), c);
         let off = RunConfig::from_toml("[ppo]\nmax_grad_norm = \"none\"\n").unwrap();
         assert_eq!(off.ppo.max_grad_norm, None);
+    }
+
+    /// The pacing in force is shown (and saved) though the default is left out of the
+    /// config hash, and setting it changes the schedule workers sample on.
+    #[test]
+    fn pacing_is_shown_and_set_like_any_key() {
+        let mut c = preset("pendulum").unwrap();
+        c.set("runtime.mode", "async").unwrap();
+        c.set("admission.max_policy_lag", "4").unwrap();
+        let text = c.to_toml();
+        assert!(text.contains("pacing = \"fresh\""), "{text}");
+        assert_eq!(RunConfig::from_saved_toml(&text).unwrap(), c);
+        assert_eq!(c.sampling_lag(), 1);
+        let hash = c.config_hash();
+        c.set("admission.pacing", "bound").unwrap();
+        assert_eq!(c.sampling_lag(), 4);
+        assert_ne!(c.config_hash(), hash);
+        let err = c.set("admission.pacing", "eager").unwrap_err().to_string();
+        assert!(err.contains("admission.pacing"), "{err}");
     }
 
     #[test]

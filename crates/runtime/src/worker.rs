@@ -15,7 +15,7 @@ use strata_nn::{standard_normals, ActorCritic, Memory, SdeHold};
 use crate::buffer::{ExperienceBuffer, Fragment, SlotId, WorkerState};
 use crate::factory::{build_envs, build_model, sde_noise_len};
 use crate::inference::InferenceClient;
-use crate::policy_store::{MemoryPolicyStore, StoreError};
+use crate::policy_store::{MemoryPolicyStore, PublishedPolicy, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::RunConfig;
 
@@ -145,7 +145,8 @@ pub struct WorkerSetup {
     pub start: Option<WorkerState>,
     /// Fragment `u` is collected with a version of at least `u - max_lag`.
     pub max_lag: u64,
-    /// Adopt exactly version `u - max_lag` (deterministic mode) rather than the newest.
+    /// Adopt exactly version `u - max_lag` (deterministic mode) rather than the newest
+    /// once a slot is in hand.
     pub exact: bool,
     /// How long a blocking wait lasts before it is logged.
     pub wait_timeout: Duration,
@@ -368,17 +369,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             Err(StoreError::Closed) => return Ok(Stop::Closed),
             Err(e) => return Err(e.into()),
         };
-        if adopted != Some(policy.version) {
-            policy.verify()?;
-            if let Actor::Local(model) = &mut actor {
-                model.set_flat_params(&policy.params)?;
-            }
-            for e in &mut envs {
-                e.set_normalizer(&policy.normalizer)?;
-            }
-            store.ack(id, policy.version);
-            adopted = Some(policy.version);
-        }
+        adopt(&policy, &mut adopted, &mut actor, &mut envs, &store, id)?;
         // Back-pressure: a free slot, handed back by the learner.
         heartbeat.beat(Activity::WaitingForSlot);
         let slot = match free_slots.recv_timeout(wait_timeout) {
@@ -388,6 +379,15 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => return Ok(Stop::Closed),
+        };
+        // The learner may have published while the slot was on its way: the newest is
+        // the freshest policy this fragment can have.
+        let policy = if exact {
+            policy
+        } else {
+            let newest = store.latest();
+            adopt(&newest, &mut adopted, &mut actor, &mut envs, &store, id)?;
+            newest
         };
         holding.set(Some(slot));
         let mut f = buffer.lock(slot);
@@ -504,6 +504,31 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             return Ok(Stop::Closed);
         }
     }
+}
+
+/// Switches the worker to `policy` unless it already samples with it: the actor's
+/// parameters, the envs' observation normaliser, and the store's record of what it samples.
+fn adopt(
+    policy: &PublishedPolicy,
+    adopted: &mut Option<u64>,
+    actor: &mut Actor,
+    envs: &mut [Box<dyn VecEnv>],
+    store: &MemoryPolicyStore,
+    id: usize,
+) -> Result<(), WorkerError> {
+    if *adopted == Some(policy.version) {
+        return Ok(());
+    }
+    policy.verify()?;
+    if let Actor::Local(model) = actor {
+        model.set_flat_params(&policy.params)?;
+    }
+    for e in envs.iter_mut() {
+        e.set_normalizer(&policy.normalizer)?;
+    }
+    store.ack(id, policy.version);
+    *adopted = Some(policy.version);
+    Ok(())
 }
 
 /// Mends every failed vector of a worker in place ([`VecEnv::revive`]) and resets each

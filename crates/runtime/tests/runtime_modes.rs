@@ -1,6 +1,7 @@
 //! Sync and async collection with several workers: both solve CartPole, the lag bound
 //! holds, and deterministic mode is bit-identical across runs with two workers.
 
+use strata_ledger::Pacing;
 use strata_runtime::{preset, Mode, RunConfig, Summary, Trainer, UpdateRecord};
 
 fn cartpole(workers: usize, mode: Mode, lag: u64) -> RunConfig {
@@ -87,6 +88,7 @@ fn async_solves_cartpole_with_bounded_lag() {
 #[test]
 fn async_with_vtrace_solves_cartpole() {
     let mut c = cartpole(2, Mode::Async, 2);
+    c.admission.pacing = Pacing::Bound;
     c.runtime.off_policy = strata_runtime::OffPolicy::Vtrace;
     let (records, _) = assert_solves(c);
     assert!(records.iter().any(|r| r.policy_lag_max == 2));
@@ -145,8 +147,10 @@ fn weights_and_losses(config: RunConfig) -> (Vec<f32>, Vec<(u64, f32, f32)>) {
 #[test]
 fn deterministic_mode_is_bit_identical_with_two_workers() {
     for (mode, lag) in [(Mode::Sync, 1), (Mode::Async, 1), (Mode::Async, 2)] {
-        let a = weights_and_losses(cartpole(2, mode, lag));
-        let b = weights_and_losses(cartpole(2, mode, lag));
+        let mut c = cartpole(2, mode, lag);
+        c.admission.pacing = Pacing::Bound;
+        let a = weights_and_losses(c.clone());
+        let b = weights_and_losses(c);
         assert_eq!(a, b, "{mode:?} lag {lag}");
     }
     // And the worker split matters to the result only through seeds, not through timing:
@@ -194,4 +198,49 @@ fn gsde_runs_are_deterministic_with_in_worker_and_central_inference() {
             "gSDE's log-std is a latent x dim matrix"
         );
     }
+}
+
+/// Mean policy lag of the updates after the first `skip` (the pipeline filling).
+fn mean_lag(records: &[UpdateRecord], skip: usize) -> f64 {
+    let late = &records[skip..];
+    late.iter().map(|r| r.policy_lag_avg).sum::<f64>() / late.len() as f64
+}
+
+fn paced(pacing: Pacing, lag: u64, updates: u64) -> RunConfig {
+    let mut c = cartpole(2, Mode::Async, lag);
+    c.admission.pacing = pacing;
+    c.train.deterministic = false;
+    c.train.stop_when_solved = false;
+    c.train.total_steps = updates * c.steps_per_update();
+    c
+}
+
+#[test]
+fn fresh_pacing_keeps_samples_one_version_old_under_a_loose_bound() {
+    // CartPole collects far faster than the learner trains: workers run as far ahead as
+    // they are let. Under `bound` pacing that is the bound; under `fresh`, one fragment,
+    // and the overlap is kept (after the first update, fragments are one version old; a
+    // worker that finds a newer version published when its slot arrives takes it).
+    let (_, fresh) = run(paced(Pacing::Fresh, 4, 12));
+    let (_, bound) = run(paced(Pacing::Bound, 4, 12));
+    assert!(fresh.iter().all(|r| r.policy_lag_max <= 1));
+    let fresh_lag = mean_lag(&fresh, 1);
+    assert!(
+        fresh_lag >= 0.8,
+        "fresh pacing overlaps: mean lag {fresh_lag}"
+    );
+    assert!(bound.iter().all(|r| r.policy_lag_max <= 4));
+    let bound_lag = mean_lag(&bound, 5);
+    assert!(bound_lag >= 3.0, "bound pacing: mean lag {bound_lag}");
+}
+
+#[test]
+fn deterministic_fresh_pacing_is_the_lag_one_schedule_whatever_the_bound() {
+    // A deterministic schedule cannot follow timing: under `fresh` pacing it is the
+    // steady state, one version behind, so the bound changes nothing learned.
+    let one = weights_and_losses(cartpole(2, Mode::Async, 1));
+    assert_eq!(one, weights_and_losses(cartpole(2, Mode::Async, 4)));
+    let mut bound = cartpole(2, Mode::Async, 4);
+    bound.admission.pacing = Pacing::Bound;
+    assert_ne!(one, weights_and_losses(bound));
 }
