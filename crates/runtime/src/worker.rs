@@ -146,7 +146,7 @@ pub struct WorkerSetup {
     /// Fragment `u` is collected with a version of at least `u - max_lag`.
     pub max_lag: u64,
     /// Adopt exactly version `u - max_lag` (deterministic mode) rather than the newest
-    /// once a slot is in hand.
+    /// published once a slot is in hand.
     pub exact: bool,
     /// How long a blocking wait lasts before it is logged.
     pub wait_timeout: Duration,
@@ -357,7 +357,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         if exit_requested(&commands) {
             return Ok(Stop::Exit);
         }
-        // Adopt a policy at the fragment boundary: at least version u - lag.
+        // A policy at the fragment boundary: at least version u - lag.
         let wanted = fragments.saturating_sub(max_lag);
         heartbeat.beat(Activity::WaitingForPolicy);
         let policy = match store.wait_for(wanted, exact, wait_timeout) {
@@ -369,7 +369,6 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             Err(StoreError::Closed) => return Ok(Stop::Closed),
             Err(e) => return Err(e.into()),
         };
-        adopt(&policy, &mut adopted, &mut actor, &mut envs, &store, id)?;
         // Back-pressure: a free slot, handed back by the learner.
         heartbeat.beat(Activity::WaitingForSlot);
         let slot = match free_slots.recv_timeout(wait_timeout) {
@@ -380,16 +379,11 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             }
             Err(RecvTimeoutError::Disconnected) => return Ok(Stop::Closed),
         };
-        // The learner may have published while the slot was on its way: the newest is
-        // the freshest policy this fragment can have.
-        let policy = if exact {
-            policy
-        } else {
-            let newest = store.latest();
-            adopt(&newest, &mut adopted, &mut actor, &mut envs, &store, id)?;
-            newest
-        };
         holding.set(Some(slot));
+        // Adopted once the slot is in hand: the learner may have published while it was on
+        // its way, and the newest is the freshest policy this fragment can have.
+        let policy = if exact { policy } else { store.latest() };
+        adopt(&policy, &mut adopted, &mut actor, &mut envs, &store, id)?;
         let mut f = buffer.lock(slot);
         f.version = policy.version;
         f.index = fragments;
