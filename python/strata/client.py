@@ -141,7 +141,8 @@ class AdmittedSample:
 
 @dataclass(frozen=True)
 class AdmittedPage:
-    """A page of admitted samples; pass ``next_cursor`` as ``after`` for the next one."""
+    """A page of admitted samples; pass ``next_cursor`` as ``cursor`` for the next one
+    (it is where to go on from in every state, 0 on an empty ledger)."""
 
     samples: List[AdmittedSample]
     next_cursor: int
@@ -471,19 +472,20 @@ class Client:
 
     def admitted(
         self,
-        after: Optional[int] = None,
+        cursor: Optional[int] = None,
         *,
         limit: Optional[int] = None,
         learner_version: Optional[int] = None,
         bucket: Optional[str] = None,
     ) -> AdmittedPage:
         """A page of the transitions agents recorded that the admission rules in force
-        admit for a trainer at `learner_version` (default: the newest version), after
-        sample `after`: not invalidated, not yet trained on. Strata's own versions'
-        samples are its learner's and never appear. A page stops short of a sample whose
-        report is still being stored (``more`` is then set), so the cursor never passes
-        a sample that becomes durable later."""
-        query = {k: v for k, v in (("after", after), ("limit", limit),
+        admit for a trainer at `learner_version` (default: the newest version), from
+        sample `cursor` on (a previous page's ``next_cursor``; from the first when
+        absent): not invalidated, not yet trained on. Strata's own versions' samples are
+        its learner's and never appear. A page stops short of a sample whose report is
+        still being stored (``more`` is then set), so the cursor never passes a sample
+        that becomes durable later."""
+        query = {k: v for k, v in (("cursor", cursor), ("limit", limit),
                                    ("learner_version", learner_version), ("bucket", bucket))
                  if v is not None}
         path = "/v1/trainer/admitted"

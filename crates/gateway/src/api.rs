@@ -534,7 +534,12 @@ pub struct ReleaseStatus {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmittedQuery {
-    /// Samples after this id (the previous page's `next_cursor`); from the first when absent.
+    /// Samples from this id on: the previous page's `next_cursor` (from the first when
+    /// absent).
+    #[serde(default)]
+    pub cursor: Option<u64>,
+    /// Samples after this id (the older form of `cursor`: `after = n` is `cursor = n + 1`);
+    /// not with `cursor`.
     #[serde(default)]
     pub after: Option<u64>,
     /// Samples on a page, at most 10,000 (1,000 when absent).
@@ -595,7 +600,9 @@ pub struct AdmittedSample {
 pub struct AdmittedPage {
     /// The samples, by id.
     pub samples: Vec<AdmittedSample>,
-    /// Pass as `after` for the next page.
+    /// Where the next page goes on from: pass it as `cursor`. One past the last sample
+    /// looked at, or the `cursor` asked for when none was (0 on an empty ledger), so a
+    /// trainer that follows it never skips a sample.
     pub next_cursor: u64,
     /// Whether samples beyond this page were stored when it was read.
     pub more: bool,

@@ -15,6 +15,8 @@ use crate::segment::Segment;
 #[derive(Default)]
 pub struct LearnerInbox {
     invalidated: Mutex<RecentlyInvalid>,
+    /// Sample ranges invalidated lately (an operator's `first_sample..=last_sample`).
+    ranges: Mutex<VecDeque<(u64, u64)>>,
     rollback: Mutex<Option<u64>>,
     stopping: AtomicBool,
 }
@@ -26,17 +28,52 @@ impl LearnerInbox {
         self.invalidated.lock().insert(trajectory);
     }
 
+    /// Samples `first..=last` were invalidated: the learner trains on no segment holding
+    /// one of them.
+    pub fn invalidate_samples(&self, first: u64, last: u64) {
+        let mut ranges = self.ranges.lock();
+        ranges.push_back((first, last));
+        if ranges.len() > RANGES_REMEMBERED {
+            ranges.pop_front();
+        }
+    }
+
     /// Whether `trajectory` was invalidated lately.
     pub fn is_invalidated(&self, trajectory: u64) -> bool {
         self.invalidated.lock().contains(trajectory)
     }
 
-    /// Drops the segments of invalidated trajectories from `segments`; the rows dropped.
+    /// Whether `segment` holds a sample invalidated lately, or is of such a trajectory.
+    pub fn holds_invalidated(&self, segment: &Segment) -> bool {
+        self.invalidated.lock().contains(segment.trajectory)
+            || Self::holds_invalid(&self.ranges.lock(), segment)
+    }
+
+    /// Drops the segments of invalidated trajectories, and those holding an invalidated
+    /// sample, from `segments`; the rows dropped.
     pub fn drop_invalidated(&self, segments: &mut Vec<Segment>) -> usize {
         let invalidated = self.invalidated.lock();
+        let ranges = self.ranges.lock();
         let before: usize = segments.iter().map(Segment::len).sum();
-        segments.retain(|s| !invalidated.contains(s.trajectory));
+        segments
+            .retain(|s| !invalidated.contains(s.trajectory) && !Self::holds_invalid(&ranges, s));
         before - segments.iter().map(Segment::len).sum::<usize>()
+    }
+
+    fn holds_invalid(ranges: &VecDeque<(u64, u64)>, segment: &Segment) -> bool {
+        // A segment's ids ascend; one comparison of its span per range.
+        let (Some(&low), Some(&high)) = (segment.sample_ids.first(), segment.sample_ids.last())
+        else {
+            return false;
+        };
+        ranges.iter().any(|&(first, last)| {
+            first <= high
+                && last >= low
+                && segment
+                    .sample_ids
+                    .iter()
+                    .any(|&id| (first..=last).contains(&id))
+        })
     }
 
     /// An operator rolled back to `version`: the learner continues from it (a later
@@ -61,6 +98,10 @@ impl LearnerInbox {
         self.stopping.load(Ordering::SeqCst)
     }
 }
+
+/// Sample ranges the inbox remembers: the learner's waiting segments are recent, and an
+/// operator invalidates ranges rarely.
+const RANGES_REMEMBERED: usize = 1 << 12;
 
 /// Trajectories invalidated lately. Bounded: a trajectory's segments arrive within its
 /// episode, so the oldest entries can be forgotten.

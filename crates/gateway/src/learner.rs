@@ -147,7 +147,7 @@ impl Learner {
             }
             match rx.recv_timeout(Duration::from_millis(500)) {
                 Ok(seg) => {
-                    if self.gateway.inbox.is_invalidated(seg.trajectory) {
+                    if self.gateway.inbox.holds_invalidated(&seg) {
                         self.rows_skipped += seg.len();
                     } else {
                         self.rows_waiting += seg.len();

@@ -233,7 +233,7 @@ fn external_versions_take_part_in_release_and_their_agents_record_what_they_did(
     assert_eq!((small.samples.len(), small.more), (1, true));
     let next: AdmittedPage = tr
         .get(&format!(
-            "/v1/trainer/admitted?limit=1&after={}",
+            "/v1/trainer/admitted?limit=1&cursor={}",
             small.next_cursor
         ))
         .unwrap();
@@ -342,4 +342,164 @@ fn external_versions_take_part_in_release_and_their_agents_record_what_they_did(
     let e4 = start(&a);
     assert_eq!(e4.policy_version, 1);
     assert_eq!(e4.external.unwrap().artifact.uri, "s3://models/a.pt");
+}
+
+/// The samples of `trajectory` on any page a trainer can read.
+fn offered(tr: &Client, trajectory: u64) -> Vec<u64> {
+    let page: AdmittedPage = tr.get("/v1/trainer/admitted?limit=10000").unwrap();
+    page.samples
+        .iter()
+        .filter(|s| s.trajectory_id == trajectory)
+        .map(|s| s.sample_id)
+        .collect()
+}
+
+#[test]
+fn an_acknowledged_invalidation_is_in_every_read_after_it_even_with_a_reader_racing_it() {
+    let h = Harness::start(|_| {});
+    let (op, tr, a) = (h.operator(), trainer(&h), h.agent(0));
+    // Version 1 to train from, version 2 (the candidate) for every new episode.
+    let _: ReleaseStatus = tr
+        .post("/v1/operator/publish", &external("a", "ext-a"))
+        .unwrap();
+    let s: ReleaseStatus = tr
+        .post("/v1/operator/publish", &external("b", "ext-b"))
+        .unwrap();
+    let v2 = s.published.unwrap();
+    let _: ReleaseStatus = op
+        .post("/v1/operator/canary", &json!({"fraction": 1.0}))
+        .unwrap();
+    let hash0 = h.server().gateway().config_hash().to_string();
+
+    // A reader polls the trainer's page as fast as it can while trajectories are
+    // invalidated; every page it asked for after an acknowledgement must leave that
+    // trajectory out.
+    let acked: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Instant, u64)>>> =
+        Default::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (tr, acked, stop) = (trainer(&h), acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut pages = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = std::time::Instant::now();
+                let page: AdmittedPage = tr.get("/v1/trainer/admitted?limit=10000").unwrap();
+                for &(at, trajectory) in acked.lock().unwrap().iter() {
+                    if at < asked {
+                        let seen: Vec<u64> = page
+                            .samples
+                            .iter()
+                            .filter(|s| s.trajectory_id == trajectory)
+                            .map(|s| s.sample_id)
+                            .collect();
+                        assert!(
+                            seen.is_empty(),
+                            "trajectory {trajectory} offered after its invalidation was acknowledged: {seen:?}"
+                        );
+                    }
+                }
+                pages += 1;
+            }
+            pages
+        })
+    };
+    let mut step = 0;
+    let mut invalidated = Vec::new();
+    for round in 0..12 {
+        let e = start(&a);
+        assert_eq!(e.policy_version, v2);
+        for _ in 0..4 {
+            let r = record(&a, e.episode_id, (&format!("k{step}"), step), v2, "ext-b");
+            outcome(&a, r.action_id, step, false);
+            step += 1;
+        }
+        assert_eq!(offered(&tr, e.trajectory_id).len(), 4, "round {round}");
+        let switched = record(&a, e.episode_id, (&format!("k{step}"), step), 0, &hash0);
+        let at = std::time::Instant::now();
+        assert!(switched.invalidated.is_some());
+        acked.lock().unwrap().push((at, e.trajectory_id));
+        invalidated.push(e.trajectory_id);
+        // At once, by this client too: not offered, and a report of them refused by id.
+        assert!(offered(&tr, e.trajectory_id).is_empty(), "round {round}");
+        let first = step - 4;
+        let ids: Vec<u64> = h
+            .ledger()
+            .samples
+            .iter()
+            .flat_map(|b| (0..b.len()).map(move |i| (b.trajectory_id[i], b.sample_id[i])))
+            .filter(|&(t, _)| t == e.trajectory_id)
+            .map(|(_, id)| id)
+            .collect();
+        assert_eq!(ids.len(), 4, "round {round}: steps {first}..{step}");
+        let (code, msg) = status_of(tr.post::<_, TrainedResponse>(
+            "/v1/trainer/trained",
+            &json!({"version": v2, "base_version": 1, "samples": &ids[..2]}),
+        ));
+        assert_eq!(code, 400, "{msg}");
+        assert!(msg.contains("invalidated"), "{msg}");
+        step += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let pages = reader.join().unwrap();
+    assert!(pages > 0);
+    // The manifest agrees.
+    let data = h.ledger();
+    for t in invalidated {
+        assert!(data
+            .invalidations
+            .iter()
+            .any(|i| i.target == Target::Trajectory { id: t }));
+    }
+}
+
+#[test]
+fn a_trainer_polling_before_the_first_record_follows_the_cursor_to_every_sample() {
+    let h = Harness::start(|_| {});
+    let (op, tr, a) = (h.operator(), trainer(&h), h.agent(0));
+    let _: ReleaseStatus = tr
+        .post("/v1/operator/publish", &external("a", "ext-a"))
+        .unwrap();
+    let _: ReleaseStatus = op
+        .post("/v1/operator/canary", &json!({"fraction": 1.0}))
+        .unwrap();
+    // Nothing recorded yet: the cursor says where to go on from.
+    let empty: AdmittedPage = tr.get("/v1/trainer/admitted").unwrap();
+    assert_eq!(
+        (empty.samples.len(), empty.next_cursor, empty.more),
+        (0, 0, false)
+    );
+    let mut cursor = empty.next_cursor;
+    let mut seen = Vec::new();
+    let e = start(&a);
+    for step in 0..5 {
+        let r = record(&a, e.episode_id, (&format!("k{step}"), step), 1, "ext-a");
+        let stored = outcome(&a, r.action_id, step, step == 4);
+        let page: AdmittedPage = tr
+            .get(&format!("/v1/trainer/admitted?cursor={cursor}&limit=2"))
+            .unwrap();
+        seen.extend(page.samples.iter().map(|s| s.sample_id));
+        cursor = page.next_cursor;
+        assert!(seen.contains(&stored.sample_id.unwrap()) || page.more);
+    }
+    loop {
+        let page: AdmittedPage = tr
+            .get(&format!("/v1/trainer/admitted?cursor={cursor}&limit=2"))
+            .unwrap();
+        seen.extend(page.samples.iter().map(|s| s.sample_id));
+        cursor = page.next_cursor;
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(seen, [0, 1, 2, 3, 4], "sample 0 included, none twice");
+    // The older form still pages: `after` is the id before the cursor.
+    let again: AdmittedPage = tr.get("/v1/trainer/admitted?after=2").unwrap();
+    let ids: Vec<u64> = again.samples.iter().map(|s| s.sample_id).collect();
+    assert_eq!(ids, [3, 4]);
+    let (code, msg) = status_of(tr.get::<AdmittedPage>("/v1/trainer/admitted?after=2&cursor=3"));
+    assert_eq!(code, 400, "{msg}");
+    // A version never published is not found, not echoed.
+    let (code, msg) = status_of(tr.get::<AdmittedPage>("/v1/trainer/admitted?learner_version=999"));
+    assert_eq!(code, 404, "{msg}");
+    assert!(msg.contains("999"), "{msg}");
 }

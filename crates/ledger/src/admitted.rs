@@ -50,7 +50,9 @@ pub struct AdmittedRow {
 pub struct AdmittedPage {
     /// The samples, by id.
     pub rows: Vec<AdmittedRow>,
-    /// The last id looked at: the next page starts after it.
+    /// Where the next page goes on from: one past the last id looked at (the query's
+    /// `from` when none was), so that a trainer that follows it never skips a sample,
+    /// whether or not the ledger held any when it asked.
     pub next_cursor: u64,
     /// Whether samples beyond this page are stored.
     pub more: bool,
@@ -62,8 +64,8 @@ pub struct AdmittedPage {
 /// What to read.
 #[derive(Clone, Debug)]
 pub struct AdmittedQuery<'a> {
-    /// Samples after this id.
-    pub after: Option<u64>,
+    /// Samples from this id on (a previous page's `next_cursor`; 0 for the first).
+    pub from: u64,
     /// Only samples below this id: a writer's horizon, below which every id is stored or
     /// never will be (ids are reserved before their rows are durable, so a higher one may
     /// be stored first). Rows at or above it wait for a later page (`more` is set).
@@ -96,21 +98,20 @@ fn by_id(data: &LedgerData) -> Vec<(u64, usize, usize)> {
     ids
 }
 
-/// The admitted samples after `query.after` under `rules`: one page of at most
+/// The admitted samples from `query.from` on under `rules`: one page of at most
 /// `query.limit`.
 pub fn admitted(data: &LedgerData, rules: &VersionedRules, query: &AdmittedQuery) -> AdmittedPage {
     let index = Index::new(data);
     let mut page = AdmittedPage {
-        next_cursor: query.after.unwrap_or(0),
+        next_cursor: query.from,
         ..AdmittedPage::default()
     };
-    let unseen = |id: u64| query.after.is_none_or(|after| id > after);
-    for (id, b, i) in by_id(data).into_iter().filter(|&(id, ..)| unseen(id)) {
+    for (id, b, i) in by_id(data).into_iter().filter(|&(id, ..)| id >= query.from) {
         if page.rows.len() == query.limit || query.before.is_some_and(|h| id >= h) {
             page.more = true;
             break;
         }
-        page.next_cursor = id;
+        page.next_cursor = id.saturating_add(1);
         let batch = &data.samples[b];
         if query.bucket.is_some_and(|want| *want != batch.bucket)
             || batch.observation[i].is_none()
@@ -166,7 +167,8 @@ pub struct TrainedReport<'a> {
 ///
 /// # Errors
 /// Names the first sample that is unknown, has no stored transition (Strata's own
-/// versions' samples are Strata's learner's) or was decided before, or a producing
+/// versions' samples are Strata's learner's), was decided before or is invalidated, or a
+/// producing
 /// version whose KL rule `decay` needs and the report lacks.
 pub fn trained_decisions(
     data: &LedgerData,
@@ -200,6 +202,12 @@ pub fn trained_decisions(
                 "sample {id} was already decided ({} in the update into version {})",
                 d.decision.as_str(),
                 d.update
+            ));
+        }
+        if let Some(reason) = index.invalidation(id, batch.trajectory_id[i]) {
+            return Err(format!(
+                "sample {id} was invalidated ({}): it may not be trained on",
+                reason.as_str()
             ));
         }
         let produced_by = batch.policy_version[i];
@@ -281,7 +289,7 @@ mod tests {
 
     fn query(learner_version: u64) -> AdmittedQuery<'static> {
         AdmittedQuery {
-            after: None,
+            from: 0,
             before: None,
             limit: 100,
             learner_version,
@@ -331,7 +339,7 @@ mod tests {
             &data,
             &drop,
             &AdmittedQuery {
-                after: Some(first.next_cursor),
+                from: first.next_cursor,
                 ..query(2)
             },
         );
@@ -347,17 +355,29 @@ mod tests {
         );
         assert_eq!(
             (ids(&held), held.more, held.next_cursor),
-            (vec![0, 1], true, 3)
+            (vec![0, 1], true, 4)
         );
         let none = admitted(
             &data,
             &drop,
             &AdmittedQuery {
-                after: Some(u64::MAX),
+                from: u64::MAX,
                 ..query(2)
             },
         );
         assert!(none.rows.is_empty());
+        // A trainer that polls before anything is stored goes on from sample 0.
+        let early = admitted(&LedgerData::default(), &drop, &query(2));
+        assert_eq!((early.next_cursor, early.more), (0, false));
+        let later = admitted(
+            &data,
+            &drop,
+            &AdmittedQuery {
+                from: early.next_cursor,
+                ..query(2)
+            },
+        );
+        assert_eq!(ids(&later), [0, 1, 4]);
 
         // Decay: the learner's own version's samples at full weight, older ones need the
         // KL the trainer measures.
@@ -418,7 +438,11 @@ mod tests {
         assert!(admitted(&data, &decay, &query(3)).rows.is_empty());
         let again = trained_decisions(&data, &decay, &TrainedReport { kl: &kl, ..report });
         assert!(again.unwrap_err().contains("already decided"));
-        for (id, why) in [(5, "not stored"), (9, "not in the ledger")] {
+        for (id, why) in [
+            (5, "not stored"),
+            (9, "not in the ledger"),
+            (2, "invalidated (version_switch)"),
+        ] {
             let err = trained_decisions(
                 &data,
                 &decay,

@@ -11,51 +11,130 @@ use crate::record::{DecisionKind, DecisionRecord, ReasonCode, Target};
 use crate::rules::{AdmissionRules, SampleFacts};
 use crate::LedgerError;
 
-/// Finds, for a sample id, its decision and its invalidation.
+/// Finds, for a sample id, its decision and its invalidation, in `O(log n)` a lookup: the
+/// decisions and the invalidated sample ranges are flattened once into disjoint runs of
+/// ids (a ledger written for weeks holds millions of decisions; a scan back through every
+/// earlier one made a summary cost samples x decisions).
 pub(crate) struct Index<'a> {
     decisions: Vec<&'a DecisionRecord>,
-    ranges: Vec<(u64, u64, ReasonCode)>,
+    /// Disjoint runs `(first, last, decision)`, sorted, indexing `decisions`.
+    decided: Vec<Run>,
+    reasons: Vec<ReasonCode>,
+    /// Disjoint runs `(first, last, invalidation)`, sorted, indexing `reasons`.
+    invalid: Vec<Run>,
     trajectories: HashMap<u64, ReasonCode>,
+}
+
+/// Ids `first..=last`, all answered by entry `which`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    first: u64,
+    last: u64,
+    which: usize,
+}
+
+/// Flattens possibly overlapping ranges into disjoint runs, each id answered by the range
+/// covering it that `wins` (a total order: the greatest wins). `O(n log n)`.
+fn flatten<K: Ord + Copy>(ranges: &[(u64, u64)], key: impl Fn(usize) -> K) -> Vec<Run> {
+    use std::collections::BinaryHeap;
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| ranges[i].0);
+    let mut active: BinaryHeap<(K, usize)> = BinaryHeap::new();
+    let mut out: Vec<Run> = Vec::new();
+    let mut next = 0;
+    let mut at = 0u64;
+    loop {
+        if active.is_empty() {
+            match order.get(next) {
+                Some(&i) => at = at.max(ranges[i].0),
+                None => break,
+            }
+        }
+        while let Some(&i) = order.get(next).filter(|&&i| ranges[i].0 <= at) {
+            active.push((key(i), i));
+            next += 1;
+        }
+        while active.peek().is_some_and(|&(_, i)| ranges[i].1 < at) {
+            active.pop();
+        }
+        let Some(&(_, top)) = active.peek() else {
+            continue;
+        };
+        // The winner holds until it ends or a range starts that may outrank it.
+        let mut last = ranges[top].1;
+        if let Some(&i) = order.get(next) {
+            last = last.min(ranges[i].0 - 1);
+        }
+        match out.last_mut() {
+            Some(run) if run.which == top && run.last.checked_add(1) == Some(at) => run.last = last,
+            _ => out.push(Run {
+                first: at,
+                last,
+                which: top,
+            }),
+        }
+        match last.checked_add(1) {
+            Some(after) => at = after,
+            None => break,
+        }
+    }
+    out
+}
+
+/// The run holding `id`, if any.
+fn find(runs: &[Run], id: u64) -> Option<usize> {
+    let end = runs.partition_point(|r| r.first <= id);
+    end.checked_sub(1)
+        .map(|i| runs[i])
+        .filter(|r| r.last >= id)
+        .map(|r| r.which)
 }
 
 impl<'a> Index<'a> {
     pub(crate) fn new(data: &'a LedgerData) -> Self {
-        let mut decisions: Vec<&DecisionRecord> = data.decisions.iter().collect();
-        // Later decisions about the same samples win (stable sort keeps file order).
-        decisions.sort_by_key(|d| d.first_sample);
+        let decisions: Vec<&DecisionRecord> = data.decisions.iter().collect();
+        let spans: Vec<(u64, u64)> = decisions
+            .iter()
+            .map(|d| (d.first_sample, d.last_sample))
+            .collect();
+        // Of the decisions covering a sample, the one starting last wins, and of those the
+        // latest in file order (a later decision about the same samples).
+        let decided = flatten(&spans, |i| (spans[i].0, i));
         let mut ranges = Vec::new();
+        let mut reasons = Vec::new();
         let mut trajectories = HashMap::new();
         for inv in &data.invalidations {
             match inv.target {
-                Target::Samples { first, last } => ranges.push((first, last, inv.reason)),
+                Target::Samples { first, last } => {
+                    ranges.push((first, last));
+                    reasons.push(inv.reason);
+                }
                 Target::Trajectory { id } => {
                     trajectories.entry(id).or_insert(inv.reason);
                 }
             }
         }
-        ranges.sort_by_key(|r| r.0);
+        // Of the invalidations covering a sample, the one starting first names the
+        // reason, and of those the earliest in file order.
+        let invalid = flatten(&ranges, |i| std::cmp::Reverse((ranges[i].0, i)));
         Index {
             decisions,
-            ranges,
+            decided,
+            reasons,
+            invalid,
             trajectories,
         }
     }
 
     pub(crate) fn decision(&self, id: u64) -> Option<&'a DecisionRecord> {
-        let end = self.decisions.partition_point(|d| d.first_sample <= id);
-        self.decisions[..end]
-            .iter()
-            .rev()
-            .find(|d| d.last_sample >= id)
-            .copied()
+        find(&self.decided, id).map(|i| self.decisions[i])
     }
 
     pub(crate) fn invalidation(&self, id: u64, trajectory: u64) -> Option<ReasonCode> {
         if let Some(r) = self.trajectories.get(&trajectory) {
             return Some(*r);
         }
-        let end = self.ranges.partition_point(|r| r.0 <= id);
-        self.ranges[..end].iter().find(|r| r.1 >= id).map(|r| r.2)
+        find(&self.invalid, id).map(|i| self.reasons[i])
     }
 }
 
@@ -321,4 +400,65 @@ pub fn recompute(
         }
     }
     Ok(out.into_values().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain reference: the covering range that wins, found by a scan.
+    fn covering<K: Ord>(ranges: &[(u64, u64)], id: u64, key: impl Fn(usize) -> K) -> Option<usize> {
+        (0..ranges.len())
+            .filter(|&i| ranges[i].0 <= id && id <= ranges[i].1)
+            .max_by_key(|&i| key(i))
+    }
+
+    #[test]
+    fn flattened_runs_answer_as_a_scan_of_every_range() {
+        // A small generator (xorshift) keeps the cases reproducible without a dependency.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut draw = |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        for _case in 0..2_000 {
+            let n = draw(24) as usize;
+            let ranges: Vec<(u64, u64)> = (0..n)
+                .map(|_| {
+                    let first = draw(60);
+                    (first, first + draw(12))
+                })
+                .collect();
+            let last_starting = |i: usize| (ranges[i].0, i);
+            let first_starting = |i: usize| std::cmp::Reverse((ranges[i].0, i));
+            let latest = flatten(&ranges, last_starting);
+            let earliest = flatten(&ranges, first_starting);
+            for w in latest.windows(2).chain(earliest.windows(2)) {
+                assert!(w[0].last < w[1].first, "runs overlap: {w:?} of {ranges:?}");
+            }
+            for id in 0..80 {
+                assert_eq!(
+                    find(&latest, id),
+                    covering(&ranges, id, last_starting),
+                    "{ranges:?} at {id}"
+                );
+                assert_eq!(
+                    find(&earliest, id),
+                    covering(&ranges, id, first_starting),
+                    "{ranges:?} at {id}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn runs_reach_the_last_id() {
+        let ranges = [(u64::MAX - 2, u64::MAX), (u64::MAX, u64::MAX)];
+        let runs = flatten(&ranges, |i| i);
+        assert_eq!(find(&runs, u64::MAX), Some(1));
+        assert_eq!(find(&runs, u64::MAX - 1), Some(0));
+        assert_eq!(find(&runs, 0), None);
+    }
 }

@@ -288,6 +288,27 @@ pub struct Ledger {
     compactor: Option<(std::sync::mpsc::SyncSender<()>, JoinHandle<()>)>,
 }
 
+/// A write on its way to disk: [`Pending::wait`] returns once it is durable.
+#[must_use = "a pending write is acknowledged only once `wait` returns"]
+#[derive(Debug)]
+pub struct Pending {
+    answer: crossbeam_channel::Receiver<Result<(), LedgerError>>,
+    timeout: Duration,
+    what: &'static str,
+}
+
+impl Pending {
+    /// Waits until the write is durable.
+    ///
+    /// # Errors
+    /// The storage failure that kept it off disk, or no answer within the writer's bound.
+    pub fn wait(self) -> Result<(), LedgerError> {
+        self.answer
+            .recv_timeout(self.timeout)
+            .map_err(|_| LedgerError::Writer(format!("no answer to {}", self.what)))?
+    }
+}
+
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ledger")
@@ -560,11 +581,25 @@ impl Ledger {
         self.send(Message::Decisions(rows))
     }
 
-    /// Records an invalidation (append-only; the samples stay).
+    /// Records an invalidation (append-only; the samples stay) and returns once it is
+    /// durable and in every read: whatever acknowledges an invalidation may answer then.
+    /// Invalidations sent together share one file and one sync.
     ///
     /// # Errors
-    /// [`LedgerError::Rejected`] without a reason text or author, or for an empty range.
+    /// [`LedgerError::Rejected`] without a reason text or author, or for an empty range;
+    /// a writer or storage failure (then nothing is promised: the invalidation stays
+    /// buffered for the next flush).
     pub fn invalidate(&self, inv: Invalidation) -> Result<(), LedgerError> {
+        self.invalidate_pending(inv)?.wait()
+    }
+
+    /// As [`Ledger::invalidate`], without waiting: the invalidation is on its way to disk,
+    /// and [`Pending::wait`] returns once it is there. Several sent before the first wait
+    /// usually share one file.
+    ///
+    /// # Errors
+    /// As [`Ledger::invalidate`] for what is refused before it is queued.
+    pub fn invalidate_pending(&self, inv: Invalidation) -> Result<Pending, LedgerError> {
         if inv.text.trim().is_empty() || inv.author.trim().is_empty() {
             return Err(LedgerError::Rejected(
                 "an invalidation needs a reason text and an author".into(),
@@ -577,7 +612,13 @@ impl Ledger {
                 )));
             }
         }
-        self.send(Message::Invalidate(inv))
+        let (reply, answer) = bounded(1);
+        self.send(Message::Invalidate(inv, reply))?;
+        Ok(Pending {
+            answer,
+            timeout: self.send_timeout * 6,
+            what: "an invalidation",
+        })
     }
 
     /// Records a repeated idempotency key that the caller recognised itself (a retried

@@ -28,7 +28,9 @@ pub(crate) enum Message {
     /// Samples to make durable (in the append log, or by a flush) before replying.
     DurableSamples(Box<SampleBatch>, Sender<Result<(), LedgerError>>),
     Decisions(Vec<DecisionRecord>),
-    Invalidate(Invalidation),
+    /// An invalidation to make durable before replying: written at once, in one file with
+    /// every invalidation queued behind it (nothing else is flushed for it).
+    Invalidate(Invalidation, Sender<Result<(), LedgerError>>),
     /// A duplicate to make durable before replying: answered by the next flush, due within
     /// the flush interval (it does not force one).
     Duplicate(DuplicateRecord, Sender<Result<(), LedgerError>>),
@@ -46,7 +48,7 @@ impl Message {
                 format!("{} sample rows", b.len())
             }
             Message::Decisions(d) => format!("{} decision records", d.len()),
-            Message::Invalidate(_) => "an invalidation".into(),
+            Message::Invalidate(..) => "an invalidation".into(),
             Message::Duplicate(_, _) => "a duplicate record".into(),
             Message::Generation(_) => "a generation record".into(),
             Message::Flush(_) => "a flush request".into(),
@@ -151,6 +153,8 @@ pub(crate) struct Writer {
     invalidated_order: std::collections::VecDeque<u64>,
     /// Records answered once the next flush has made them durable.
     awaiting_flush: Vec<Sender<Result<(), LedgerError>>>,
+    /// Invalidations answered once their file is written, before the writer waits again.
+    awaiting_invalidation: Vec<Sender<Result<(), LedgerError>>>,
     /// Durable appends of a local ledger; `None` for an object store (a flush then).
     append_log: Option<AppendLog>,
 }
@@ -184,6 +188,7 @@ impl Writer {
             invalidated: HashSet::new(),
             invalidated_order: std::collections::VecDeque::new(),
             awaiting_flush: Vec::new(),
+            awaiting_invalidation: Vec::new(),
         }
     }
 
@@ -192,20 +197,35 @@ impl Writer {
         // Normal priority: a learner's checkpoint, a gateway's durable report and a
         // trainer's stop wait on this thread. At nice 10, with six busy processes on two
         // cores, a one-second Ctrl-C stop took ten. Only background compaction yields.
+        // A control message met while gathering invalidations, handled next.
+        let mut carried: Option<Message> = None;
         loop {
+            if !self.awaiting_invalidation.is_empty() {
+                // Group commit: the invalidations queued behind go into the same file.
+                while carried.is_none() {
+                    match messages.try_recv() {
+                        Ok(m) => carried = self.absorb(m),
+                        Err(_) => break,
+                    }
+                }
+                self.commit_invalidations();
+            }
             let wait = match self.oldest {
                 Some(t) => self.policy.interval.saturating_sub(t.elapsed()),
                 None => self.policy.interval,
             };
-            let message = match messages.recv_timeout(wait.max(Duration::from_millis(1))) {
-                Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => {
-                    if let Err(e) = self.flush() {
-                        tracing::error!(component = "ledger", error = %e, "final flush failed");
+            let message = match carried.take() {
+                Some(m) => Some(m),
+                None => match messages.recv_timeout(wait.max(Duration::from_millis(1))) {
+                    Ok(m) => Some(m),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        if let Err(e) = self.flush() {
+                            tracing::error!(component = "ledger", error = %e, "final flush failed");
+                        }
+                        return;
                     }
-                    return;
-                }
+                },
             };
             match message.and_then(|m| self.absorb(m)) {
                 Some(Message::DurableSamples(batch, reply)) => {
@@ -273,7 +293,10 @@ impl Writer {
                     self.decisions.entry(r.bucket.clone()).or_default().push(r);
                 }
             }
-            Message::Invalidate(inv) => self.record_invalidation(inv),
+            Message::Invalidate(inv, reply) => {
+                self.record_invalidation(inv);
+                self.awaiting_invalidation.push(reply);
+            }
             // Buffered like the duplicates the writer detects itself, and answered once the
             // files holding it are synced, by the next flush (due within the flush interval).
             // A flush of its own per duplicate made a gateway under a fleet that loses 1% of
@@ -511,10 +534,52 @@ impl Writer {
     /// attempt), then answers the records that waited for it.
     fn flush(&mut self) -> Result<(), LedgerError> {
         let result = self.write_buffers();
-        for reply in self.awaiting_flush.drain(..) {
+        for reply in self
+            .awaiting_flush
+            .drain(..)
+            .chain(self.awaiting_invalidation.drain(..))
+        {
             let _ = reply.send(result.clone());
         }
         result
+    }
+
+    /// Writes the buffered invalidations alone, as one file, and answers those waiting for
+    /// it: an acknowledged invalidation is on disk, and in every read after it, without
+    /// flushing the samples (a flush per invalidation would write a file per buffer).
+    fn commit_invalidations(&mut self) {
+        let result = if self.invalidations.is_empty() {
+            Ok(())
+        } else {
+            let rows = std::mem::take(&mut self.invalidations);
+            let arrow = schema::invalidations_to_arrow(&rows);
+            let name = self.file_name(Table::Invalidations.name());
+            let result = self
+                .write_taken(vec![(Taken::Invalidations(rows), name, arrow)])
+                .map_or(Ok(()), Err);
+            self.recount();
+            if let Err(e) = &result {
+                *self.shared.failure.lock() = Some(e.clone());
+            }
+            result
+        };
+        for reply in self.awaiting_invalidation.drain(..) {
+            let _ = reply.send(result.clone());
+        }
+    }
+
+    /// Rows still buffered, after a write.
+    fn recount(&mut self) -> usize {
+        let left: usize = self.samples.values().map(SampleBatch::len).sum::<usize>()
+            + self.decisions.values().map(Vec::len).sum::<usize>()
+            + self.invalidations.len()
+            + self.duplicates.len()
+            + self.generations.len();
+        self.buffered = left;
+        if left == 0 {
+            self.oldest = None;
+        }
+        left
     }
 
     fn write_buffers(&mut self) -> Result<(), LedgerError> {
@@ -554,6 +619,29 @@ impl Writer {
             let name = self.file_name(Table::Generations.name());
             taken.push((Taken::Generations(rows), name, arrow));
         }
+        let mut first_error = self.write_taken(taken);
+        let left = self.recount();
+        self.shared.stats.lock().rows_buffered =
+            self.samples.values().map(SampleBatch::len).sum::<usize>() as u64;
+        if first_error.is_none() && left == 0 {
+            // Every durably appended row is in the sample log now.
+            if let Some(log) = self.append_log.as_mut().filter(|l| !l.is_empty()) {
+                if let Err(e) = log.retire() {
+                    first_error = Some(LedgerError::storage("removing append-log files", e));
+                }
+            }
+        }
+        let mut failure = self.shared.failure.lock();
+        *failure = first_error.clone();
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Encodes and writes `taken` as one group of files; what fails is put back in its
+    /// buffer. The first failure, if any.
+    fn write_taken(
+        &mut self,
+        taken: Vec<(Taken, String, arrow_array::RecordBatch)>,
+    ) -> Option<LedgerError> {
         let mut first_error: Option<LedgerError> = None;
         let t0 = Instant::now();
         let mut files = Vec::with_capacity(taken.len());
@@ -597,27 +685,6 @@ impl Writer {
             s.encode_seconds += (t1 - t0).as_secs_f64();
             s.write_seconds += t1.elapsed().as_secs_f64();
         }
-        let left: usize = self.samples.values().map(SampleBatch::len).sum::<usize>()
-            + self.decisions.values().map(Vec::len).sum::<usize>()
-            + self.invalidations.len()
-            + self.duplicates.len()
-            + self.generations.len();
-        self.buffered = left;
-        if left == 0 {
-            self.oldest = None;
-        }
-        self.shared.stats.lock().rows_buffered =
-            self.samples.values().map(SampleBatch::len).sum::<usize>() as u64;
-        if first_error.is_none() && left == 0 {
-            // Every durably appended row is in the sample log now.
-            if let Some(log) = self.append_log.as_mut().filter(|l| !l.is_empty()) {
-                if let Err(e) = log.retire() {
-                    first_error = Some(LedgerError::storage("removing append-log files", e));
-                }
-            }
-        }
-        let mut failure = self.shared.failure.lock();
-        *failure = first_error.clone();
-        first_error.map_or(Ok(()), Err)
+        first_error
     }
 }

@@ -524,7 +524,8 @@ impl Gateway {
     }
 
     /// Invalidates an episode's current trajectory in the ledger and starts a new one; its
-    /// outstanding action (if any) is cancelled.
+    /// outstanding action (if any) is cancelled. Returns once the invalidation is durable:
+    /// the caller may acknowledge it.
     pub(super) fn invalidate_and_restart(
         &self,
         state: &mut State,
@@ -533,8 +534,23 @@ impl Gateway {
         text: &str,
         author: &str,
     ) -> Result<(), RequestError> {
+        Ok(self
+            .restart_trajectory(state, episode, reason, text, author)?
+            .wait()?)
+    }
+
+    /// As [`Gateway::invalidate_and_restart`], the invalidation still on its way to disk:
+    /// for many episodes at once, which then share one write.
+    pub(super) fn restart_trajectory(
+        &self,
+        state: &mut State,
+        episode: u64,
+        reason: ReasonCode,
+        text: &str,
+        author: &str,
+    ) -> Result<strata_ledger::Pending, RequestError> {
         let old = state.episodes[&episode].trajectory;
-        self.ledger.invalidate(Invalidation {
+        let pending = self.ledger.invalidate_pending(Invalidation {
             target: Target::Trajectory { id: old },
             reason,
             text: text.to_string(),
@@ -553,6 +569,6 @@ impl Gateway {
                 a.status = ActionStatus::Cancelled;
             }
         }
-        Ok(())
+        Ok(pending)
     }
 }

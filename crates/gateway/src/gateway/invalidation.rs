@@ -3,7 +3,9 @@
 use super::*;
 
 impl Gateway {
-    /// Records an operator's invalidation.
+    /// Records an operator's invalidation; returns once it is durable (and so in every
+    /// read: the next admitted page leaves its samples out, a trainer's report of them is
+    /// refused, the gateway's learner trains on none of them).
     ///
     /// # Errors
     /// `Invalid` for a bad target, reason or empty text; `NotFound` for a trajectory or sample this
@@ -46,8 +48,9 @@ impl Gateway {
             rules_version: self.ledger.current().map_or(0, |(_, r)| r.version),
             at_ns: now_ns(),
         })?;
-        if let Target::Trajectory { id } = target {
-            self.inbox.invalidate(id);
+        match target {
+            Target::Trajectory { id } => self.inbox.invalidate(id),
+            Target::Samples { first, last } => self.inbox.invalidate_samples(first, last),
         }
         Ok(serde_json::json!({ "invalidated": target }))
     }

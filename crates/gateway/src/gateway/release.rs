@@ -372,16 +372,27 @@ impl Gateway {
             .filter(|e| e.status != EpisodeStatus::Ended && e.version != version)
             .map(|e| e.id)
             .collect();
+        let mut pending = Vec::with_capacity(running.len());
         for id in running {
             let from = state.episodes[&id].version;
             let text = format!("forced switch from version {from} to {version}");
-            self.invalidate_and_restart(state, id, ReasonCode::VersionSwitch, &text, author)?;
+            pending.push(self.restart_trajectory(
+                state,
+                id,
+                ReasonCode::VersionSwitch,
+                &text,
+                author,
+            )?);
             let e = state.episodes.get_mut(&id).expect("episode");
             e.version = version;
             e.reset_memory();
             e.channel = Channel::Stable;
             e.bucket = self.stable_bucket();
             self.journal_episode(state, id)?;
+        }
+        // Every switched trajectory's invalidation durable before the switch is answered.
+        for p in pending {
+            p.wait()?;
         }
         Ok(())
     }

@@ -16,7 +16,8 @@ impl Gateway {
     /// A page of the samples a trainer may train on.
     ///
     /// # Errors
-    /// `Invalid` a bad limit or bucket; `Unavailable` when the ledger cannot be read.
+    /// `Invalid` a bad limit, bucket or cursor; `NotFound` a `learner_version` never
+    /// published; `Unavailable` when the ledger cannot be read.
     pub fn admitted(&self, query: &AdmittedQuery) -> Result<AdmittedPage, RequestError> {
         let limit = query.limit.unwrap_or(DEFAULT_PAGE);
         if !(1..=MAX_PAGE).contains(&limit) {
@@ -30,9 +31,23 @@ impl Gateway {
             .map(Bucket::new)
             .transpose()
             .map_err(|e| RequestError::invalid(format!("bucket: {e}")))?;
-        let learner_version = query
-            .learner_version
-            .unwrap_or_else(|| self.state.lock().release.latest);
+        let from = match (query.cursor, query.after) {
+            (Some(_), Some(_)) => {
+                return Err(RequestError::invalid(
+                    "give `cursor` (from this id on) or `after` (after this id), not both",
+                ))
+            }
+            (Some(cursor), None) => cursor,
+            (None, Some(after)) => after.saturating_add(1),
+            (None, None) => 0,
+        };
+        let learner_version = match query.learner_version {
+            Some(v) => {
+                self.require_version_number(v)?;
+                v
+            }
+            None => self.state.lock().release.latest,
+        };
         let rules = self.active_rules()?;
         // Taken before the read: every id below it is then in what is read.
         let horizon = self.durable_horizon();
@@ -41,7 +56,7 @@ impl Gateway {
             &data,
             &rules,
             &strata_ledger::AdmittedQuery {
-                after: query.after,
+                from,
                 before: Some(horizon),
                 limit,
                 learner_version,
