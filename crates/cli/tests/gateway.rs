@@ -203,6 +203,232 @@ fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
     assert!(acked.len() >= 1200);
 }
 
+/// What a client was told was done: a stored report, or an invalidation.
+#[derive(Clone, Debug, PartialEq)]
+enum Acked {
+    Report { key: String, sample: u64 },
+    Trajectory(u64),
+    Samples(u64),
+}
+
+/// A few milliseconds to a third of a second, different each call: where a kill lands.
+fn random_pause() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    Duration::from_millis(u64::from(nanos % 300))
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_invalidation_among_records_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, first_url) = serve_with(dir.path(), &["--release", "manual"]);
+    let tokens = tokens_of(dir.path());
+    let operator = tokens.operator().to_string();
+    let trainer = tokens.trainers.values().next().unwrap().clone();
+    // Two versions an agent's own model acts with: every episode is pinned to the second
+    // (the candidate, for all of them); a record of the first on one invalidates its
+    // trajectory.
+    let external = |name: &str| {
+        json!({"external": {
+            "artifact": {"uri": format!("file:///models/{name}"), "sha256": "0".repeat(64), "size": 1},
+            "config_hash": format!("hash-{name}"), "trainer": "kill-test",
+        }})
+    };
+    let admin = Client::new(&first_url, &operator);
+    for name in ["a", "b"] {
+        admin
+            .post::<_, serde_json::Value>("/v1/operator/publish", &external(name))
+            .unwrap();
+    }
+    admin
+        .post::<_, serde_json::Value>("/v1/operator/canary", &json!({"fraction": 1.0}))
+        .unwrap();
+    let url = Arc::new(RwLock::new(first_url));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
+    let mut clients: Vec<_> = tokens
+        .agent_tokens()
+        .into_iter()
+        .take(4)
+        .map(|(name, token)| {
+            let (url, stop, acked) = (url.clone(), stop.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let mut episode: Option<u64> = None;
+                let (mut step, mut in_episode) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let e = *episode.get_or_insert_with(|| {
+                        let info: EpisodeInfo = retry(&url, &token, |c| c.post("/v1/episodes", &json!({})));
+                        assert_eq!(info.policy_version, 2, "pinned to the candidate");
+                        info.episode_id
+                    });
+                    let key = format!("{name}-{step}");
+                    // Every fifth step acts with the other version: a version switch.
+                    let switch = in_episode % 5 == 4;
+                    let (version, hash) = if switch { (1, "hash-a") } else { (2, "hash-b") };
+                    let record = json!({
+                        "observation": [0.0, 0.1, 0.0, -0.1], "action": 1, "policy_version": version,
+                        "config_hash": hash, "log_prob": -0.7, "env_seq": 2 * in_episode,
+                        "idempotency_key": key,
+                    });
+                    let r: strata_gateway::RecordResponse =
+                        retry(&url, &token, |c| c.post(&format!("/v1/episodes/{e}/record"), &record));
+                    if let Some(why) = &r.invalidated {
+                        assert!(switch, "{why}");
+                        acked.lock().unwrap().push(Acked::Trajectory(r.trajectory_id));
+                    }
+                    let done = in_episode == 13;
+                    let report = json!({"observation_after": [0.0, 0.1, 0.0, -0.1], "reward": 1.0, "env_seq": 2 * in_episode + 1, "terminated": done});
+                    let answer: ReportResponse = retry(&url, &token, |c| c.post(&format!("/v1/actions/{}/report", r.action_id), &report));
+                    assert!(matches!(answer.status, ReportStatus::Stored | ReportStatus::Duplicate), "{answer:?}");
+                    acked.lock().unwrap().push(Acked::Report { key: format!("{name}/{key}"), sample: answer.sample_id.unwrap() });
+                    step += 1;
+                    in_episode += 1;
+                    if done {
+                        (episode, in_episode) = (None, 0);
+                    }
+                }
+            })
+        })
+        .collect();
+    // An operator invalidates single samples already acknowledged, as fast as it can.
+    clients.push({
+        let (url, stop, acked) = (url.clone(), stop.clone(), acked.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let last = acked.lock().unwrap().iter().rev().find_map(|a| match a {
+                    Acked::Report { sample, .. } => Some(*sample),
+                    _ => None,
+                });
+                let Some(sample) = last else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let body = json!({"first_sample": sample, "text": "kill test: operator"});
+                let _: serde_json::Value = retry(&url, &operator, |c| {
+                    c.post("/v1/operator/invalidate", &body)
+                });
+                acked.lock().unwrap().push(Acked::Samples(sample));
+                std::thread::sleep(Duration::from_millis(15));
+            }
+        })
+    });
+    let wait_for = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while acked.lock().unwrap().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "load stalled at {}",
+                acked.lock().unwrap().len()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    for round in 1..=3 {
+        wait_for(round * 250);
+        std::thread::sleep(random_pause());
+        child.kill().unwrap(); // SIGKILL at a random point under load
+        child.wait().unwrap();
+        let (next, next_url) = serve_with(dir.path(), &["--release", "manual"]);
+        child = next;
+        *url.write().unwrap() = next_url;
+    }
+    wait_for(1000);
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let invalid_trajectories: std::collections::HashSet<u64> = acked
+        .iter()
+        .filter_map(|a| match a {
+            Acked::Trajectory(t) => Some(*t),
+            _ => None,
+        })
+        .collect();
+    let invalid_samples: std::collections::HashSet<u64> = acked
+        .iter()
+        .filter_map(|a| match a {
+            Acked::Samples(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    // A trainer reading every page now is offered none of what was invalidated.
+    let reader = Client::new(&url.read().unwrap(), &trainer);
+    let mut cursor = 0;
+    loop {
+        let page: serde_json::Value = reader
+            .get(&format!("/v1/trainer/admitted?cursor={cursor}&limit=10000"))
+            .unwrap();
+        for s in page["samples"].as_array().unwrap() {
+            let (id, t) = (
+                s["sample_id"].as_u64().unwrap(),
+                s["trajectory_id"].as_u64().unwrap(),
+            );
+            assert!(
+                !invalid_trajectories.contains(&t),
+                "sample {id} of invalidated trajectory {t} offered"
+            );
+            assert!(
+                !invalid_samples.contains(&id),
+                "invalidated sample {id} offered"
+            );
+        }
+        cursor = page["next_cursor"].as_u64().unwrap();
+        if !page["more"].as_bool().unwrap() {
+            break;
+        }
+    }
+    sigterm(&child);
+    exit_within(&mut child, Duration::from_secs(30));
+    let data =
+        LedgerData::read(&Storage::open(&dir.path().join("ledger").display().to_string()).unwrap())
+            .unwrap();
+    let mut stored: HashMap<String, Vec<u64>> = HashMap::new();
+    for b in &data.samples {
+        for i in 0..b.len() {
+            stored
+                .entry(b.idempotency_key[i].clone().unwrap())
+                .or_default()
+                .push(b.sample_id[i]);
+        }
+    }
+    let present = |a: &Acked| match a {
+        Acked::Report { key, sample } => stored.get(key).is_some_and(|ids| ids == &[*sample]),
+        Acked::Trajectory(t) => data
+            .invalidations
+            .iter()
+            .any(|i| i.target == strata_ledger::Target::Trajectory { id: *t }),
+        Acked::Samples(s) => data.invalidations.iter().any(|i| {
+            i.target
+                == strata_ledger::Target::Samples {
+                    first: *s,
+                    last: *s,
+                }
+        }),
+    };
+    let missing: Vec<&Acked> = acked.iter().filter(|a| !present(a)).collect();
+    let count = |f: fn(&Acked) -> bool| acked.iter().filter(|a| f(a)).count();
+    let (reports, switches, operator) = (
+        count(|a| matches!(a, Acked::Report { .. })),
+        count(|a| matches!(a, Acked::Trajectory(_))),
+        count(|a| matches!(a, Acked::Samples(_))),
+    );
+    eprintln!("acknowledged over 3 kills: {reports} reports, {switches} version-switch and {operator} operator invalidations");
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes missing or stored twice after kill -9: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert!(
+        switches >= 20 && operator >= 20,
+        "{switches} switches, {operator} operator invalidations"
+    );
+}
+
 #[test]
 fn sigterm_as_soon_as_the_port_accepts_stops_cleanly_every_time() {
     // Restarts on the same directory (so each start recovers the last one's state), with
