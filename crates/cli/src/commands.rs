@@ -104,7 +104,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => crate::eval_cmd::eval(args),
         Command::Config(ConfigCommand::Show(args)) => {
             let config = build_config(&args)?;
-            // A TOML comment: the output stays a config file `--config` reads.
+            // TOML comments: the output stays a config file `--config` reads.
             if let Some(origin) = strata_runtime::preset_origin(&config.env.name) {
                 println!("# preset: {origin}");
             }
@@ -113,6 +113,15 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             if let Some(line) = config.network.describe_core() {
                 println!("# core: {line}");
+            }
+            // The hash line is the one a run directory's `config.toml` opens with.
+            if config.env.gym_target().is_some() {
+                println!(
+                    "# config hash {} (before the run records the env's layout, which it hashes too)",
+                    config.config_hash()
+                );
+            } else {
+                println!("# config hash {}", config.config_hash());
             }
             print!("{}", config.to_toml());
             Ok(())

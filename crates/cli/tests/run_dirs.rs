@@ -216,3 +216,99 @@ fn a_command_that_fails_after_claiming_its_directory_leaves_it_as_it_was() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The hash a `config.toml` opens with, and the hash of the config it holds (as
+/// `strata config show` computes it).
+fn header_and_body_hashes(run: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let header = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# config hash "))
+        .unwrap()
+        .to_string();
+    let o = strata(&[
+        "config",
+        "show",
+        "--config",
+        run.join("config.toml").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let body = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("# config hash ").map(str::to_string))
+        .unwrap();
+    (header, body)
+}
+
+#[test]
+fn a_resume_with_a_new_budget_goes_on_under_a_new_hash_bound_at_its_first_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("r");
+    let r = run.to_str().unwrap();
+    let o = train_cartpole(&run, &["--seed", "1", "--max-steps", "20000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (first, body) = header_and_body_hashes(&run);
+    assert_eq!(first, body, "a fresh run's header is its body's hash");
+
+    let o = strata(&["train", "--resume", r, "--max-steps", "40000", "--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let (second, body) = header_and_body_hashes(&run);
+    assert_eq!(second, body, "the header always matches the body");
+    assert_ne!(second, first, "a new budget is a new identity");
+    assert!(
+        err.contains(&format!("config hash {second} (was {first})")),
+        "{err}"
+    );
+    // A fresh run of the same config has the same identity.
+    let o = strata(&[
+        "config",
+        "show",
+        "--env",
+        "cartpole",
+        "--seed",
+        "1",
+        "--max-steps",
+        "40000",
+    ]);
+    assert!(
+        stdout(&o).contains(&format!("# config hash {second}\n")),
+        "{}",
+        stdout(&o)
+    );
+
+    // The ledger binds the version the resume started at to the new hash, and every
+    // sample says which of the two configs produced it.
+    let storage = strata_ledger::Storage::open(&run.join("ledger").display().to_string()).unwrap();
+    let data = strata_ledger::LedgerData::read(&storage).unwrap();
+    let resumed = data
+        .generations
+        .iter()
+        .find(|g| g.config_hash == second)
+        .expect("the new hash is bound");
+    assert_eq!(resumed.operation, "resume");
+    let start = resumed.policy_version;
+    assert!(start > 0);
+    assert!(data
+        .generations
+        .iter()
+        .filter(|g| g.policy_version < start)
+        .all(|g| g.config_hash == first));
+    let mut by_hash = std::collections::HashMap::<&str, (u64, u64)>::new();
+    for b in &data.samples {
+        for &v in &b.policy_version {
+            let (lo, hi) = by_hash
+                .entry(b.config_hash.as_str())
+                .or_insert((u64::MAX, 0));
+            (*lo, *hi) = ((*lo).min(v), (*hi).max(v));
+        }
+    }
+    let (old_lo, old_hi) = by_hash[first.as_str()];
+    let (new_lo, _) = by_hash[second.as_str()];
+    assert_eq!(old_lo, 0);
+    assert!(
+        old_hi <= start && new_lo >= start,
+        "{by_hash:?} with the new hash from {start}"
+    );
+}

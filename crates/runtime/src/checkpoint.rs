@@ -33,8 +33,12 @@ pub(crate) const BEST_EVAL: &str = "eval.json";
 pub struct TrainerState {
     /// The run's config.
     pub config: RunConfig,
-    /// The run's config hash (kept on resume: the annealing horizon is part of it).
+    /// The run's config hash: the hash of `config` as it was when the run started, or
+    /// when a resume last changed its identity ([`TrainerState::continue_with`]).
     pub config_hash: String,
+    /// The hash the run had before [`TrainerState::continue_with`] changed it: the run
+    /// directory that holds the run under it is still this run's.
+    pub continued_from: Option<String>,
     /// Counters and statistics; `progress.policy_version` is the weights' version.
     pub progress: Progress,
     /// The learner's normalisation statistics (published with the policy).
@@ -45,6 +49,33 @@ pub struct TrainerState {
     pub ppo_rng: Xoshiro256PlusPlus,
     /// Weights and optimiser state, by name.
     pub tensors: Vec<NamedTensor>,
+}
+
+impl TrainerState {
+    /// Takes `wanted` as the config to go on with ([`RunConfig::resumed_with`]). When its
+    /// identity differs from the checkpoint's (a new budget, new admission rules), the run
+    /// continues under `wanted`'s config hash from the version it stands at; returns a
+    /// note saying so.
+    ///
+    /// # Errors
+    /// As [`RunConfig::resumed_with`]: nothing is changed.
+    pub fn continue_with(&mut self, wanted: RunConfig) -> Result<Option<String>, RuntimeError> {
+        let changed = self.config.identity().differences(&wanted.identity());
+        self.config = self.config.clone().resumed_with(wanted)?;
+        if changed.is_empty() {
+            return Ok(None);
+        }
+        let hash = self.config.config_hash();
+        let note = format!(
+            "{} changed: the run continues under config hash {hash} (was {}) from policy \
+             version {}",
+            changed.join(", "),
+            self.config_hash,
+            self.progress.policy_version
+        );
+        self.continued_from = Some(std::mem::replace(&mut self.config_hash, hash));
+        Ok(Some(note))
+    }
 }
 
 /// Everything but the weights.
@@ -208,6 +239,7 @@ impl LoadedCheckpoint {
         TrainerState {
             config: m.config,
             config_hash: m.config_hash,
+            continued_from: None,
             progress: m.progress,
             normalizer: m.normalizer,
             workers: m.workers,
@@ -346,8 +378,8 @@ pub fn continue_run(
     wanted: RunConfig,
 ) -> Result<(TrainerState, Vec<String>), RuntimeError> {
     let before = state.config.train.total_steps;
-    state.config = state.config.resumed_with(wanted)?;
     let mut notes = Vec::new();
+    notes.extend(state.continue_with(wanted)?);
     let p = &mut state.progress;
     let train = &mut state.config.train;
     let step = p.global_step;

@@ -80,8 +80,8 @@ pub use checkpoint::{
     Policy, PolicyPick, TrainerState,
 };
 pub use config::{
-    EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
-    RuntimeConfig, TrainConfig,
+    EnvConfig, GymSettings, Identity, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings,
+    RunConfig, RuntimeConfig, TrainConfig,
 };
 pub use error::RuntimeError;
 pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};

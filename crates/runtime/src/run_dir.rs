@@ -333,7 +333,7 @@ impl ClaimedDir {
     pub fn open(mut self, trainer: &Trainer) -> Result<RunDir, RuntimeError> {
         let root = self.root.clone();
         if let Some(held) = run_hash(&root) {
-            if held != trainer.config_hash() {
+            if held != trainer.config_hash() && Some(held.as_str()) != trainer.continued_from() {
                 return Err(RuntimeError::RunDir(format!(
                     "{} holds another run ({}) than the one being resumed (config hash {}); \
                      nothing was changed. Resume it into a new --run-dir, or into its own directory",

@@ -29,6 +29,8 @@ use crate::{RunConfig, RuntimeError};
 pub struct Trainer {
     pub(crate) config: RunConfig,
     pub(crate) config_hash: String,
+    /// The hash a resume that changed the config's identity continued from.
+    pub(crate) continued_from: Option<String>,
     /// Model, optimiser and update threads: admission, correction and the PPO update.
     pub(crate) core: LearnerCore,
     pub(crate) rollout: RolloutBuffer,
@@ -85,7 +87,9 @@ impl Trainer {
     pub fn resume(path: &Path, config: Option<RunConfig>) -> Result<Self, RuntimeError> {
         let mut state = read_checkpoint(path)?.into_state();
         if let Some(wanted) = config {
-            state.config = state.config.resumed_with(wanted)?;
+            if let Some(note) = state.continue_with(wanted)? {
+                tracing::info!(component = "trainer", "{note}");
+            }
         }
         Self::from_state(state)
     }
@@ -114,6 +118,7 @@ impl Trainer {
         Ok(TrainerState {
             config: self.config.clone(),
             config_hash: self.config_hash.clone(),
+            continued_from: None,
             progress: self.progress.clone(),
             normalizer: self.normalizer.clone(),
             workers,
@@ -139,6 +144,7 @@ impl Trainer {
         let mut progress = Progress::default();
         let mut normalizer = initial_normalizer(&config, spec.obs_dim());
         let mut config_hash = config.config_hash();
+        let mut continued_from = None;
         let mut starts: Vec<Option<WorkerState>> = vec![None; workers];
         if let Some(r) = resume {
             core.model_mut().load_tensors(&r.tensors)?;
@@ -152,6 +158,7 @@ impl Trainer {
             normalizer = r.normalizer;
             core.ppo_mut().set_rng(r.ppo_rng);
             config_hash = r.config_hash;
+            continued_from = r.continued_from;
             starts = r.workers.into_iter().map(Some).collect();
         }
         let initial = PublishedPolicy::new(
@@ -162,6 +169,7 @@ impl Trainer {
         let wiring = Wiring::start(&config, initial, starts, launcher)?;
         let mut trainer = Trainer {
             config_hash,
+            continued_from,
             rollout: RolloutBuffer::with_byte_spans(
                 n,
                 config.ppo.n_steps,
@@ -271,6 +279,11 @@ impl Trainer {
     /// The run's config hash.
     pub fn config_hash(&self) -> &str {
         &self.config_hash
+    }
+
+    /// The config hash this run had before its resume changed the config's identity.
+    pub fn continued_from(&self) -> Option<&str> {
+        self.continued_from.as_deref()
     }
 
     /// Counters so far.

@@ -239,7 +239,9 @@ fn a_resumed_gym_run_starts_fresh_episodes_and_checks_its_layout() {
         .config;
     wanted.train.total_steps = 8 * 256;
     let mut resumed = Trainer::resume(dir.path(), Some(wanted)).unwrap();
-    assert_eq!(resumed.config_hash(), hash);
+    // A new budget is a new identity: the run goes on under a new hash, from this one.
+    assert_ne!(resumed.config_hash(), hash);
+    assert_eq!(resumed.continued_from(), Some(hash.as_str()));
     while !resumed.finished() {
         resumed.iterate().unwrap();
     }
