@@ -34,6 +34,13 @@ pub struct BenchArgs {
     /// Only the ledger figures (ingest rows/s, training with the ledger on vs off).
     #[arg(long)]
     ledger_only: bool,
+    /// Only the ledger read figures: ledgers of `--ledger-rows` rows generated, a trainer's
+    /// page and report check (p50, p99) and the whole-ledger analyses timed on each.
+    #[arg(long)]
+    ledger_reads: bool,
+    /// Ledger sizes for `--ledger-reads`, in rows.
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
+    ledger_rows: Vec<u64>,
     /// Only the gateway figures (act round trip at a fixed rate, report ingest).
     #[arg(long)]
     gateway_only: bool,
@@ -90,6 +97,8 @@ struct Report {
     time_breakdown_cartpole_4_epochs: Option<Summary>,
     runtime: Vec<RuntimeRow>,
     ledger: Option<crate::bench_ledger::LedgerReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ledger_reads: Option<Vec<crate::bench_ledger_reads::ReadFigures>>,
     gateway: Option<crate::bench_gateway::GatewayReport>,
     gym: Option<crate::bench_gym::GymReport>,
     cluster: Option<crate::bench_cluster::ClusterReport>,
@@ -294,6 +303,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         crate::bench_soak::print(&soak);
         println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());
         r.soak = Some(soak);
+        return write_report(&r, args.json.as_deref());
+    }
+    if args.ledger_reads {
+        crate::bench_ledger_reads::print_header();
+        let calls = if args.quick { 50 } else { 200 };
+        r.ledger_reads = Some(crate::bench_ledger_reads::run(&args.ledger_rows, calls)?);
         return write_report(&r, args.json.as_deref());
     }
     if args.ledger_only {

@@ -8,6 +8,7 @@ mod bench_core;
 mod bench_gateway;
 mod bench_gym;
 mod bench_ledger;
+mod bench_ledger_reads;
 mod bench_soak;
 mod cluster_cmd;
 mod commands;

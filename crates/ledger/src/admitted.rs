@@ -102,24 +102,59 @@ fn by_id(data: &LedgerData) -> Vec<(u64, usize, usize)> {
 /// `query.limit`.
 pub fn admitted(data: &LedgerData, rules: &VersionedRules, query: &AdmittedQuery) -> AdmittedPage {
     let index = Index::new(data);
-    let mut page = AdmittedPage {
-        next_cursor: query.from,
-        ..AdmittedPage::default()
-    };
+    let mut page = Page::new(query);
     for (id, b, i) in by_id(data).into_iter().filter(|&(id, ..)| id >= query.from) {
-        if page.rows.len() == query.limit || query.before.is_some_and(|h| id >= h) {
-            page.more = true;
+        if page
+            .offer(&index, rules, query, &data.samples[b], i)
+            .is_break()
+        {
             break;
         }
+        debug_assert!(page.page.next_cursor == id.saturating_add(1));
+    }
+    page.page
+}
+
+/// A page being filled, one sample at a time in id order.
+pub(crate) struct Page {
+    pub(crate) page: AdmittedPage,
+}
+
+impl Page {
+    pub(crate) fn new(query: &AdmittedQuery) -> Self {
+        Page {
+            page: AdmittedPage {
+                next_cursor: query.from,
+                ..AdmittedPage::default()
+            },
+        }
+    }
+
+    /// Takes in row `i` of `batch` (the next id, ascending): admitted onto the page or
+    /// left out. Breaks, leaving the row for a later page, once the page is full or the
+    /// row is at the writer's horizon.
+    pub(crate) fn offer(
+        &mut self,
+        index: &Index<'_>,
+        rules: &VersionedRules,
+        query: &AdmittedQuery,
+        batch: &crate::samples::SampleBatch,
+        i: usize,
+    ) -> std::ops::ControlFlow<()> {
+        let page = &mut self.page;
+        let id = batch.sample_id[i];
+        if page.rows.len() == query.limit || query.before.is_some_and(|h| id >= h) {
+            page.more = true;
+            return std::ops::ControlFlow::Break(());
+        }
         page.next_cursor = id.saturating_add(1);
-        let batch = &data.samples[b];
         if query.bucket.is_some_and(|want| *want != batch.bucket)
             || batch.observation[i].is_none()
             || index.decision(id).is_some()
             || index.invalidation(id, batch.trajectory_id[i]).is_some()
         {
             page.left_out += 1;
-            continue;
+            return std::ops::ControlFlow::Continue(());
         }
         let facts = SampleFacts {
             age_versions: query
@@ -131,7 +166,7 @@ pub fn admitted(data: &LedgerData, rules: &VersionedRules, query: &AdmittedQuery
         let (admission, weight) = match rules.rules.decide(facts) {
             Ok(a) if a.decision == DecisionKind::Dropped => {
                 page.left_out += 1;
-                continue;
+                return std::ops::ControlFlow::Continue(());
             }
             Ok(a) if a.decision == DecisionKind::Trained => (AdmittedAs::Trained, Some(a.weight)),
             Ok(a) => (AdmittedAs::DownWeighted, Some(a.weight)),
@@ -142,8 +177,8 @@ pub fn admitted(data: &LedgerData, rules: &VersionedRules, query: &AdmittedQuery
             admission,
             weight,
         });
+        std::ops::ControlFlow::Continue(())
     }
-    page
 }
 
 /// What a trainer reports: it trained from `base_version` into `version` on `samples`,

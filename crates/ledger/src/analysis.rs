@@ -22,7 +22,20 @@ pub(crate) struct Index<'a> {
     reasons: Vec<ReasonCode>,
     /// Disjoint runs `(first, last, invalidation)`, sorted, indexing `reasons`.
     invalid: Vec<Run>,
-    trajectories: HashMap<u64, ReasonCode>,
+    trajectories: std::borrow::Cow<'a, HashMap<u64, ReasonCode>>,
+}
+
+/// Each invalidated trajectory's reason: the first invalidation of it, in file order.
+pub(crate) fn trajectory_reasons<'a>(
+    invalidations: impl IntoIterator<Item = &'a crate::record::Invalidation>,
+) -> HashMap<u64, ReasonCode> {
+    let mut out = HashMap::new();
+    for inv in invalidations {
+        if let Target::Trajectory { id } = inv.target {
+            out.entry(id).or_insert(inv.reason);
+        }
+    }
+    out
 }
 
 /// Ids `first..=last`, all answered by entry `which`.
@@ -92,7 +105,28 @@ fn find(runs: &[Run], id: u64) -> Option<usize> {
 
 impl<'a> Index<'a> {
     pub(crate) fn new(data: &'a LedgerData) -> Self {
-        let decisions: Vec<&DecisionRecord> = data.decisions.iter().collect();
+        let ranges = data
+            .invalidations
+            .iter()
+            .filter_map(|inv| match inv.target {
+                Target::Samples { first, last } => Some((first, last, inv.reason)),
+                Target::Trajectory { .. } => None,
+            });
+        Self::from_parts(
+            data.decisions.iter().collect(),
+            ranges.collect(),
+            std::borrow::Cow::Owned(trajectory_reasons(&data.invalidations)),
+        )
+    }
+
+    /// An index of `decisions` (in file order), invalidated sample `ranges` (in file
+    /// order) and invalidated trajectories: a reader that knows which of them can matter
+    /// passes those alone.
+    pub(crate) fn from_parts(
+        decisions: Vec<&'a DecisionRecord>,
+        ranges: Vec<(u64, u64, ReasonCode)>,
+        trajectories: std::borrow::Cow<'a, HashMap<u64, ReasonCode>>,
+    ) -> Self {
         let spans: Vec<(u64, u64)> = decisions
             .iter()
             .map(|d| (d.first_sample, d.last_sample))
@@ -100,20 +134,8 @@ impl<'a> Index<'a> {
         // Of the decisions covering a sample, the one starting last wins, and of those the
         // latest in file order (a later decision about the same samples).
         let decided = flatten(&spans, |i| (spans[i].0, i));
-        let mut ranges = Vec::new();
-        let mut reasons = Vec::new();
-        let mut trajectories = HashMap::new();
-        for inv in &data.invalidations {
-            match inv.target {
-                Target::Samples { first, last } => {
-                    ranges.push((first, last));
-                    reasons.push(inv.reason);
-                }
-                Target::Trajectory { id } => {
-                    trajectories.entry(id).or_insert(inv.reason);
-                }
-            }
-        }
+        let reasons: Vec<ReasonCode> = ranges.iter().map(|r| r.2).collect();
+        let ranges: Vec<(u64, u64)> = ranges.iter().map(|r| (r.0, r.1)).collect();
         // Of the invalidations covering a sample, the one starting first names the
         // reason, and of those the earliest in file order.
         let invalid = flatten(&ranges, |i| std::cmp::Reverse((ranges[i].0, i)));

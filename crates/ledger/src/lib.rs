@@ -40,6 +40,7 @@ mod integrity;
 mod layout;
 mod manifest;
 mod merge;
+mod pages;
 mod reader;
 mod record;
 mod rules;
@@ -70,6 +71,7 @@ pub use bucket::{bucket_char, Bucket, InvalidBucket};
 pub use compact::{compact, recover};
 pub use curves::{curves, lag_histogram, Curves, EpisodePoint, VersionSwitch};
 pub use manifest::{manifest_batches, write_manifest, ManifestFormat};
+pub use pages::PageReader;
 pub use reader::LedgerData;
 pub use record::{
     now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,

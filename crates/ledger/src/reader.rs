@@ -205,6 +205,21 @@ impl LedgerData {
         path: &str,
         is_log: bool,
     ) -> Result<(), LedgerError> {
+        let bytes = storage.get(path)?;
+        self.read_bytes(storage, table, path, is_log, bytes, None)
+    }
+
+    /// Takes in the rows of `bytes`, the file at `path` (of its row groups `row_groups`
+    /// alone, all with `None`).
+    pub(crate) fn read_bytes(
+        &mut self,
+        storage: &Storage,
+        table: Table,
+        path: &str,
+        is_log: bool,
+        bytes: bytes::Bytes,
+        row_groups: Option<Vec<usize>>,
+    ) -> Result<(), LedgerError> {
         let data = self;
         let bad = |reason: String| LedgerError::BadFile {
             path: format!("{}/{path}", storage.location()),
@@ -217,7 +232,7 @@ impl LedgerData {
         if table.by_generation() && !is_log && versions.is_none() {
             return Err(bad("not under a versions=… directory".into()));
         }
-        let batches = schema::decode(storage.get(path)?, table).map_err(bad)?;
+        let batches = schema::decode_selected(bytes, table, None, row_groups).map_err(bad)?;
         data.files += 1;
         for batch in &batches {
             match table {

@@ -299,6 +299,9 @@ pub fn encode(batch: &RecordBatch) -> Result<Bytes, parquet::errors::ParquetErro
     Ok(Bytes::from(out))
 }
 
+/// Rows in a row group of a ledger file, at most.
+pub(crate) const ROW_GROUP_ROWS: usize = 8 * 1024;
+
 /// How every ledger file is written.
 pub(crate) fn writer_properties() -> WriterProperties {
     let mut props = WriterProperties::builder()
@@ -307,7 +310,9 @@ pub(crate) fn writer_properties() -> WriterProperties {
         // Chunk-level min/max is what readers prune on; page indexes cost per file.
         .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Chunk)
         .set_offset_index_disabled(true)
-        .set_max_row_group_row_count(Some(1 << 20));
+        // A trainer's page decodes the row groups holding its ids: groups of a few
+        // thousand rows keep a page's cost that of the page, in a file of any size.
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
     for name in [
         "config_hash",
         "rules_hash",
@@ -338,8 +343,29 @@ pub fn decode_columns(
     table: Table,
     columns: Option<&[&str]>,
 ) -> Result<Vec<RecordBatch>, String> {
+    decode_selected(bytes, table, columns, None)
+}
+
+/// As [`decode_columns`], of the row groups `row_groups` alone (all with `None`): what a
+/// read of one page of a large file decodes.
+///
+/// # Errors
+/// As [`decode_columns`], or a row group the file lacks.
+pub(crate) fn decode_selected(
+    bytes: Bytes,
+    table: Table,
+    columns: Option<&[&str]>,
+    row_groups: Option<Vec<usize>>,
+) -> Result<Vec<RecordBatch>, String> {
     let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .map_err(|e| format!("not a readable Parquet file: {e}"))?;
+    if let Some(groups) = row_groups {
+        let held = builder.metadata().num_row_groups();
+        if let Some(g) = groups.iter().find(|&&g| g >= held) {
+            return Err(format!("no row group {g} (the file has {held})"));
+        }
+        builder = builder.with_row_groups(groups);
+    }
     if let Some(columns) = columns {
         let schema = builder.schema();
         let roots = columns

@@ -91,6 +91,9 @@ pub struct Gateway {
     rows: Mutex<std::collections::HashMap<u64, Segment>>,
     /// Held while a trainer's report is checked and recorded (one at a time).
     trained_lock: Mutex<()>,
+    /// Reads a trainer's pages and checks its reports at the cost of the rows they name
+    /// (what it learnt of the ledger's files is kept between calls).
+    pages: Mutex<strata_ledger::PageReader>,
     /// Sample ids reserved by reports not yet durable (or failed): a trainer's cursor
     /// must not pass the lowest, or a slower report's sample would be skipped for good.
     in_flight: Mutex<std::collections::BTreeSet<u64>>,

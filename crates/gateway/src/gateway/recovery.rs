@@ -97,6 +97,7 @@ impl Gateway {
             journal,
             state: Mutex::new(state),
             rows: Mutex::new(Default::default()),
+            pages: Mutex::new(strata_ledger::PageReader::new()),
             trained_lock: Mutex::new(()),
             in_flight: Mutex::new(Default::default()),
             policies,

@@ -51,9 +51,8 @@ impl Gateway {
         let rules = self.active_rules()?;
         // Taken before the read: every id below it is then in what is read.
         let horizon = self.durable_horizon();
-        let data = strata_ledger::LedgerData::read(self.ledger.storage())?;
-        let page = strata_ledger::admitted(
-            &data,
+        let page = self.pages.lock().admitted(
+            self.ledger.storage(),
             &rules,
             &strata_ledger::AdmittedQuery {
                 from,
@@ -63,7 +62,7 @@ impl Gateway {
                 bucket: bucket.as_ref(),
                 now_ns: now_ns(),
             },
-        );
+        )?;
         let samples = page
             .rows
             .into_iter()
@@ -159,19 +158,21 @@ impl Gateway {
         // One report at a time: two reports of the same samples must not both pass the
         // "not yet decided" check.
         let _one = self.trained_lock.lock();
-        let data = strata_ledger::LedgerData::read(self.ledger.storage())?;
-        let decisions = strata_ledger::trained_decisions(
-            &data,
-            &rules,
-            &strata_ledger::TrainedReport {
-                version: req.version,
-                base_version: req.base_version,
-                samples: &req.samples,
-                kl: &kl,
-                now_ns: now_ns(),
-            },
-        )
-        .map_err(RequestError::invalid)?;
+        let decisions = self
+            .pages
+            .lock()
+            .trained_decisions(
+                self.ledger.storage(),
+                &rules,
+                &strata_ledger::TrainedReport {
+                    version: req.version,
+                    base_version: req.base_version,
+                    samples: &req.samples,
+                    kl: &kl,
+                    now_ns: now_ns(),
+                },
+            )?
+            .map_err(RequestError::invalid)?;
         let mut answer = TrainedResponse {
             trained: 0,
             down_weighted: 0,
