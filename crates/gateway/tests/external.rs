@@ -298,10 +298,29 @@ fn external_versions_take_part_in_release_and_their_agents_record_what_they_did(
     assert_eq!(row["decision"], "trained");
     assert_eq!(row["update"], v2);
     assert_eq!(row["rules_version"], d.rules_version);
-    assert!(
-        row["observation"].is_null(),
-        "bytes stay out of text manifests"
-    );
+    // The transition is exported as the numbers the agent sent.
+    let numbers = |v: &Value| -> Vec<f32> {
+        v.as_array()
+            .expect("an array of numbers")
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    assert_eq!(numbers(&row["observation"]), [0.01, -0.02, 0.03, 0.0]);
+    assert_eq!(numbers(&row["next_observation"]), [0.02, -0.01, 0.03, 0.01]);
+    let csv = h.dir.path().join("manifest.csv");
+    strata_ledger::write_manifest(&data, strata_ledger::ManifestFormat::Csv, &csv).unwrap();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    // The second record's row (its action, `1`, holds no comma to quote).
+    let line: Vec<&str> = text
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f.len() == header.len() && f[column("sample_id")] == r2_sample.to_string())
+        .expect("the second record's row");
+    assert_eq!(line[column("observation")], "0;0;0;0");
+    assert_eq!(line[column("next_observation")], "0.02;-0.01;0.03;0.01");
 
     // Promote the new version, roll back to the first: both external, both bound in the
     // ledger with their own config hash.

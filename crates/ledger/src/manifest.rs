@@ -89,6 +89,25 @@ fn extra(index: &Index<'_>, b: &SampleBatch) -> Extra {
     e
 }
 
+/// Little-endian f32 bytes as a JSON array of their numbers (each written so that it
+/// reads back as the same f32).
+fn f32s(bytes: &[u8]) -> serde_json::Value {
+    serde_json::Value::Array(
+        bytes
+            .chunks_exact(4)
+            .map(|c| {
+                let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                // The shortest decimal that reads back as this f32 (`0.1`, not the f64
+                // widening's `0.10000000149011612`); not finite: null.
+                v.is_finite()
+                    .then(|| v.to_string().parse::<serde_json::Number>().ok())
+                    .flatten()
+                    .map_or(serde_json::Value::Null, serde_json::Value::Number)
+            })
+            .collect(),
+    )
+}
+
 fn csv_field(out: &mut String, value: &str) {
     if value.contains([',', '"', '\n']) {
         out.push('"');
@@ -201,10 +220,13 @@ pub fn write_manifest(
                 let e = extra(&index, b);
                 for i in 0..b.len() {
                     let mut sample = b.row(i);
-                    // A transition's observations are data, not provenance: the Parquet
-                    // manifest keeps their bytes, the text formats leave them out.
-                    sample.observation = None;
-                    sample.next_observation = None;
+                    // The text formats give a transition's observations as the numbers
+                    // they are (the stored bytes are little-endian f32s); the Parquet
+                    // manifest keeps the bytes.
+                    let observations = [
+                        ("observation", sample.observation.take()),
+                        ("next_observation", sample.next_observation.take()),
+                    ];
                     let row = ManifestRow {
                         newer_policy_sampling: sample.newer_policy_sampling(),
                         sample,
@@ -215,7 +237,10 @@ pub fn write_manifest(
                         update: e.update[i],
                         invalidation: e.invalidation[i],
                     };
-                    let value = serde_json::to_value(&row).expect("rows serialise");
+                    let mut value = serde_json::to_value(&row).expect("rows serialise");
+                    for (name, bytes) in observations {
+                        value[name] = bytes.map_or(serde_json::Value::Null, |b| f32s(&b));
+                    }
                     if format == ManifestFormat::Json {
                         serde_json::to_writer(&mut w, &value).map_err(|e| io(e.into()))?;
                         w.write_all(b"\n").map_err(io)?;

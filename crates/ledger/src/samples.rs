@@ -265,6 +265,17 @@ impl SampleBatch {
                     self.sample_id[i], self.reward[i]
                 ));
             }
+            for (name, bytes) in [
+                ("observation", &self.observation[i]),
+                ("next_observation", &self.next_observation[i]),
+            ] {
+                if let Some(len) = bytes.as_ref().map(Vec::len).filter(|l| l % 4 != 0) {
+                    return Err(format!(
+                        "sample {}: {name} is {len} bytes, not a whole number of little-endian f32s",
+                        self.sample_id[i]
+                    ));
+                }
+            }
         }
         Ok(())
     }
