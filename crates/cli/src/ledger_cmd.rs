@@ -360,7 +360,7 @@ fn invalidate(args: InvalidateArgs) -> Result<()> {
         _ => bail!("give --trajectory ID or --samples FIRST..=LAST"),
     };
     let reason = ReasonCode::parse(&args.reason).map_err(anyhow::Error::msg)?;
-    if args.text.trim().is_empty() || args.author.trim().is_empty() {
+    if strata_ledger::is_blank(&args.text) || args.author.trim().is_empty() {
         bail!("--text and --author must say why and who");
     }
     let location = locate(&args.ledger)?;

@@ -74,8 +74,8 @@ pub use manifest::{manifest_batches, write_manifest, ManifestFormat};
 pub use pages::PageReader;
 pub use reader::LedgerData;
 pub use record::{
-    now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord, Invalidation,
-    ReasonCode, Target,
+    is_blank, now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord,
+    Invalidation, ReasonCode, Target,
 };
 pub use rules::{Admission, AdmissionRules, Pacing, RuleKind, SampleFacts, VersionedRules};
 pub use samples::{SampleBatch, SampleRecord};
@@ -602,7 +602,7 @@ impl Ledger {
     /// # Errors
     /// As [`Ledger::invalidate`] for what is refused before it is queued.
     pub fn invalidate_pending(&self, inv: Invalidation) -> Result<Pending, LedgerError> {
-        if inv.text.trim().is_empty() || inv.author.trim().is_empty() {
+        if is_blank(&inv.text) || inv.author.trim().is_empty() {
             return Err(LedgerError::Rejected(
                 "an invalidation needs a reason text and an author".into(),
             ));

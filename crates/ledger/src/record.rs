@@ -77,6 +77,13 @@ pub struct DecisionRecord {
     pub decided_at_ns: i64,
 }
 
+/// Whether `text` says nothing: empty, or ASCII whitespace alone (an invalidation's text
+/// must say why; the gateway's API spec states the same rule as a pattern).
+pub fn is_blank(text: &str) -> bool {
+    text.chars()
+        .all(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'))
+}
+
 /// Why something was invalidated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

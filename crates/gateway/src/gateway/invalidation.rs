@@ -37,7 +37,7 @@ impl Gateway {
             None => ReasonCode::Operator,
             Some(r) => ReasonCode::parse(r).map_err(RequestError::invalid)?,
         };
-        if req.text.trim().is_empty() {
+        if strata_ledger::is_blank(&req.text) {
             return Err(RequestError::invalid("text is empty: say why"));
         }
         self.ledger.invalidate(Invalidation {
