@@ -32,6 +32,7 @@ mod normalize;
 mod perturb;
 mod registry;
 mod render;
+mod seeds;
 mod space;
 pub mod tasks;
 mod vector;
@@ -43,6 +44,7 @@ pub use normalize::{NormalizeObservation, NormalizerStats, RunningMeanStd, Scale
 pub use perturb::{FaultKind, FaultPlan, InjectFault, StepCost};
 pub use registry::{env_names, make_env, make_vec_env, make_vec_env_with_latency, spec_for};
 pub use render::{read_frames, Frame, FrameReader};
+pub use seeds::Stream;
 pub use space::{EnvSpec, ImageSpan, Space};
 pub use tasks::{ArmReach, UiForm};
 pub use vector::{

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
-use strata_env::{derive_seed, make_vec_env_with_latency, StepBatch, VecEnv};
+use strata_env::{make_vec_env_with_latency, StepBatch, Stream, VecEnv};
 
 use crate::api::*;
 use crate::client::{Client, ClientError};
@@ -230,7 +230,13 @@ impl<'a> SimAgent<'a> {
         let spec = env.spec().clone();
         let batch = StepBatch::new(&spec, 1).with_exec(&spec);
         let mut obs = vec![0.0; spec.obs_dim()];
-        env.reset(derive_seed(settings.seed, index as u64), &mut obs)?;
+        env.reset(
+            Stream::AgentEnv {
+                agent: index as u64,
+            }
+            .seed(settings.seed),
+            &mut obs,
+        )?;
         let client = Client::new(&settings.server, token);
         Ok(SimAgent {
             settings,
@@ -240,7 +246,12 @@ impl<'a> SimAgent<'a> {
             env,
             batch,
             obs,
-            rng: Xoshiro256PlusPlus::seed_from_u64(derive_seed(settings.seed, 1000 + index as u64)),
+            rng: Xoshiro256PlusPlus::seed_from_u64(
+                Stream::AgentChoices {
+                    agent: index as u64,
+                }
+                .seed(settings.seed),
+            ),
             local: FleetReport::default(),
             returns: BTreeMap::new(),
             reward_sum: 0.0,

@@ -341,7 +341,7 @@ impl ReportSettings {
     pub fn eval_seed(&self, run_seed: u64) -> u64 {
         // A stream of its own: never the seed of any training env.
         self.eval_seed
-            .unwrap_or_else(|| strata_env::derive_seed(run_seed, 0x5eed_e7a1))
+            .unwrap_or_else(|| strata_env::Stream::Evaluation.seed(run_seed))
     }
 }
 

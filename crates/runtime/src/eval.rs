@@ -2,7 +2,7 @@
 
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use strata_env::{derive_seed, NormalizerStats, StepBatch, VecEnv};
+use strata_env::{NormalizerStats, StepBatch, Stream, VecEnv};
 use strata_nn::{ActorCritic, Memory, SampleRng};
 
 use crate::checkpoint::Policy;
@@ -218,7 +218,7 @@ fn run_episodes(
     let mut done = vec![0usize; n];
     let (mut returns, mut lengths) = (Vec::with_capacity(episodes), Vec::with_capacity(episodes));
     let mut successes: Vec<bool> = Vec::new();
-    let mut rng = SampleRng::seed_from_u64(derive_seed(seed, 1));
+    let mut rng = SampleRng::seed_from_u64(Stream::EvaluationActions.seed(seed));
     let ad = spec.action_dim();
     let (mut actions, mut log_probs, mut values) = (vec![0.0; n * ad], vec![0.0; n], vec![0.0; n]);
     // A recurrent policy's state per env, zeroed where an episode starts.

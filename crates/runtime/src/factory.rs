@@ -13,8 +13,8 @@ use strata_env::gym::{
     default_python, describe, spin_budget, GymLayout, GymOptions, GymTarget, GymVecEnv, ImageScale,
 };
 use strata_env::{
-    derive_seed, make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation,
-    NormalizerStats, RunningMeanStd, ScaleReward, StepCost, VecEnv,
+    make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation, NormalizerStats,
+    RunningMeanStd, ScaleReward, StepCost, Stream, VecEnv,
 };
 use strata_nn::{ActorCritic, Head, ImageInput, ImageShape, MlpActorCritic, PixelScale, SampleRng};
 
@@ -239,7 +239,7 @@ pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeEr
 fn build_mlp_model(config: &RunConfig) -> Result<MlpActorCritic, RuntimeError> {
     let spec = env_spec(config)?;
     let head = head_for(&spec);
-    let mut rng = SampleRng::seed_from_u64(derive_seed(config.train.seed, 1));
+    let mut rng = SampleRng::seed_from_u64(Stream::ModelInit.seed(config.train.seed));
     MlpActorCritic::with_images(
         spec.obs_dim(),
         &image_inputs(config),
@@ -313,7 +313,10 @@ pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
 /// [`RuntimeError::Env`] for an unknown env.
 pub fn build_ppo(config: &RunConfig) -> Result<Ppo, RuntimeError> {
     let spec = env_spec(config)?;
-    let ppo = Ppo::new(config.ppo.clone(), derive_seed(config.train.seed, 3));
+    let ppo = Ppo::new(
+        config.ppo.clone(),
+        Stream::Minibatches.seed(config.train.seed),
+    );
     Ok(match spec.action_space {
         strata_env::Space::Box { low, high } => ppo.with_action_bounds(low, high),
         strata_env::Space::Discrete { .. } => ppo,

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
-use strata_env::{derive_seed, StepBatch, VecEnv};
+use strata_env::{derive_seed, StepBatch, Stream, VecEnv};
 use strata_nn::SampleRng;
 use strata_nn::{standard_normals, ActorCritic, Memory, SdeHold};
 
@@ -318,15 +318,24 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         None => {
             // Fresh envs. A replacement gets seeds of its own incarnation and continues the
             // fragment numbering.
-            let stream = id as u64 + (incarnation << 32);
+            let (worker, run_seed) = (id as u64, config.train.seed);
+            let envs_seed = Stream::WorkerEnvs {
+                worker,
+                incarnation,
+            }
+            .seed(run_seed);
+            let actions_seed = Stream::WorkerActions {
+                worker,
+                incarnation,
+            }
+            .seed(run_seed);
             let mut obs = Vec::with_capacity(groups);
             let mut rngs = Vec::with_capacity(groups);
             for (g, e) in envs.iter_mut().enumerate() {
-                let seed = derive_seed(derive_seed(config.train.seed, 1000 + stream), g as u64);
-                e.reset(seed, &mut batches[g].obs)?;
+                e.reset(derive_seed(envs_seed, g as u64), &mut batches[g].obs)?;
                 obs.push(batches[g].obs.clone());
                 rngs.push(SampleRng::seed_from_u64(derive_seed(
-                    derive_seed(config.train.seed, 2000 + stream),
+                    actions_seed,
                     g as u64,
                 )));
             }
@@ -434,10 +443,12 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 // fresh episodes and the worker goes on; else the worker fails whole.
                 drop(f);
                 recoveries += 1;
-                let seed = derive_seed(
-                    config.train.seed,
-                    3000 + id as u64 + (incarnation << 20) + (recoveries << 40),
-                );
+                let seed = Stream::EnvRecovery {
+                    worker: id as u64,
+                    incarnation,
+                    recovery: recoveries,
+                }
+                .seed(config.train.seed);
                 heartbeat.beat(Activity::Starting);
                 if !revive_envs(&mut envs, &mut obs, seed, od)? {
                     holding.set(None);
