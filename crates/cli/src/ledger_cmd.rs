@@ -59,7 +59,9 @@ pub struct RecomputeArgs {
 pub struct ManifestArgs {
     /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
     ledger: String,
-    /// `parquet`, `csv` or `json` (JSON lines).
+    /// `parquet`, `csv` or `json` (JSON lines). A recorded transition's `observation` and
+    /// `next_observation` are the stored bytes in Parquet, their numbers (little-endian
+    /// f32s read back) in JSON, and those numbers joined by `;` in CSV.
     #[arg(long, default_value = "parquet")]
     format: String,
     /// Output file.

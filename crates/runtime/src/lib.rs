@@ -52,6 +52,7 @@ mod eval;
 mod factory;
 mod gym_presets;
 mod host;
+mod identity;
 mod inference;
 mod launcher;
 mod layers;
@@ -80,8 +81,8 @@ pub use checkpoint::{
     Policy, PolicyPick, TrainerState,
 };
 pub use config::{
-    EnvConfig, GymSettings, Identity, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings,
-    RunConfig, RuntimeConfig, TrainConfig,
+    EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
+    RuntimeConfig, TrainConfig,
 };
 pub use error::RuntimeError;
 pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};
@@ -89,6 +90,7 @@ pub use factory::{
     build_envs, build_model, build_ppo, describe_encoders, env_spec, image_inputs, resolve_env,
 };
 pub use gym_presets::GYM_PRESETS;
+pub use identity::Identity;
 pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
