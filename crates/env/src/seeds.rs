@@ -89,8 +89,7 @@ mod tests {
     #[test]
     fn no_two_streams_of_a_large_run_share_a_seed() {
         // 1,024 workers (the most a config allows), three incarnations each, a few
-        // recoveries, 2,048 fleet agents, and the run's single streams; and each worker's
-        // env groups below its stream, as the workers derive them.
+        // recoveries, 2,048 fleet agents, and the run's single streams.
         for run_seed in [0, 1, 12_345] {
             let mut seen: HashMap<u64, Stream> = HashMap::new();
             let mut add = |s: Stream| {

@@ -538,8 +538,8 @@ pub struct AdmittedQuery {
     /// absent).
     #[serde(default)]
     pub cursor: Option<u64>,
-    /// Samples after this id (the older form of `cursor`: `after = n` is `cursor = n + 1`);
-    /// not with `cursor`.
+    /// Refused with a message that names `cursor` (the older parameter, whose meaning
+    /// differed by one: read as before, it would skip a sample a page).
     #[serde(default)]
     pub after: Option<u64>,
     /// Samples on a page, at most 10,000 (1,000 when absent).

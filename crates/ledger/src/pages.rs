@@ -70,6 +70,8 @@ struct Span {
 pub struct PageReader {
     samples: HashMap<String, SampleFile>,
     decisions: HashMap<String, Vec<DecisionRecord>>,
+    /// Decision files in listing order (file order breaks ties between decisions).
+    decision_order: Vec<String>,
     invalidations: HashMap<String, Vec<Invalidation>>,
     /// Invalidation files in listing order (file order decides which reason is kept).
     invalidation_order: Vec<String>,
@@ -153,9 +155,7 @@ impl PageReader {
         self.refresh(storage)?;
         let from = query.from;
         let decisions: Vec<&DecisionRecord> = self
-            .decisions
-            .values()
-            .flatten()
+            .decisions_in_order()
             .filter(|d| d.last_sample >= from)
             .collect();
         let index = Index::from_parts(
@@ -163,8 +163,9 @@ impl PageReader {
             self.ranges(|_, last| last >= from),
             Cow::Borrowed(&self.trajectories),
         );
-        let spans = self.spans(&logged, |first, last| last >= from && first <= last);
+        let spans = self.spans(&logged, |_, last| last >= from);
         let mut batches: Vec<SampleBatch> = logged;
+        let mut files = FileCache::default();
         let mut heap: BinaryHeap<Reverse<(u64, usize, usize)>> = BinaryHeap::new();
         let mut page = Page::new(query);
         let mut last_offered: Option<u64> = None;
@@ -185,7 +186,7 @@ impl PageReader {
                 }
             }
             let Some(span) = spans.get(next) else { break };
-            let added = self.read_span(storage, span, &mut batches)?;
+            let added = read_span(storage, span, &mut files, &mut batches)?;
             for b in added {
                 let batch = &batches[b];
                 for (i, &id) in batch.sample_id.iter().enumerate() {
@@ -222,13 +223,14 @@ impl PageReader {
         };
         let spans = self.spans(&logged, holds_wanted);
         let mut batches = Vec::new();
+        let mut files = FileCache::default();
         let mut logged = logged.into_iter().map(Some).collect::<Vec<_>>();
         for span in &spans {
             match &span.source {
                 Source::Logged(b) => batches.extend(logged[*b].take()),
                 Source::Group { .. } => {
                     let mut read = Vec::new();
-                    self.read_span(storage, span, &mut read)?;
+                    read_span(storage, span, &mut files, &mut read)?;
                     batches.extend(read);
                 }
             }
@@ -236,9 +238,7 @@ impl PageReader {
         let data = LedgerData {
             samples: batches,
             decisions: self
-                .decisions
-                .values()
-                .flatten()
+                .decisions_in_order()
                 .filter(|d| d.last_sample >= low && d.first_sample <= high)
                 .cloned()
                 .collect(),
@@ -302,35 +302,11 @@ impl PageReader {
         spans
     }
 
-    /// Reads `span`'s rows into `batches` (a logged span is there already); the indices
-    /// of the batches it added.
-    fn read_span(
-        &self,
-        storage: &Storage,
-        span: &Span,
-        batches: &mut Vec<SampleBatch>,
-    ) -> Result<Vec<usize>, LedgerError> {
-        match &span.source {
-            Source::Logged(b) => Ok(vec![*b]),
-            Source::Group {
-                path,
-                is_log,
-                index,
-            } => {
-                let mut data = LedgerData::default();
-                data.read_bytes(
-                    storage,
-                    Table::Samples,
-                    path,
-                    *is_log,
-                    storage.get(path)?,
-                    Some(vec![*index]),
-                )?;
-                let start = batches.len();
-                batches.extend(data.samples);
-                Ok((start..batches.len()).collect())
-            }
-        }
+    /// The decision records it holds, in file order.
+    fn decisions_in_order(&self) -> impl Iterator<Item = &DecisionRecord> {
+        self.decision_order
+            .iter()
+            .flat_map(|p| self.decisions.get(p).into_iter().flatten())
     }
 
     /// Brings what it knows of the files up to the ledger's listing now.
@@ -355,36 +331,18 @@ impl PageReader {
         self.decisions.retain(|p, _| present.contains(p.as_str()));
         for path in &decisions {
             if !self.decisions.contains_key(path) {
-                let mut data = LedgerData::default();
-                data.read_bytes(
-                    storage,
-                    Table::Decisions,
-                    path,
-                    false,
-                    storage.get(path)?,
-                    None,
-                )?;
+                let data = read_whole(storage, Table::Decisions, path)?;
                 self.decisions.insert(path.clone(), data.decisions);
             }
         }
+        self.decision_order = decisions;
         let invalidations = table_files(storage, Table::Invalidations)?;
         if invalidations != self.invalidation_order {
             let mut known = std::mem::take(&mut self.invalidations);
             for path in &invalidations {
                 let records = match known.remove(path) {
                     Some(records) => records,
-                    None => {
-                        let mut data = LedgerData::default();
-                        data.read_bytes(
-                            storage,
-                            Table::Invalidations,
-                            path,
-                            false,
-                            storage.get(path)?,
-                            None,
-                        )?;
-                        data.invalidations
-                    }
+                    None => read_whole(storage, Table::Invalidations, path)?.invalidations,
                 };
                 self.invalidations.insert(path.clone(), records);
             }
@@ -394,6 +352,60 @@ impl PageReader {
         }
         Ok(())
     }
+}
+
+/// Whole files read during one call, by path: a page or a report that needs several row
+/// groups of one file fetches it once.
+#[derive(Default)]
+struct FileCache(HashMap<String, Bytes>);
+
+impl FileCache {
+    fn get(&mut self, storage: &Storage, path: &str) -> Result<Bytes, LedgerError> {
+        if let Some(bytes) = self.0.get(path) {
+            return Ok(bytes.clone());
+        }
+        let bytes = storage.get(path)?;
+        self.0.insert(path.to_string(), bytes.clone());
+        Ok(bytes)
+    }
+}
+
+/// Reads `span`'s rows into `batches` (a logged span is there already); the indices of
+/// the batches it added.
+fn read_span(
+    storage: &Storage,
+    span: &Span,
+    files: &mut FileCache,
+    batches: &mut Vec<SampleBatch>,
+) -> Result<Vec<usize>, LedgerError> {
+    match &span.source {
+        Source::Logged(b) => Ok(vec![*b]),
+        Source::Group {
+            path,
+            is_log,
+            index,
+        } => {
+            let mut data = LedgerData::default();
+            data.read_bytes(
+                storage,
+                Table::Samples,
+                path,
+                *is_log,
+                files.get(storage, path)?,
+                Some(vec![*index]),
+            )?;
+            let start = batches.len();
+            batches.extend(data.samples);
+            Ok((start..batches.len()).collect())
+        }
+    }
+}
+
+/// Every row of the (decision or invalidation) file at `path`.
+fn read_whole(storage: &Storage, table: Table, path: &str) -> Result<LedgerData, LedgerError> {
+    let mut data = LedgerData::default();
+    data.read_bytes(storage, table, path, false, storage.get(path)?, None)?;
+    Ok(data)
 }
 
 /// The row groups of the sample file `bytes` at `path`, with their `sample_id` spans from

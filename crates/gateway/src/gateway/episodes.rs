@@ -162,6 +162,9 @@ impl Gateway {
             .filter(|e| e.status != EpisodeStatus::Ended && now - e.last_activity_ns > limit)
             .map(|e| e.id)
             .collect();
+        // The timed-out unsafe actions' trajectories invalidated in one write, durable
+        // before any of their episodes is journalled as ended.
+        let mut invalidations = Vec::new();
         for &id in &idle {
             let pending = state.episodes[&id].pending;
             let unsafe_pending = pending
@@ -173,16 +176,26 @@ impl Gateway {
                 let text = format!(
                     "episode {id} timed out with unsafe action {p} outstanding: status unknown"
                 );
-                if let Err(e) = self.invalidate_and_restart(
+                match self.restart_trajectory(
                     &mut state,
                     id,
                     ReasonCode::StatusUnknown,
                     &text,
                     "gateway",
                 ) {
-                    tracing::warn!(component = "gateway", error = %e, "could not invalidate a timed-out trajectory");
+                    Ok(p) => invalidations.push(p),
+                    Err(e) => {
+                        tracing::warn!(component = "gateway", error = %e, "could not invalidate a timed-out trajectory")
+                    }
                 }
             }
+        }
+        for p in invalidations {
+            if let Err(e) = p.wait() {
+                tracing::warn!(component = "gateway", error = %e, "a timed-out trajectory's invalidation is not durable yet");
+            }
+        }
+        for &id in &idle {
             if let Err(e) = self.close_episode(&mut state, id) {
                 tracing::warn!(component = "gateway", error = %e, "could not journal a timed-out episode");
             }

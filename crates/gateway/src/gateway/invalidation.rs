@@ -40,7 +40,7 @@ impl Gateway {
         if strata_ledger::is_blank(&req.text) {
             return Err(RequestError::invalid("text is empty: say why"));
         }
-        self.ledger.invalidate(Invalidation {
+        let pending = self.ledger.invalidate_pending(Invalidation {
             target,
             reason,
             text: req.text,
@@ -48,10 +48,12 @@ impl Gateway {
             rules_version: self.ledger.current().map_or(0, |(_, r)| r.version),
             at_ns: now_ns(),
         })?;
+        // The learner is told at once: it trains on none of it while the write lands.
         match target {
             Target::Trajectory { id } => self.inbox.invalidate(id),
             Target::Samples { first, last } => self.inbox.invalidate_samples(first, last),
         }
+        pending.wait()?;
         Ok(serde_json::json!({ "invalidated": target }))
     }
 

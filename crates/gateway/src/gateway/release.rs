@@ -376,23 +376,23 @@ impl Gateway {
         for id in running {
             let from = state.episodes[&id].version;
             let text = format!("forced switch from version {from} to {version}");
-            pending.push(self.restart_trajectory(
-                state,
-                id,
-                ReasonCode::VersionSwitch,
-                &text,
-                author,
-            )?);
+            let p = self.restart_trajectory(state, id, ReasonCode::VersionSwitch, &text, author)?;
+            pending.push((id, Some(p)));
             let e = state.episodes.get_mut(&id).expect("episode");
             e.version = version;
             e.reset_memory();
             e.channel = Channel::Stable;
             e.bucket = self.stable_bucket();
-            self.journal_episode(state, id)?;
         }
-        // Every switched trajectory's invalidation durable before the switch is answered.
-        for p in pending {
-            p.wait()?;
+        // Every switched trajectory's invalidation durable (in one write) before a switch
+        // is journalled or answered: a journal never names a switch the ledger lacks.
+        for (_, p) in &mut pending {
+            if let Some(p) = p.take() {
+                p.wait()?;
+            }
+        }
+        for (id, _) in pending {
+            self.journal_episode(state, id)?;
         }
         Ok(())
     }

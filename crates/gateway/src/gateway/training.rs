@@ -31,16 +31,14 @@ impl Gateway {
             .map(Bucket::new)
             .transpose()
             .map_err(|e| RequestError::invalid(format!("bucket: {e}")))?;
-        let from = match (query.cursor, query.after) {
-            (Some(_), Some(_)) => {
-                return Err(RequestError::invalid(
-                    "give `cursor` (from this id on) or `after` (after this id), not both",
-                ))
-            }
-            (Some(cursor), None) => cursor,
-            (None, Some(after)) => after.saturating_add(1),
-            (None, None) => 0,
-        };
+        if query.after.is_some() {
+            // Refused, not translated: a trainer that passes today's `next_cursor` (one
+            // past the last id looked at) as `after` would skip a sample a page.
+            return Err(RequestError::invalid(
+                "`after` is gone: page with `cursor`, passing each page's `next_cursor` (where to go on from; omit it for the first page)",
+            ));
+        }
+        let from = query.cursor.unwrap_or(0);
         let learner_version = match query.learner_version {
             Some(v) => {
                 self.require_version_number(v)?;
