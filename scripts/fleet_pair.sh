@@ -29,7 +29,7 @@ rate() {
         >"$dir/fleet.log" 2>&1 || true
     kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["fleet"]; print(f"{r[\"steps\"]/r[\"seconds\"]:.0f}")' \
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["fleet"]; print(round(r["steps"]/r["seconds"]))' \
         "$dir/fleet.json"
 }
 

@@ -283,8 +283,6 @@ pub struct Ledger {
     next_sample_id: AtomicU64,
     registry: Mutex<Registry>,
     send_timeout: Duration,
-    /// The writer's flush interval (a duplicate record waits for the next flush).
-    flush_interval: Duration,
     /// The thread compacting the sample log every `compact_every`, and the queue whose
     /// closing stops it.
     compactor: Option<(std::sync::mpsc::SyncSender<()>, JoinHandle<()>)>,
@@ -305,9 +303,16 @@ impl Pending {
     /// # Errors
     /// The storage failure that kept it off disk, or no answer within the writer's bound.
     pub fn wait(self) -> Result<(), LedgerError> {
-        self.answer
-            .recv_timeout(self.timeout)
-            .map_err(|_| LedgerError::Writer(format!("no answer to {}", self.what)))?
+        self.answer.recv_timeout(self.timeout).map_err(|e| {
+            LedgerError::Writer(match e {
+                crossbeam_channel::RecvTimeoutError::Timeout => {
+                    format!("no answer to {} within {:?}", self.what, self.timeout)
+                }
+                crossbeam_channel::RecvTimeoutError::Disconnected => {
+                    format!("the writer stopped before {} was durable", self.what)
+                }
+            })
+        })?
     }
 }
 
@@ -419,7 +424,6 @@ impl Ledger {
             next_sample_id: AtomicU64::new(max_id.max(stranded_max).map_or(0, |m| m + 1)),
             registry: Mutex::new(registry),
             send_timeout: config.send_timeout,
-            flush_interval: config.flush_interval,
             compactor: None,
         };
         let mut ledger = ledger;
@@ -625,9 +629,9 @@ impl Ledger {
 
     /// Records a repeated idempotency key that the caller recognised itself (a retried
     /// report the gateway already stored; the sample is not stored again), returning once
-    /// the record is durable: it is written by the writer's next flush (due within the
-    /// flush interval; it does not force one), so an agent told "duplicate" can rely on
-    /// the record surviving a crash.
+    /// the record is durable: written at once in a file of its own (with the duplicates
+    /// and invalidations queued beside it), so an agent told "duplicate" can rely on the
+    /// record surviving a crash, without waiting for the next flush.
     ///
     /// # Errors
     /// [`LedgerError::Rejected`] for an empty key, or a writer or storage failure (then
@@ -637,7 +641,7 @@ impl Ledger {
         let (reply, answer) = bounded(1);
         self.send(Message::Duplicate(row, reply))?;
         answer
-            .recv_timeout(self.send_timeout * 6 + self.flush_interval)
+            .recv_timeout(self.send_timeout * 6)
             .map_err(|_| LedgerError::Writer("no answer to a duplicate record".into()))?
     }
 

@@ -174,6 +174,11 @@ impl Storage {
             what: format!("writing {name}"),
             source,
         };
+        // A write of a file or two (an invalidation, a duplicate: answered as soon as they
+        // are durable) syncs those files and their directories: a filesystem-wide sync
+        // waits for whatever else the disk is writing, and a gateway commits such records
+        // many times a second beside its reports' append log.
+        let few = files.len() <= FEW_FILES;
         let written: Vec<(String, std::io::Result<std::path::PathBuf>)> = files
             .into_iter()
             .map(|(name, bytes)| {
@@ -187,7 +192,15 @@ impl Storage {
                 let dir = target.parent().unwrap_or(root);
                 let tmp = dir.join(format!(".{}-{n}{STAGED_SUFFIX}", std::process::id()));
                 let result = std::fs::create_dir_all(dir)
-                    .and_then(|()| std::fs::write(&tmp, &bytes))
+                    .and_then(|()| {
+                        if few {
+                            let mut f = std::fs::File::create(&tmp)?;
+                            std::io::Write::write_all(&mut f, &bytes)?;
+                            f.sync_data()
+                        } else {
+                            std::fs::write(&tmp, &bytes)
+                        }
+                    })
                     .map(|()| tmp);
                 (name, result)
             })
@@ -205,6 +218,9 @@ impl Storage {
         }
         if staged.is_empty() {
             return results;
+        }
+        if few {
+            return self.place_few(root, staged, results);
         }
         if let Err(e) = sync_filesystem(root) {
             let e: SharedError = Arc::new(e);
@@ -230,6 +246,36 @@ impl Storage {
                         results[*i] = Err(failed(&format!("{name} (syncing names)"), e.clone()));
                     }
                 }
+            }
+        }
+        results
+    }
+
+    /// Puts a few staged files (their data synced) in place, then syncs every directory
+    /// from each file's up to the root, so that the names, and any directory made for
+    /// them, are durable.
+    fn place_few(
+        &self,
+        root: &std::path::Path,
+        staged: Vec<(usize, std::path::PathBuf, String)>,
+        mut results: Vec<Result<(), LedgerError>>,
+    ) -> Vec<Result<(), LedgerError>> {
+        let failed = |name: &str, source: std::io::Error| LedgerError::Storage {
+            what: format!("writing {name}"),
+            source: Arc::new(source),
+        };
+        for (i, tmp, name) in &staged {
+            let target = root.join(name);
+            let synced = rename_no_replace(tmp, &target).and_then(|()| {
+                let mut dir = target.parent();
+                while let Some(d) = dir.filter(|d| d.starts_with(root)) {
+                    std::fs::File::open(d)?.sync_all()?;
+                    dir = d.parent();
+                }
+                Ok(())
+            });
+            if let Err(e) = synced {
+                results[*i] = Err(failed(name, e));
             }
         }
         results
@@ -312,6 +358,9 @@ impl Storage {
         Ok(names)
     }
 }
+
+/// Files a write syncs one by one rather than with one filesystem-wide sync.
+const FEW_FILES: usize = 2;
 
 /// Makes everything written to the filesystem holding `root` durable: `syncfs` on Linux (one
 /// call for all files and directory entries), `sync` elsewhere on Unix.
