@@ -558,18 +558,7 @@ impl Writer {
     /// per buffer).
     fn commit_records(&mut self) {
         let mut taken = Vec::new();
-        if !self.invalidations.is_empty() {
-            let rows = std::mem::take(&mut self.invalidations);
-            let arrow = schema::invalidations_to_arrow(&rows);
-            let name = self.file_name(Table::Invalidations.name());
-            taken.push((Taken::Invalidations(rows), name, arrow));
-        }
-        if !self.duplicates.is_empty() {
-            let rows = std::mem::take(&mut self.duplicates);
-            let arrow = schema::duplicates_to_arrow(&rows);
-            let name = self.file_name(Table::Duplicates.name());
-            taken.push((Taken::Duplicates(rows), name, arrow));
-        }
+        self.take_records(&mut taken);
         let result = if taken.is_empty() {
             Ok(())
         } else {
@@ -582,6 +571,22 @@ impl Writer {
         };
         for reply in self.awaiting_records.drain(..) {
             let _ = reply.send(result.clone());
+        }
+    }
+
+    /// Takes the buffered invalidations and duplicates for writing, a file each.
+    fn take_records(&mut self, taken: &mut Vec<(Taken, String, arrow_array::RecordBatch)>) {
+        if !self.invalidations.is_empty() {
+            let rows = std::mem::take(&mut self.invalidations);
+            let arrow = schema::invalidations_to_arrow(&rows);
+            let name = self.file_name(Table::Invalidations.name());
+            taken.push((Taken::Invalidations(rows), name, arrow));
+        }
+        if !self.duplicates.is_empty() {
+            let rows = std::mem::take(&mut self.duplicates);
+            let arrow = schema::duplicates_to_arrow(&rows);
+            let name = self.file_name(Table::Duplicates.name());
+            taken.push((Taken::Duplicates(rows), name, arrow));
         }
     }
 
@@ -618,18 +623,7 @@ impl Writer {
             let arrow = schema::decisions_to_arrow(&rows);
             taken.push((Taken::Decisions(bucket, rows), self.file_name(&dir), arrow));
         }
-        if !self.invalidations.is_empty() {
-            let rows = std::mem::take(&mut self.invalidations);
-            let arrow = schema::invalidations_to_arrow(&rows);
-            let name = self.file_name(Table::Invalidations.name());
-            taken.push((Taken::Invalidations(rows), name, arrow));
-        }
-        if !self.duplicates.is_empty() {
-            let rows = std::mem::take(&mut self.duplicates);
-            let arrow = schema::duplicates_to_arrow(&rows);
-            let name = self.file_name(Table::Duplicates.name());
-            taken.push((Taken::Duplicates(rows), name, arrow));
-        }
+        self.take_records(&mut taken);
         if !self.generations.is_empty() {
             let rows = std::mem::take(&mut self.generations);
             let arrow = schema::generations_to_arrow(&rows);

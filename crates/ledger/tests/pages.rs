@@ -43,8 +43,8 @@ fn record(id: u64, trajectory: u64, step: u32, version: u64, bucket: &Bucket) ->
         fragment: None,
         action: Some("1".into()),
         behaviour_log_prob: Some(-0.5),
-        observation: (id % 11 != 0).then(|| vec![0; 4 * OBS_DIM]),
-        next_observation: (id % 11 != 0).then(|| vec![0; 4 * OBS_DIM]),
+        observation: (!id.is_multiple_of(11)).then(|| vec![0; 4 * OBS_DIM]),
+        next_observation: (!id.is_multiple_of(11)).then(|| vec![0; 4 * OBS_DIM]),
     }
 }
 
