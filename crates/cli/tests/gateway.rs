@@ -111,6 +111,20 @@ fn retry<T>(
     }
 }
 
+/// Waits until the clients have had `n` acknowledgements (at most two minutes: a load
+/// that stalls fails the test).
+fn wait_for_acks<T>(acked: &Mutex<Vec<T>>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while acked.lock().unwrap().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "load stalled at {}",
+            acked.lock().unwrap().len()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
     let dir = tempfile::tempdir().unwrap();
@@ -149,17 +163,7 @@ fn kill_9_under_load_loses_no_acknowledged_report_and_stores_no_duplicate() {
             })
         })
         .collect();
-    let wait_for = |n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while acked.lock().unwrap().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "load stalled at {}",
-                acked.lock().unwrap().len()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let wait_for = |n: usize| wait_for_acks(&acked, n);
     for round in 1..=2 {
         wait_for(round * 400);
         child.kill().unwrap(); // SIGKILL under load
@@ -314,17 +318,7 @@ fn kill_9_loses_no_acknowledged_invalidation_among_records_and_reports() {
             }
         })
     });
-    let wait_for = |n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while acked.lock().unwrap().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "load stalled at {}",
-                acked.lock().unwrap().len()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
+    let wait_for = |n: usize| wait_for_acks(&acked, n);
     for round in 1..=3 {
         wait_for(round * 250);
         std::thread::sleep(random_pause());

@@ -35,12 +35,15 @@ mod arrow_codec;
 mod bindings;
 mod bucket;
 mod compact;
+mod config;
 mod curves;
+mod error;
 mod integrity;
 mod layout;
 mod manifest;
 mod merge;
 mod pages;
+mod pending;
 mod reader;
 mod record;
 mod rules;
@@ -48,6 +51,7 @@ mod samples;
 mod schema;
 mod storage;
 mod writer;
+mod writer_shared;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -69,9 +73,12 @@ pub use analysis::{
 };
 pub use bucket::{bucket_char, Bucket, InvalidBucket};
 pub use compact::{compact, recover};
+pub use config::LedgerConfig;
 pub use curves::{curves, lag_histogram, Curves, EpisodePoint, VersionSwitch};
+pub use error::{LedgerError, SharedError};
 pub use manifest::{manifest_batches, write_manifest, ManifestFormat};
 pub use pages::PageReader;
+pub use pending::Pending;
 pub use reader::LedgerData;
 pub use record::{
     is_blank, now_ns, DecisionKind, DecisionRecord, DuplicateRecord, GenerationRecord,
@@ -129,117 +136,6 @@ fn newest_ids_and_keys(storage: &Storage) -> Result<(Option<u64>, KeyWindow), Le
     ))
 }
 
-/// A failure kept with its cause, shareable: one flush's result answers every caller in
-/// its group commit.
-pub type SharedError = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-
-/// Ledger failures.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum LedgerError {
-    /// The storage location failed while doing `what`.
-    #[error("ledger storage: {what}: {source}")]
-    Storage {
-        /// What was being done (naming the object).
-        what: String,
-        /// The failure.
-        source: SharedError,
-    },
-    /// A stored file is unreadable, foreign or misplaced.
-    #[error("ledger file {path}: {reason}")]
-    BadFile {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Admission rules failed validation.
-    #[error("invalid admission rules: {0}")]
-    InvalidRules(String),
-    /// A rules version that was never registered.
-    #[error("unknown admission-rules version {0}")]
-    UnknownRulesVersion(u64),
-    /// A policy version with no rules bound.
-    #[error("unknown policy version {0}: no admission rules were bound to it")]
-    UnknownPolicyVersion(u64),
-    /// Bad input to an append.
-    #[error("rejected: {0}")]
-    Rejected(String),
-    /// The writer thread is gone or did not answer in time.
-    #[error("ledger writer: {0}")]
-    Writer(String),
-    /// Another process writes this (local) ledger: one writer per directory.
-    #[error("{0}")]
-    InUse(String),
-}
-
-/// Where and how a ledger writes.
-#[derive(Clone, Debug)]
-pub struct LedgerConfig {
-    /// A directory or an object-store URL.
-    pub location: String,
-    /// Flush when this many rows are buffered.
-    pub flush_rows: usize,
-    /// Flush when the oldest buffered row is this old.
-    pub flush_interval: Duration,
-    /// Messages the writer's queue holds.
-    pub queue: usize,
-    /// How long an append waits for room in the queue.
-    pub send_timeout: Duration,
-    /// Recover when opening: remove staged leftovers and compact sample log files left by
-    /// an interrupted run. Only one process
-    /// may compact a ledger at a time: leave this off for a second handle (an operator's
-    /// invalidation) while a run is writing.
-    pub compact_on_open: bool,
-    /// With `compact_on_open`, compact the sample log this often while writing (a thread
-    /// of the ledger's own), so that closing or reopening a ledger written for hours or
-    /// weeks compacts only the last stretch: an hour of CartPole training (49M samples)
-    /// left a sample log whose compaction at close outlasted the close's wait. `None`:
-    /// only when closed or opened.
-    pub compact_every: Option<Duration>,
-}
-
-impl LedgerError {
-    /// Whether this is a storage failure because an object is not there (a file removed
-    /// while it was being read).
-    pub(crate) fn is_not_found(&self) -> bool {
-        let LedgerError::Storage { source, .. } = self else {
-            return false;
-        };
-        source
-            .downcast_ref::<object_store::Error>()
-            .is_some_and(|e| matches!(e, object_store::Error::NotFound { .. }))
-            || source
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-    }
-
-    /// A storage failure while doing `what`.
-    pub fn storage(
-        what: impl Into<String>,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        LedgerError::Storage {
-            what: what.into(),
-            source: SharedError::from(source.into()),
-        }
-    }
-}
-
-impl LedgerConfig {
-    /// Defaults for `location`: flush every 64 Ki rows or 1 s.
-    pub fn new(location: impl Into<String>) -> Self {
-        LedgerConfig {
-            location: location.into(),
-            flush_rows: 64 * 1024,
-            flush_interval: Duration::from_secs(1),
-            queue: 256,
-            send_timeout: Duration::from_secs(10),
-            compact_on_open: true,
-            compact_every: Some(Duration::from_secs(60)),
-        }
-    }
-}
-
 #[derive(Default)]
 struct Registry {
     rules: HashMap<u64, VersionedRules>,
@@ -286,34 +182,6 @@ pub struct Ledger {
     /// The thread compacting the sample log every `compact_every`, and the queue whose
     /// closing stops it.
     compactor: Option<(std::sync::mpsc::SyncSender<()>, JoinHandle<()>)>,
-}
-
-/// A write on its way to disk: [`Pending::wait`] returns once it is durable.
-#[must_use = "a pending write is acknowledged only once `wait` returns"]
-#[derive(Debug)]
-pub struct Pending {
-    answer: crossbeam_channel::Receiver<Result<(), LedgerError>>,
-    timeout: Duration,
-    what: &'static str,
-}
-
-impl Pending {
-    /// Waits until the write is durable.
-    ///
-    /// # Errors
-    /// The storage failure that kept it off disk, or no answer within the writer's bound.
-    pub fn wait(self) -> Result<(), LedgerError> {
-        self.answer.recv_timeout(self.timeout).map_err(|e| {
-            LedgerError::Writer(match e {
-                crossbeam_channel::RecvTimeoutError::Timeout => {
-                    format!("no answer to {} within {:?}", self.what, self.timeout)
-                }
-                crossbeam_channel::RecvTimeoutError::Disconnected => {
-                    format!("the writer stopped before {} was durable", self.what)
-                }
-            })
-        })?
-    }
 }
 
 impl std::fmt::Debug for Ledger {
@@ -620,11 +488,11 @@ impl Ledger {
         }
         let (reply, answer) = bounded(1);
         self.send(Message::Invalidate(inv, reply))?;
-        Ok(Pending {
+        Ok(Pending::new(
             answer,
-            timeout: self.send_timeout * 6,
-            what: "an invalidation",
-        })
+            self.send_timeout * 6,
+            "an invalidation",
+        ))
     }
 
     /// Records a repeated idempotency key that the caller recognised itself (a retried
