@@ -203,20 +203,34 @@ pub enum ArrayDtype {
 }
 
 /// An array is values, an object is an encoded array: each with its own error messages
-/// (an untagged enum would say only that neither matched).
+/// (an untagged enum would say only that neither matched). Read straight from the
+/// request, never through a `serde_json::Value` (a value per number: for a picture sent as
+/// numbers, tens of thousands of allocations per request).
 impl<'de> Deserialize<'de> for Observation {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ObservationVisitor)
+    }
+}
+
+struct ObservationVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ObservationVisitor {
+    type Value = Observation;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of numbers or an encoded array object")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Observation, A::Error> {
+        Vec::<f32>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+            .map(Observation::Values)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Observation, A::Error> {
         use serde::de::Error;
-        let value = serde_json::Value::deserialize(deserializer)?;
-        if value.is_object() {
-            serde_json::from_value(value)
-                .map(Observation::Encoded)
-                .map_err(|e| D::Error::custom(format!("encoded observation: {e}")))
-        } else {
-            serde_json::from_value(value)
-                .map(Observation::Values)
-                .map_err(D::Error::custom)
-        }
+        EncodedArray::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            .map(Observation::Encoded)
+            .map_err(|e| A::Error::custom(format!("encoded observation: {e}")))
     }
 }
 

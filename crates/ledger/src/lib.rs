@@ -38,6 +38,7 @@ mod compact;
 mod config;
 mod curves;
 mod error;
+mod group_commit;
 mod integrity;
 mod layout;
 mod manifest;
@@ -281,7 +282,10 @@ impl Ledger {
         );
         let handle = std::thread::Builder::new()
             .name("strata-ledger".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || {
+                storage::batch_scheduling();
+                writer.run(rx)
+            })
             .map_err(|e| LedgerError::Writer(format!("cannot start the writer thread: {e}")))?;
         let ledger = Ledger {
             storage,

@@ -289,8 +289,14 @@ fn position_after(fields: &[Field], name: &str) -> usize {
         .map_or(fields.len(), |i| i + 1)
 }
 
-/// Schema of the samples table (bucket and generation are in the path).
+/// Schema of the samples table (bucket and generation are in the path). Built once: every
+/// durable append converts a batch with it.
 pub fn arrow_schema() -> SchemaRef {
+    static SCHEMA: std::sync::LazyLock<SchemaRef> = std::sync::LazyLock::new(build_schema);
+    SCHEMA.clone()
+}
+
+fn build_schema() -> SchemaRef {
     let mut fields = stored_fields();
     let at = position_after(&fields, "policy_version");
     fields.insert(at, Field::new(CONFIG_HASH, DataType::Utf8, false));

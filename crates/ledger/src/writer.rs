@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::append_log::AppendLog;
 use crate::bucket::Bucket;
+use crate::group_commit::GroupCommit;
 use crate::integrity::{Integrity, RowFacts};
 use crate::layout::{bucket_dir, data_file, sample_file};
 use crate::record::{
@@ -102,6 +103,8 @@ pub(crate) struct Writer {
     awaiting_records: Vec<Sender<Result<(), LedgerError>>>,
     /// Durable appends of a local ledger; `None` for an object store (a flush then).
     append_log: Option<AppendLog>,
+    /// How long a durable append waits for others to share its sync.
+    group_commit: GroupCommit,
 }
 
 impl Writer {
@@ -133,6 +136,7 @@ impl Writer {
             invalidated: HashSet::new(),
             invalidated_order: std::collections::VecDeque::new(),
             awaiting_records: Vec::new(),
+            group_commit: GroupCommit::default(),
         }
     }
 
@@ -413,8 +417,25 @@ impl Writer {
             w.ingest(batch);
         };
         take(self, first);
-        while let Ok(m) = messages.try_recv() {
-            match self.absorb(m) {
+        let began = Instant::now();
+        let linger = self.group_commit.linger();
+        loop {
+            let message = match messages.try_recv() {
+                Ok(m) => m,
+                Err(_) => {
+                    // Nothing queued: wait a little for the concurrent writers' appends
+                    // to share this sync (see `GroupCommit`), unless there is no one else.
+                    let left = linger.saturating_sub(began.elapsed());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match messages.recv_timeout(left) {
+                        Ok(m) => m,
+                        Err(_) => break,
+                    }
+                }
+            };
+            match self.absorb(message) {
                 Some(Message::DurableSamples(b, r)) => {
                     take(self, *b);
                     replies.push(r);
@@ -431,12 +452,14 @@ impl Writer {
             .into_values()
             .map(|b| (b.bucket.clone(), crate::samples::to_arrow(&b)))
             .collect();
+        let synced = Instant::now();
         let result = match self.append_log.as_mut() {
             Some(log) => log
                 .append(&logged)
                 .map_err(|e| LedgerError::storage("appending to the durable log", e)),
             None => self.flush(),
         };
+        self.group_commit.record(replies.len(), synced.elapsed());
         for r in replies {
             let _ = r.send(result.clone());
         }

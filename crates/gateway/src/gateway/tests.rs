@@ -300,6 +300,33 @@ fn encoded_observations_act_as_their_values_and_bad_ones_are_named() {
         message.contains("encoded observation: unknown variant `float32`"),
         "{message}"
     );
+    // Read from the request's bytes as the server does: numbers, an encoded object, and
+    // anything else refused naming both forms.
+    let parse = |text: &str| {
+        serde_json::from_str::<ActRequest>(&format!(
+            r#"{{"observation": {text}, "env_seq": 1, "idempotency_key": "k"}}"#
+        ))
+    };
+    assert_eq!(
+        parse("[0.5, -1, 2e3]").unwrap().observation,
+        Observation::Values(vec![0.5, -1.0, 2000.0])
+    );
+    let bytes = parse(r#"{"dtype": "uint8", "shape": [1], "base64": "AA=="}"#).unwrap();
+    assert!(matches!(bytes.observation, Observation::Encoded(_)));
+    let text = parse(r#""0.5""#).unwrap_err().to_string();
+    assert!(
+        text.contains("expected an array of numbers or an encoded array object"),
+        "{text}"
+    );
+    let mixed = parse(r#"[0.5, "x"]"#).unwrap_err().to_string();
+    assert!(mixed.contains("invalid type: string"), "{mixed}");
+    let extra = parse(r#"{"dtype": "uint8", "shape": [1], "base64": "AA==", "x": 1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        extra.contains("encoded observation: unknown field `x`"),
+        "{extra}"
+    );
 }
 
 #[test]
