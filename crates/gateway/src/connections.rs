@@ -5,7 +5,7 @@
 //!
 //! Every answer a client can get is JSON `{error, status}`, except one: a request head
 //! larger than [`TRANSPORT_HEAD_BYTES`] is cut by hyper itself with a bare 431 (heads up
-//! to that size reach the router, which answers JSON; see `server::json_errors`).
+//! to that size reach the router, which answers JSON; see `server::limits`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
