@@ -115,13 +115,11 @@ pub fn run(cli: Cli) -> Result<()> {
                 println!("# core: {line}");
             }
             // The hash line is the one a run directory's `config.toml` opens with.
+            let header = strata_runtime::RunLayout::hash_header(&config.config_hash());
             if config.env.gym_target().is_some() {
-                println!(
-                    "# config hash {} (before the run records the env's layout, which it hashes too)",
-                    config.config_hash()
-                );
+                println!("{header} (before the run records the env's layout, which it hashes too)");
             } else {
-                println!("# config hash {}", config.config_hash());
+                println!("{header}");
             }
             print!("{}", config.to_toml());
             Ok(())

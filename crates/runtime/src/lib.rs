@@ -64,8 +64,10 @@ mod policy_store;
 mod presets;
 pub mod provenance;
 mod records;
+mod resume;
 pub mod run;
 mod run_dir;
+mod run_layout;
 mod telemetry;
 pub mod tensorboard;
 mod trainer;
@@ -76,9 +78,8 @@ mod worker;
 
 pub use buffer::{ExperienceBuffer, Fragment, RowWidths, SlotId, StepProvenance, WorkerState};
 pub use checkpoint::{
-    best_version, continue_run, find_version, group_digits, load_policy, pick_checkpoint,
-    read_checkpoint, resume_point, resume_run, save_checkpoint, CheckpointMeta, LoadedCheckpoint,
-    Policy, PolicyPick, TrainerState,
+    best_version, find_version, load_policy, pick_checkpoint, read_checkpoint, resume_point,
+    save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy, PolicyPick, TrainerState,
 };
 pub use config::{
     EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
@@ -99,7 +100,9 @@ pub use presets::{preset, preset_origin, DEFAULT_ENV};
 pub use records::{
     AdmissionCounts, InvalidFragment, Progress, StopReason, Summary, TimeBreakdown, UpdateRecord,
 };
+pub use resume::{continue_run, group_digits, resume_run};
 pub use run_dir::{utc_stamp, ClaimedDir, Existing, RunDir};
+pub use run_layout::RunLayout;
 pub use trainer::Trainer;
 pub use video::GifWriter;
 pub use worker::{WorkerCommand, WorkerError, WorkerEvent};

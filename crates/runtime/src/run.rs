@@ -4,10 +4,11 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::checkpoint::{save_checkpoint, BEST_DIR, BEST_EVAL};
+use crate::checkpoint::save_checkpoint;
 use crate::eval::EvalResult;
 use crate::records::{Summary, UpdateRecord};
 use crate::run_dir::RunDir;
+use crate::run_layout::{RunLayout, BEST_DIR, BEST_EVAL};
 use crate::trainer::Trainer;
 use crate::RuntimeError;
 
@@ -29,7 +30,7 @@ impl EvalSchedule {
     fn new(trainer: &Trainer, run_dir: &RunDir) -> Option<Self> {
         let report = &trainer.config().report;
         // A resumed run keeps the best it had.
-        let best = fs::read(run_dir.root().join(BEST_DIR).join(BEST_EVAL))
+        let best = fs::read(run_dir.layout().best_checkpoint().join(BEST_EVAL))
             .ok()
             .and_then(|text| serde_json::from_slice::<EvalResult>(&text).ok())
             .map(|e| e.mean_return);
@@ -92,7 +93,7 @@ impl EvalSchedule {
 /// Replaces `best/` with a checkpoint of the trainer's current version: written beside it
 /// first and renamed into place, so a crash leaves the old or the new one whole.
 fn save_best(trainer: &Trainer, run_dir: &RunDir, result: &EvalResult) -> Result<(), RuntimeError> {
-    let best = run_dir.root().join(BEST_DIR);
+    let best = run_dir.layout().best_checkpoint();
     let staged = run_dir.root().join(format!("{BEST_DIR}.new"));
     let old = run_dir.root().join(format!("{BEST_DIR}.old"));
     for stale in [&staged, &old] {
@@ -120,13 +121,12 @@ fn prune_checkpoints(run_dir: &RunDir, keep: usize) -> Result<(), RuntimeError> 
     if keep == 0 {
         return Ok(());
     }
-    let dir = run_dir.root().join("checkpoints");
+    let dir = run_dir.layout().periodic_checkpoints();
     let mut steps: Vec<(u64, PathBuf)> = fs::read_dir(&dir)
         .map_err(|e| RuntimeError::io(&dir, e))?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let step = name.strip_prefix("step-")?.parse().ok()?;
+            let step = RunLayout::periodic_step(&e.file_name().to_string_lossy())?;
             Some((step, e.path()))
         })
         .collect();
@@ -176,7 +176,7 @@ fn train_inner(
         let location = settings
             .location
             .clone()
-            .unwrap_or_else(|| run_dir.root().join("ledger").to_string_lossy().into_owned());
+            .unwrap_or_else(|| run_dir.layout().ledger().to_string_lossy().into_owned());
         let ledger = strata_ledger::Ledger::open(&strata_ledger::LedgerConfig {
             flush_rows: settings.flush_rows,
             flush_interval: std::time::Duration::from_secs_f64(settings.flush_interval_secs),
@@ -212,10 +212,7 @@ fn train_inner(
             }
         }
         if every > 0 && before / every != record.global_step / every {
-            let dir = run_dir
-                .root()
-                .join("checkpoints")
-                .join(format!("step-{}", record.global_step));
+            let dir = run_dir.layout().periodic_checkpoint(record.global_step);
             // Everything up to the checkpoint is durable in the ledger before it is written.
             trainer.flush_ledger()?;
             save_checkpoint(&trainer.state()?, &dir)?;

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
-use strata_runtime::{RunConfig, UpdateRecord};
+use strata_runtime::{RunConfig, RunLayout, UpdateRecord};
 
 use super::figures::{both_backends, generation_colour, padded, render, Axes, Draw, DrawResult};
 use super::html::{escape, DATA_ID};
@@ -85,8 +85,9 @@ pub(crate) fn run(dirs: &[PathBuf], out: Option<PathBuf>) -> Result<()> {
 
 fn load(dir: &Path) -> Result<Run> {
     let mut problems = Vec::new();
-    let (config, _) = read_config(&dir.join("config.toml"), true, &mut problems);
-    let updates: Vec<UpdateRecord> = read_lines(&dir.join("metrics.jsonl"), true, &mut problems);
+    let run = RunLayout::new(dir);
+    let (config, _) = read_config(&run.config(), true, &mut problems);
+    let updates: Vec<UpdateRecord> = read_lines(&run.metrics(), true, &mut problems);
     let Some(config) = config else {
         bail!("{}: {}", dir.display(), problems.join("; "));
     };

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use serde::de::DeserializeOwned;
 use strata_ledger::{LedgerData, Storage};
-use strata_runtime::{EvalResult, RunConfig, UpdateRecord};
+use strata_runtime::{EvalResult, RunConfig, RunLayout, UpdateRecord};
 
 /// A run directory as far as it could be read.
 pub(crate) struct RunData {
@@ -41,18 +41,24 @@ impl RunData {
         if !dir.is_dir() {
             bail!("{}: no such directory", dir.display());
         }
+        let run = RunLayout::new(dir);
         let known = [
-            "config.toml",
-            "metrics.jsonl",
-            "eval.jsonl",
-            "ledger",
-            "checkpoint",
+            run.config(),
+            run.metrics(),
+            run.evals(),
+            run.ledger(),
+            run.final_checkpoint(),
         ];
-        if !known.iter().any(|f| dir.join(f).exists()) {
+        if !known.iter().any(|f| f.exists()) {
+            let names: Vec<String> = known
+                .iter()
+                .filter_map(|f| f.file_name())
+                .map(|f| f.to_string_lossy().into_owned())
+                .collect();
             bail!(
                 "{}: not a run directory (none of {} is there; `strata train --run-dir` writes them)",
                 dir.display(),
-                known.join(", ")
+                names.join(", ")
             );
         }
         let mut problems = Vec::new();
@@ -60,13 +66,13 @@ impl RunData {
         // training's files: their absence is no problem there.
         let gateway = dir.join("journal.jsonl").exists();
         let expected = !gateway;
-        let (config, config_hash) = read_config(&dir.join("config.toml"), expected, &mut problems);
-        let updates = read_lines(&dir.join("metrics.jsonl"), expected, &mut problems);
-        let evals = read_lines(&dir.join("eval.jsonl"), expected, &mut problems);
+        let (config, config_hash) = read_config(&run.config(), expected, &mut problems);
+        let updates = read_lines(&run.metrics(), expected, &mut problems);
+        let evals = read_lines(&run.evals(), expected, &mut problems);
         let ledger_location = config
             .as_ref()
             .and_then(|c| c.ledger.location.clone())
-            .unwrap_or_else(|| dir.join("ledger").to_string_lossy().into_owned());
+            .unwrap_or_else(|| run.ledger().to_string_lossy().into_owned());
         let ledger = read_ledger(&ledger_location, &mut problems);
         Ok(RunData {
             gateway,
@@ -94,7 +100,7 @@ fn worth_reporting(e: &std::io::Error, expected: bool) -> bool {
     expected || e.kind() != std::io::ErrorKind::NotFound
 }
 
-/// The config and the hash recorded with it (`# config hash …`, written by `RunDir`).
+/// The config and the hash recorded with it (the header `RunLayout` writes).
 pub(crate) fn read_config(
     path: &Path,
     expected: bool,
@@ -112,11 +118,7 @@ pub(crate) fn read_config(
             return (None, None);
         }
     };
-    let hash = text
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("# config hash "))
-        .map(|h| h.trim().to_string());
+    let hash = RunLayout::saved_hash(&text);
     match RunConfig::from_saved_toml(&text) {
         Ok(c) => (Some(c), hash),
         Err(e) => {
