@@ -39,7 +39,9 @@ pub enum ArrayDtype {
 /// An array is values, an object is an encoded array: each with its own error messages
 /// (an untagged enum would say only that neither matched). Read straight from the
 /// request, never through a `serde_json::Value` (a value per number: for a picture sent as
-/// numbers, tens of thousands of allocations per request).
+/// numbers, tens of thousands of allocations per request). Each number is read as JSON's
+/// `f64` and cast to `f32`, so one beyond `f32`'s range becomes infinite and is refused by
+/// the finiteness check naming its index; an encoded array's fields may appear once each.
 impl<'de> Deserialize<'de> for Observation {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(ObservationVisitor)
@@ -55,15 +57,39 @@ impl<'de> serde::de::Visitor<'de> for ObservationVisitor {
         f.write_str("an array of numbers or an encoded array object")
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Observation, A::Error> {
-        Vec::<f32>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
-            .map(Observation::Values)
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Observation, A::Error> {
+        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element::<f64>()? {
+            values.push(v as f32);
+        }
+        Ok(Observation::Values(values))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Observation, A::Error> {
         use serde::de::Error;
         EncodedArray::deserialize(serde::de::value::MapAccessDeserializer::new(map))
             .map(Observation::Encoded)
-            .map_err(|e| A::Error::custom(format!("encoded observation: {e}")))
+            .map_err(|e| {
+                // The parser adds the position to what this returns: said once, not twice.
+                let message = e.to_string();
+                A::Error::custom(format!(
+                    "encoded observation: {}",
+                    without_position(&message)
+                ))
+            })
+    }
+}
+
+/// A serde_json message without its trailing ` at line L column C`.
+fn without_position(message: &str) -> &str {
+    match message.rfind(" at line ") {
+        Some(at)
+            if message[at + " at line ".len()..]
+                .split(" column ")
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            &message[..at]
+        }
+        _ => message,
     }
 }

@@ -327,6 +327,20 @@ fn encoded_observations_act_as_their_values_and_bad_ones_are_named() {
         extra.contains("encoded observation: unknown field `x`"),
         "{extra}"
     );
+    // The position is said once, by the parser.
+    assert_eq!(extra.matches(" at line ").count(), 1, "{extra}");
+    let twice = parse(r#"{"dtype": "uint8", "dtype": "uint8", "shape": [1], "base64": "AA=="}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(twice.contains("duplicate field `dtype`"), "{twice}");
+    // Beyond f32's range: infinite, then refused by the check that names the element.
+    let huge = parse("[1e39, 0.5]").unwrap().observation;
+    assert_eq!(huge, Observation::Values(vec![f32::INFINITY, 0.5]));
+    let refused = invalid(json!([1e39, 0.0, 0.0, 0.0]));
+    assert!(
+        refused.contains("observation[0] is not a finite number"),
+        "{refused}"
+    );
 }
 
 #[test]

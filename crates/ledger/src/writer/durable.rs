@@ -38,20 +38,29 @@ impl Writer {
         take(self, first);
         let began = Instant::now();
         let linger = self.group_commit.linger();
+        // What was queued when the group began, then what arrives within the linger: a
+        // producer that keeps the queue full never holds this group's answers back.
+        let mut queued = messages.len();
         loop {
-            let message = match messages.try_recv() {
-                Ok(m) => m,
-                Err(_) => {
-                    // Nothing queued: wait a little for the concurrent writers' appends
-                    // to share this sync (see `GroupCommit`), unless there is no one else.
-                    let left = linger.saturating_sub(began.elapsed());
-                    if left.is_zero() {
-                        break;
+            let message = if queued > 0 {
+                queued -= 1;
+                match messages.try_recv() {
+                    Ok(m) => m,
+                    Err(_) => {
+                        queued = 0;
+                        continue;
                     }
-                    match messages.recv_timeout(left) {
-                        Ok(m) => m,
-                        Err(_) => break,
-                    }
+                }
+            } else {
+                // Wait a little for the concurrent writers' appends to share this sync
+                // (see `GroupCommit`), unless there is no one else.
+                let left = linger.saturating_sub(began.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                match messages.recv_timeout(left) {
+                    Ok(m) => m,
+                    Err(_) => break,
                 }
             };
             match self.absorb(message) {
