@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::{storage, Ledger, LedgerError};
+use crate::{sched, Ledger, LedgerError};
 
 impl Ledger {
     /// Compacts the sample log written so far into generation partitions while the
@@ -31,7 +31,7 @@ impl Ledger {
         let handle = std::thread::Builder::new()
             .name("strata-ledger-compactor".into())
             .spawn(move || {
-                storage::lower_priority();
+                sched::lower_priority();
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(every)
                 {

@@ -2,8 +2,8 @@
 //! and one sync serves every append written before it. When appends come from many
 //! concurrent callers, a writer that syncs as soon as its queue is momentarily empty pays
 //! a sync for every two or three of them; waiting a little lets the callers already on
-//! their way share it. On a 2-core machine serving 16 agents that is 0.25 syncs per report
-//! against 0.1, and the syncs' kernel time is the gateway's largest cost after HTTP.
+//! their way share it. On a 2-core machine serving 16 agents, waiting took the syncs from
+//! 0.25 per report to 0.15.
 //!
 //! The wait is bounded by what sharing can save: it never exceeds the recent sync time
 //! (capped at [`MAX_LINGER`]), and a caller alone (the last group had one append) never

@@ -53,6 +53,7 @@ mod record;
 mod registry;
 mod rules;
 mod samples;
+mod sched;
 mod schema;
 mod storage;
 mod writer;

@@ -13,10 +13,10 @@ use parking_lot::Mutex;
 use crate::integrity::KeyWindow;
 use crate::registry::Registry;
 use crate::writer::{FlushPolicy, Message, Shared, Writer};
-use crate::{append_log, compact};
+use crate::{append_log, compact, sched};
 use crate::{
-    layout, storage, stored_rules, Ledger, LedgerConfig, LedgerData, LedgerError, SampleBatch,
-    Storage, KEY_WINDOW,
+    layout, stored_rules, Ledger, LedgerConfig, LedgerData, LedgerError, SampleBatch, Storage,
+    KEY_WINDOW,
 };
 
 /// The highest stored sample id, and the window of the newest stored idempotency keys:
@@ -148,7 +148,7 @@ impl Ledger {
         let handle = std::thread::Builder::new()
             .name("strata-ledger".into())
             .spawn(move || {
-                storage::batch_scheduling();
+                sched::batch_scheduling();
                 writer.run(rx)
             })
             .map_err(|e| LedgerError::Writer(format!("cannot start the writer thread: {e}")))?;

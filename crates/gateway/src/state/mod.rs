@@ -143,7 +143,6 @@ pub fn agent_key(agent: &str, key: &str) -> String {
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::Channel;

@@ -137,7 +137,8 @@ impl Writer {
 
     /// The thread's loop: until `Close` or every sender is gone.
     pub(crate) fn run(mut self, messages: Receiver<Message>) {
-        // Normal priority: a learner's checkpoint, a gateway's durable report and a
+        // Its full share of the CPU (`SCHED_BATCH`, set by the spawner: no preempting the
+        // threads it answers): a learner's checkpoint, a gateway's durable report and a
         // trainer's stop wait on this thread. At nice 10, with six busy processes on two
         // cores, a one-second Ctrl-C stop took ten. Only background compaction yields.
 

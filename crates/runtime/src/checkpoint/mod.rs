@@ -1,5 +1,5 @@
-//! Checkpoints: the file format ([`format`]: what a checkpoint holds and how it is
-//! written and verified) and discovery ([`discovery`]: which of a run's checkpoints a
+//! Checkpoints: the file format (`format`: what a checkpoint holds and how it is
+//! written and verified) and discovery (`discovery`: which of a run's checkpoints a
 //! command means). Where they sit in a run directory is [`crate::RunLayout`]'s; how a
 //! resumed run goes on is the `resume` module's.
 
