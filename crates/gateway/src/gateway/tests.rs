@@ -575,3 +575,54 @@ fn the_durable_horizon_waits_for_the_slowest_report() {
         "none in flight: the next id"
     );
 }
+
+#[test]
+fn a_recheck_in_memory_answers_only_what_needs_no_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = open(dir.path());
+    let (ana, bob) = (agent("agent-0"), agent("agent-1"));
+    let e = g.start_episode(&ana, request(json!({}))).unwrap();
+    let with_target = |key: &str| {
+        g.act(
+            &ana,
+            e.episode_id,
+            request(json!({"observation": [0.0, 0.1, 0.0, -0.1], "env_seq": 1,
+                "idempotency_key": key, "context": {"target": [0.0, 0.0]}})),
+        )
+        .unwrap()
+    };
+    let a = with_target("k1");
+    let still: RecheckRequest = request(json!({"target": [0.0, 0.0]}));
+    let moved: RecheckRequest = request(json!({"target": [5.0, 0.0]}));
+    let answer = g.recheck_in_memory(&ana, a.action_id, &still).unwrap();
+    assert_eq!(answer.map(|r| r.verdict), Some(Verdict::Proceed));
+    // A moved target needs an abort written: left to `recheck`, nothing changed here.
+    assert!(g
+        .recheck_in_memory(&ana, a.action_id, &moved)
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        g.recheck(&ana, a.action_id, still).unwrap().verdict,
+        Verdict::Proceed,
+        "still outstanding"
+    );
+    // Refusals are the same as `recheck`'s.
+    let bad: RecheckRequest = request(json!({"target": [0.0]}));
+    assert!(matches!(
+        g.recheck_in_memory(&ana, a.action_id, &bad),
+        Err(RequestError::Invalid(_))
+    ));
+    assert!(matches!(
+        g.recheck_in_memory(&bob, a.action_id, &moved),
+        Err(RequestError::Forbidden(_) | RequestError::NotFound(_))
+    ));
+    assert_eq!(
+        g.recheck(&ana, a.action_id, moved).unwrap().verdict,
+        Verdict::Abort
+    );
+    let after: RecheckRequest = request(json!({"target": [0.0, 0.0]}));
+    assert!(matches!(
+        g.recheck_in_memory(&ana, a.action_id, &after),
+        Err(RequestError::Conflict(_))
+    ));
+}

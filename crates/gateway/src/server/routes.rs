@@ -66,6 +66,10 @@ async fn end_episode(State(g): Gw, Path(e): Path<String>, headers: HeaderMap) ->
 async fn recheck(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
     let c = caller(&g, &headers, Some(Role::Agent))?;
     let (a, req) = (id(&a, "action")?, parse(&body)?);
+    // A view that still matches needs no write: answered here, without a blocking thread.
+    if let Some(answer) = g.recheck_in_memory(&c, a, &req)? {
+        return ok(&answer);
+    }
     ok(&blocking(move || g.recheck(&c, a, req)).await?)
 }
 
