@@ -31,6 +31,7 @@ mod acting;
 mod episodes;
 mod intake;
 mod invalidation;
+mod recheck;
 mod recovery;
 mod release;
 mod reporting;
@@ -204,3 +205,5 @@ impl Gateway {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_observations;
