@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, SendTimeoutError, Sender};
+use crossbeam_channel::{bounded, SendTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 
 use crate::layout;
 use crate::registry::Registry;
-use crate::writer::{Message, Shared};
+use crate::writer::{Answer, Message, Shared};
 use crate::{
     is_blank, DecisionRecord, DuplicateRecord, Invalidation, LedgerData, LedgerError, Pending,
     SampleBatch, Storage, Target, WriterStats, KEY_WINDOW,
@@ -35,6 +35,16 @@ pub struct Ledger {
     /// The thread compacting the sample log every `compact_every`, and the queue whose
     /// closing stops it.
     pub(crate) compactor: Option<(std::sync::mpsc::SyncSender<()>, JoinHandle<()>)>,
+}
+
+/// Whether [`Ledger::try_append_samples_durable`] queued its batch.
+#[derive(Debug)]
+pub enum Queued {
+    /// Queued: its callback will be called.
+    Queued,
+    /// The writer's queue was full: the batch, handed back (append it with
+    /// [`Ledger::append_samples_durable`], which waits for room).
+    Full(Box<SampleBatch>),
 }
 
 impl std::fmt::Debug for Ledger {
@@ -151,10 +161,46 @@ impl Ledger {
             return Ok(());
         }
         let (reply, answer) = bounded(1);
-        self.send(Message::DurableSamples(Box::new(batch), reply))?;
+        self.send(Message::DurableSamples(Box::new(batch), reply.into()))?;
         answer
-            .recv_timeout(self.send_timeout * 6)
+            .recv_timeout(self.durable_answer_timeout())
             .map_err(|_| LedgerError::Writer("no answer to a durable append".into()))?
+    }
+
+    /// As [`Ledger::append_samples_durable`] without waiting, for a caller that must not
+    /// block (an async request handler): `then` is called once, on the writer's thread,
+    /// when the samples are durable or with why they are not, and must only hand the
+    /// outcome on. Never waits for room in the queue: a full queue hands the batch back
+    /// ([`Queued::Full`]) and `then` is dropped uncalled, as it is when the writer stops
+    /// before answering.
+    ///
+    /// # Errors
+    /// As [`Ledger::append_samples`] (`then` is not called).
+    pub fn try_append_samples_durable(
+        &self,
+        batch: SampleBatch,
+        then: impl FnOnce(Result<(), LedgerError>) + Send + 'static,
+    ) -> Result<Queued, LedgerError> {
+        batch.validate().map_err(LedgerError::Rejected)?;
+        if batch.is_empty() {
+            then(Ok(()));
+            return Ok(Queued::Queued);
+        }
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| LedgerError::Writer("closed".into()))?;
+        let message = Message::DurableSamples(Box::new(batch), Answer::Callback(Box::new(then)));
+        match tx.try_send(message) {
+            Ok(()) => Ok(Queued::Queued),
+            Err(TrySendError::Full(Message::DurableSamples(batch, _))) => Ok(Queued::Full(batch)),
+            Err(_) => Err(LedgerError::Writer("the writer thread stopped".into())),
+        }
+    }
+
+    /// How long a durable request waits for the writer's answer before giving up on it.
+    pub fn durable_answer_timeout(&self) -> Duration {
+        self.send_timeout * 6
     }
 
     /// Appends admission decisions.

@@ -39,7 +39,6 @@ mod compactor;
 mod config;
 mod curves;
 mod error;
-mod group_commit;
 mod handle;
 mod integrity;
 mod layout;
@@ -87,7 +86,7 @@ pub use schema::{
 pub use storage::Storage;
 pub use writer::WriterStats;
 
-pub use handle::Ledger;
+pub use handle::{Ledger, Queued};
 pub use integrity::KEY_WINDOW;
 pub use layout::VERSIONS_PER_PARTITION;
 pub use registry::stored_rules;

@@ -818,6 +818,51 @@ fn durable_appends_survive_a_crash_and_share_group_commits() {
 }
 
 #[test]
+fn durable_appends_answered_by_callback_are_durable_and_a_full_queue_hands_the_batch_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // A queue of one: appends sent faster than the writer syncs find it full.
+    let ledger = Ledger::open(&LedgerConfig {
+        queue: 1,
+        ..config(dir.path())
+    })
+    .unwrap();
+    let (tx, answers) = std::sync::mpsc::channel();
+    let (mut queued, mut full) = (0, 0);
+    for k in 0..100u64 {
+        let tx = tx.clone();
+        let then = move |outcome: Result<(), strata_ledger::LedgerError>| {
+            tx.send((k, outcome.is_ok())).unwrap();
+        };
+        match ledger
+            .try_append_samples_durable(episodes(k * 2, 1, 2, 1), then)
+            .unwrap()
+        {
+            strata_ledger::Queued::Queued => queued += 1,
+            strata_ledger::Queued::Full(batch) => {
+                // Handed back whole: appended the waiting way instead.
+                assert_eq!(batch.len(), 2);
+                full += 1;
+                ledger.append_samples_durable(*batch).unwrap();
+            }
+        }
+    }
+    drop(tx);
+    // Every queued append is answered once, and only those.
+    let mut answered: Vec<u64> = Vec::new();
+    for (k, ok) in answers.iter() {
+        assert!(ok, "append {k} failed");
+        answered.push(k);
+    }
+    answered.sort_unstable();
+    answered.dedup();
+    assert_eq!(answered.len(), queued, "{full} were handed back");
+    // Answered means durable: the process dies without closing or flushing.
+    ledger.abandon();
+    let data = read(dir.path());
+    assert_eq!(data.sample_count(), 200, "every acknowledged row survives");
+}
+
+#[test]
 fn buckets_stay_apart_when_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&config(dir.path())).unwrap();

@@ -1,7 +1,34 @@
 //! Reporting: outcomes stored durably before they are acknowledged, duplicates answered as
 //! such, timeouts handled by the action's side-effect class, replays where it is safe.
 
+use strata_ledger::Queued;
+
 use super::*;
+
+/// How a report goes on after its checks: answered already, a retry whose duplicate
+/// record must be made durable, or a sample to make durable and then remember.
+pub(super) enum Begun<'g> {
+    Answered(ReportResponse),
+    Duplicate {
+        key: String,
+        sample: u64,
+        bucket: Bucket,
+    },
+    Store(Box<ToStore<'g>>),
+}
+
+/// A checked report's sample, not yet durable, and what remembering it needs.
+pub(super) struct ToStore<'g> {
+    reservation: Reservation<'g>,
+    action: u64,
+    batch: Option<SampleBatch>,
+    record: SampleRecord,
+    episode: EpisodeRec,
+    after: Vec<f32>,
+    reward: f32,
+    terminated: bool,
+    ended: bool,
+}
 
 impl Gateway {
     /// Stores a report durably (answered only once it is in the ledger's synced log), or
@@ -17,6 +44,85 @@ impl Gateway {
         action: u64,
         req: ReportRequest,
     ) -> Result<ReportResponse, RequestError> {
+        match self.begin_report(caller, action, req)? {
+            Begun::Answered(answer) => Ok(answer),
+            Begun::Duplicate {
+                key,
+                sample,
+                bucket,
+            } => self.answer_duplicate(key, sample, bucket),
+            Begun::Store(mut store) => {
+                let batch = store.batch.take().expect("a batch to store");
+                self.ledger.append_samples_durable(batch)?;
+                self.remember_report(*store)
+            }
+        }
+    }
+
+    /// [`Gateway::report`] for an async request handler on a multi-threaded runtime: the
+    /// sample's durable append is awaited, not waited for on a blocking thread (two thread
+    /// handoffs fewer per report). Run it to its end (spawn it): a report dropped while
+    /// its sample is being made durable would not remember that it was stored.
+    ///
+    /// # Errors
+    /// As [`Gateway::report`].
+    pub async fn report_async(
+        &self,
+        caller: &Caller,
+        action: u64,
+        req: ReportRequest,
+    ) -> Result<ReportResponse, RequestError> {
+        match self.begin_report(caller, action, req)? {
+            Begun::Answered(answer) => Ok(answer),
+            // A retry's durable record (rare): waited for in place.
+            Begun::Duplicate {
+                key,
+                sample,
+                bucket,
+            } => tokio::task::block_in_place(|| self.answer_duplicate(key, sample, bucket)),
+            Begun::Store(mut store) => {
+                let batch = store.batch.take().expect("a batch to store");
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let queued = self
+                    .ledger
+                    .try_append_samples_durable(batch, move |outcome| {
+                        let _ = tx.send(outcome);
+                    })?;
+                match queued {
+                    Queued::Queued => {
+                        let wait = self.ledger.durable_answer_timeout();
+                        match tokio::time::timeout(wait, rx).await {
+                            Ok(Ok(outcome)) => outcome?,
+                            Ok(Err(_)) => {
+                                return Err(RequestError::unavailable(
+                                    "the ledger's writer stopped before the report was durable",
+                                ))
+                            }
+                            Err(_) => {
+                                return Err(RequestError::unavailable(format!(
+                                    "no answer from the ledger's writer within {wait:?}: the report is not acknowledged"
+                                )))
+                            }
+                        }
+                    }
+                    // Overload: wait for room in place, as the blocking path does.
+                    Queued::Full(batch) => {
+                        tokio::task::block_in_place(|| self.ledger.append_samples_durable(*batch))?
+                    }
+                }
+                self.remember_report(*store)
+            }
+        }
+    }
+
+    /// A report's checks, up to the sample it would store: what is answered at once, a
+    /// duplicate, or the sample (its id reserved) to make durable.
+    fn begin_report(
+        &self,
+        caller: &Caller,
+        action: u64,
+        req: ReportRequest,
+    ) -> Result<Begun<'_>, RequestError> {
         let (rec, episode, sampler) = {
             let mut state = self.state.lock();
             let a = Self::owned_action(&mut state, caller, action)?;
@@ -26,21 +132,18 @@ impl Gateway {
                     let (episode, key) = (a.episode, a.key.clone());
                     let e = &state.episodes[&episode];
                     let (key, bucket) = (agent_key(&e.agent, &key), e.bucket.clone());
-                    drop(state);
-                    // Answered only once the duplicate's record is durable, as a report is.
-                    self.record_duplicate(key, sample, bucket)?;
-                    return Ok(ReportResponse {
-                        status: ReportStatus::Duplicate,
-                        sample_id: Some(sample),
-                        replay: None,
+                    return Ok(Begun::Duplicate {
+                        key,
+                        sample,
+                        bucket,
                     });
                 }
                 ActionStatus::Unknown => {
-                    return Ok(ReportResponse {
+                    return Ok(Begun::Answered(ReportResponse {
                         status: ReportStatus::StatusUnknown,
                         sample_id: None,
                         replay: Some("never".into()),
-                    })
+                    }))
                 }
                 ActionStatus::Aborted | ActionStatus::Cancelled => {
                     return Err(RequestError::conflict(format!(
@@ -55,7 +158,7 @@ impl Gateway {
                 ActionStatus::Pending | ActionStatus::TimedOut => {}
             }
             if req.outcome == Outcome::Timeout {
-                return self.timed_out(&mut state, action);
+                return self.timed_out(&mut state, action).map(Begun::Answered);
             }
             let a = a.clone();
             let e = state.episodes[&a.episode].clone();
@@ -66,7 +169,7 @@ impl Gateway {
         let after = req.observation_after.clone().ok_or_else(|| {
             RequestError::invalid("observation_after is required for an executed action")
         })?;
-        let after = &self.observation_row("observation_after", after)?;
+        let after = self.observation_row("observation_after", after)?;
         let reward = req
             .reward
             .ok_or_else(|| RequestError::invalid("reward is required for an executed action"))?;
@@ -94,7 +197,7 @@ impl Gateway {
                 // The observation after counts once, summarised as the latency wrapper does.
                 let mut s = strata_env::ExecSummary::with_images(1, self.obs_dim, &self.images);
                 s.start(0);
-                s.observe(0, after);
+                s.observe(0, &after);
                 s.finish(0);
                 ExecObservations {
                     count: 1,
@@ -115,7 +218,7 @@ impl Gateway {
                 r.action.clone(),
                 r.log_prob,
                 Some(f32_le_bytes(&rec.obs)),
-                Some(f32_le_bytes(after)),
+                Some(f32_le_bytes(&after)),
             ),
             None => (
                 serde_json::to_string(&rec.answer.action).expect("numbers serialise"),
@@ -164,9 +267,35 @@ impl Gateway {
         let mut batch =
             SampleBatch::new(&episode.bucket, &rec.answer.config_hash, self.summary_dim());
         batch.push(&record).map_err(RequestError::invalid)?;
-        self.ledger.append_samples_durable(batch)?;
+        Ok(Begun::Store(Box::new(ToStore {
+            reservation,
+            action,
+            batch: Some(batch),
+            record,
+            episode,
+            after,
+            reward,
+            terminated: req.terminated,
+            ended,
+        })))
+    }
+
+    /// Remembers a report whose sample is durable: the action reported, the episode a step
+    /// on, the learner's row, the journal.
+    fn remember_report(&self, store: ToStore<'_>) -> Result<ReportResponse, RequestError> {
+        let ToStore {
+            reservation,
+            action,
+            record,
+            episode,
+            after,
+            reward,
+            terminated,
+            ended,
+            ..
+        } = store;
+        let sample_id = reservation.id;
         drop(reservation);
-        // Durable: now remember it.
         let mut state = self.state.lock();
         let a = state.actions.get_mut(&action).expect("action");
         if let ActionStatus::Reported { sample } = a.status {
@@ -203,7 +332,7 @@ impl Gateway {
             );
             let full = held >= self.settings.run.ppo.n_steps;
             if ended || full {
-                let bootstrap = if req.terminated {
+                let bootstrap = if terminated {
                     Some(None)
                 } else {
                     Some(Some(after.as_slice()))
@@ -223,6 +352,21 @@ impl Gateway {
         Ok(ReportResponse {
             status: ReportStatus::Stored,
             sample_id: Some(sample_id),
+            replay: None,
+        })
+    }
+
+    /// Answers a retried report once its duplicate's record is durable, as a report is.
+    fn answer_duplicate(
+        &self,
+        key: String,
+        sample: u64,
+        bucket: Bucket,
+    ) -> Result<ReportResponse, RequestError> {
+        self.record_duplicate(key, sample, bucket)?;
+        Ok(ReportResponse {
+            status: ReportStatus::Duplicate,
+            sample_id: Some(sample),
             replay: None,
         })
     }

@@ -76,7 +76,13 @@ async fn recheck(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: 
 async fn report(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {
     let c = caller(&g, &headers, Some(Role::Agent))?;
     let (a, req) = (id(&a, "action")?, parse_required(&body)?);
-    ok(&blocking(move || g.report(&c, a, req)).await?)
+    // Its own task: it runs to its end even if the agent hangs up while the sample is
+    // being made durable (the action is then remembered as reported).
+    let task = tokio::spawn(async move { g.report_async(&c, a, req).await });
+    let answer = task
+        .await
+        .map_err(|e| RequestError::unavailable(format!("report task failed: {e}")))?;
+    ok(&answer?)
 }
 
 async fn replay(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: Bytes) -> Reply {

@@ -4,9 +4,12 @@
 //! state and its loop; what arrives is checked and buffered in `intake`, durable appends
 //! and records are committed in `durable`, buffers are written as files in `files`.
 
+mod answer;
 mod durable;
 mod files;
 mod intake;
+
+pub(crate) use answer::Answer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -17,7 +20,6 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::append_log::AppendLog;
 use crate::bucket::Bucket;
-use crate::group_commit::GroupCommit;
 use crate::integrity::{Integrity, RowFacts};
 use crate::layout::{bucket_dir, data_file, sample_file};
 use crate::record::{
@@ -34,7 +36,7 @@ use crate::LedgerError;
 pub(crate) enum Message {
     Samples(Box<SampleBatch>),
     /// Samples to make durable (in the append log, or by a flush) before replying.
-    DurableSamples(Box<SampleBatch>, Sender<Result<(), LedgerError>>),
+    DurableSamples(Box<SampleBatch>, Answer),
     Decisions(Vec<DecisionRecord>),
     /// An invalidation to make durable before replying: written at once, in one file with
     /// every invalidation and duplicate queued behind it (nothing else is flushed for it).
@@ -98,8 +100,6 @@ pub(crate) struct Writer {
     awaiting_records: Vec<Sender<Result<(), LedgerError>>>,
     /// Durable appends of a local ledger; `None` for an object store (a flush then).
     append_log: Option<AppendLog>,
-    /// How long a durable append waits for others to share its sync.
-    group_commit: GroupCommit,
 }
 
 impl Writer {
@@ -131,7 +131,6 @@ impl Writer {
             invalidated: HashSet::new(),
             invalidated_order: std::collections::VecDeque::new(),
             awaiting_records: Vec::new(),
-            group_commit: GroupCommit::default(),
         }
     }
 
@@ -188,11 +187,11 @@ impl Writer {
                 Some(Message::Flush(reply)) => {
                     // Group commit: what is queued behind this request, other flush
                     // requests included, goes into the same files and the same sync.
-                    let mut replies = vec![reply];
+                    let mut replies = vec![Answer::from(reply)];
                     let mut close = None;
                     while let Ok(m) = messages.try_recv() {
                         match self.absorb(m) {
-                            Some(Message::Flush(r)) => replies.push(r),
+                            Some(Message::Flush(r)) => replies.push(r.into()),
                             // The flush puts these rows in synced files: durable too.
                             Some(Message::DurableSamples(b, r)) => {
                                 self.ingest(*b);
@@ -207,7 +206,7 @@ impl Writer {
                     }
                     let result = self.flush();
                     for r in replies {
-                        let _ = r.send(result.clone());
+                        r.give(result.clone());
                     }
                     if let Some(r) = close {
                         let _ = r.send(self.close());
