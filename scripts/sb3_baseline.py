@@ -2,7 +2,7 @@
 """Trains Stable-Baselines3's PPO with rl-zoo3's hyperparameters on a Gymnasium task and
 writes one JSON line: final greedy return over fresh episodes, wall-clock seconds, steps.
 
-The baseline Strata's gym presets are compared against (README, "Gymnasium environments").
+The baseline Strata's gym presets are compared against (docs/environments.md, "Gymnasium environments in worker processes").
 rl-zoo3 has no entry for the v5 MuJoCo tasks: HalfCheetah-v5 and Hopper-v5 take its v4
 entries (same bodies and rewards), Pusher-v5 its `mujoco-defaults` (VecNormalize and
 SB3's defaults), as `python -m rl_zoo3.train` would for a task it does not list.

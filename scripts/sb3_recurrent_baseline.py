@@ -3,7 +3,7 @@
 task and writes one JSON line: steps and seconds to solve, final greedy return, wall clock.
 
 The baseline Strata's `cartpole-novel` and `pendulum-novel` presets are compared against
-(README, "Policies with memory"). The tasks hide the velocities as rl-zoo3's
+(docs/policies.md). The tasks hide the velocities as rl-zoo3's
 `MaskVelocityWrapper` does (CartPole keeps indices 0 and 2, Pendulum 0 and 1). "Solved"
 is Strata's rule: the mean return of the last 20 training episodes at or above the
 task's threshold (475 for CartPole; Pendulum has none, so -200).

@@ -1,6 +1,6 @@
 //! `strata bench`: throughput of env stepping, network passes and whole training runs,
 //! with where the time goes. Figures are compared as ratios to reference numbers measured
-//! on the same 2-core machine (see the README), never asserted in tests.
+//! on the same 2-core machine (see docs/benchmarks.md), never asserted in tests.
 
 use std::path::PathBuf;
 use std::time::Instant;

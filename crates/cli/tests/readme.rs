@@ -1,8 +1,9 @@
-//! The README's command block stays true: each of its lines either runs here as written,
-//! in README order, from a directory laid out as the repository's root (its `examples/`),
-//! at a small size (a step budget added, a count lowered), or names the test that runs it
-//! (a server, a benchmark, a cluster). A line added to or changed in the README without a
-//! plan here fails this test.
+//! The command lines users read stay true. The Commands chapter's block
+//! (`docs/commands.md`): each of its lines either runs here as written, in order, from a
+//! directory laid out as the repository's root (its `examples/`), at a small size (a step
+//! budget added, a count lowered), or names the test that runs it (a server, a benchmark,
+//! a cluster). A line added to or changed in that block without a plan here fails this
+//! test. The README's `strata` lines are each one of that block's, so they run too.
 
 #[path = "support/optional.rs"]
 mod optional;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How one README line is checked.
+/// How one line of the Commands chapter is checked.
 enum Check {
     /// Run it, with `add` appended and each `(from, to)` argument of `replace` swapped, and
     /// expect exit 0 with `expect` in its output. `gym`: the Python modules it needs.
@@ -44,7 +45,7 @@ const fn elsewhere(file: &'static str, name: &'static str) -> Check {
 
 const SMALL: &[&str] = &["--max-steps", "4096"];
 
-/// Every command of the README's block, as written there (continuations joined, comments
+/// Every command of the Commands chapter's block, as written there (continuations joined, comments
 /// dropped), with how it is checked.
 const PLAN: &[(&str, Check)] = &[
     ("strata train --env pendulum", run(SMALL, "finished")),
@@ -170,7 +171,7 @@ const PLAN: &[(&str, Check)] = &[
     ),
     (
         "strata bench",
-        elsewhere("", "a benchmark; its figures are in the README"),
+        elsewhere("", "a benchmark; its figures are in docs/benchmarks.md"),
     ),
     (
         "strata train --env gym:HalfCheetah-v5",
@@ -193,7 +194,7 @@ const PLAN: &[(&str, Check)] = &[
     ),
     (
         "strata bench --gym-only",
-        elsewhere("", "a benchmark; its figures are in the README"),
+        elsewhere("", "a benchmark; its figures are in docs/benchmarks.md"),
     ),
     (
         "strata learner --nats nats://10.0.0.1:4222 --run cheetah --env gym:HalfCheetah-v5 \
@@ -219,7 +220,7 @@ const PLAN: &[(&str, Check)] = &[
     ),
     (
         "strata bench --cluster-only",
-        elsewhere("", "a benchmark; its figures are in the README"),
+        elsewhere("", "a benchmark; its figures are in docs/benchmarks.md"),
     ),
 ];
 
@@ -227,19 +228,24 @@ fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The commands of the README's block under `## Commands`, as argument lists: lines ending
-/// in `\` joined to the next, `# comments` dropped, quotes taken as the shell takes them.
+/// The commands of the Commands chapter's first `sh` block, as argument lists.
 fn readme_commands() -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(repository().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Commands\n")
+    let chapter = std::fs::read_to_string(repository().join("docs/commands.md")).unwrap();
+    let section = chapter
+        .split("# Commands\n")
         .nth(1)
-        .expect("a Commands section");
+        .expect("a Commands chapter");
     let block = section
         .split("```sh\n")
         .nth(1)
         .and_then(|b| b.split("\n```").next())
         .expect("a sh block in Commands");
+    block_commands(block)
+}
+
+/// A block's commands as argument lists: lines ending in `\` joined to the next,
+/// `# comments` dropped, quotes taken as the shell takes them.
+fn block_commands(block: &str) -> Vec<Vec<String>> {
     let mut commands = Vec::new();
     let mut pending = String::new();
     for line in block.lines() {
@@ -255,6 +261,18 @@ fn readme_commands() -> Vec<Vec<String>> {
     }
     commands.retain(|c| !c.is_empty());
     commands
+}
+
+/// The `strata` commands of every `sh` block in the README.
+fn front_door_commands() -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(repository().join("README.md")).unwrap();
+    readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .flat_map(block_commands)
+        .filter(|c| c[0] == "strata")
+        .collect()
 }
 
 /// A command line's words as a POSIX shell splits them (quotes, no expansions), up to an
@@ -334,7 +352,7 @@ fn every_readme_command_runs_as_written_or_names_its_test() {
     let written: Vec<String> = commands.iter().map(|c| c.join(" ")).collect();
     assert_eq!(
         written, planned,
-        "the README's command block and this test's plan differ: update the plan"
+        "the Commands chapter's block and this test's plan differ: update the plan"
     );
     let dir = tempfile::tempdir().unwrap();
     copy_tree(&repository().join("examples"), &dir.path().join("examples"));
@@ -398,6 +416,23 @@ fn every_readme_command_runs_as_written_or_names_its_test() {
         .filter_map(Result::ok)
         .any(|e| e.file_name().to_string_lossy().starts_with("cp3.replaced-"));
     assert!(replaced, "--overwrite moved the old run aside");
+}
+
+#[test]
+fn the_readmes_commands_are_the_commands_chapters() {
+    let chapter: Vec<String> = readme_commands().iter().map(|c| c.join(" ")).collect();
+    let front = front_door_commands();
+    assert!(
+        front.len() >= 5,
+        "the README shows its first commands: {front:?}"
+    );
+    for command in front {
+        let line = command.join(" ");
+        assert!(
+            chapter.contains(&line),
+            "the README's `{line}` is not a line of docs/commands.md's block, which the tests run"
+        );
+    }
 }
 
 #[test]

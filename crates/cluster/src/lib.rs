@@ -24,7 +24,7 @@
 //! # Durability
 //!
 //! A fragment's publish is acknowledged once the stream has stored it; the stream's
-//! server is started with `sync_interval: always` (the tests and README do), so that ack
+//! server is started with `sync_interval: always` (the tests and docs/beyond-one-machine.md do), so that ack
 //! means written to disk, and a fragment acknowledged survives a server restart or crash.
 //! The learner acknowledges a fragment to the stream only after the update that trained
 //! on it is in a checkpoint (every update by default): a learner killed at any point

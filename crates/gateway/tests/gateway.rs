@@ -346,7 +346,7 @@ fn bad_requests_get_clear_errors() {
             "{marker} left in the spec"
         );
     }
-    // What publish does under each release mode, as the README says it.
+    // What publish does under each release mode, as docs/gateway.md says it.
     let publish = spec["paths"]["/v1/operator/publish"]["post"]["description"]
         .as_str()
         .unwrap_or_default();

@@ -166,7 +166,7 @@ fn builtin_preset(env: &str) -> Option<RunConfig> {
         // bounds loss, which stops the mean drifting past the action bound, where every
         // action clips to the same value and the gradient cannot bring it back. Over seeds
         // 1-10 the best evaluated version within 100k steps (`best/`) scores >= 95 on 50
-        // fresh greedy episodes; the last version does not always (README, Presets).
+        // fresh greedy episodes; the last version does not always (docs/training.md, Presets).
         "mountaincar-continuous" => {
             let (env, train) = base(1, true, 100_000);
             assemble(

@@ -115,7 +115,7 @@ fn popgyms_repeat_previous_needs_the_memory_it_gets() {
     }
     // Say the card seen 4 steps ago: without memory, a quarter right (return -0.5); a GRU
     // on the generic preset (sequences of 32 steps) is past 0.8 at 100k steps on
-    // seeds 1-3 (README).
+    // seeds 1-3 (docs/environments.md).
     let mut returns = Vec::new();
     for core in [strata_nn::Core::Gru, strata_nn::Core::None] {
         let mut c = preset("gym:popgym:popgym-RepeatPreviousEasy-v0").unwrap();
