@@ -1,11 +1,11 @@
-//! The command line's grammar and dispatch: each command is a module of its own
-//! (`train_cmd`, `eval_cmd`, `env_cmd`, `cluster_cmd`, `gateway_cmd`, ...), and none of
-//! them imports this one.
+//! The command line's grammar and dispatch: each command is a file of its own under
+//! `cmd/` (the benchmarks under `bench/`, the live view under `live/`, the run report under
+//! `report/`), and none of them imports this one.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::config_args::{build_config, ConfigArgs};
+use crate::cmd::config_args::{build_config, ConfigArgs};
 
 /// Strata: asynchronous reinforcement learning with provenance for every sample.
 #[derive(Parser, Debug)]
@@ -39,33 +39,33 @@ impl Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train a policy with PPO.
-    Train(crate::train_cmd::TrainArgs),
+    Train(crate::cmd::train::TrainArgs),
     /// Train as the learner of a run whose rollout workers are `strata worker` processes,
     /// over NATS JetStream.
-    Learner(crate::cluster_cmd::LearnerArgs),
+    Learner(crate::cmd::cluster::LearnerArgs),
     /// Run rollout workers for a learner over NATS JetStream (any number, on any machine).
-    Worker(crate::cluster_cmd::WorkerArgs),
+    Worker(crate::cmd::cluster::WorkerArgs),
     /// Evaluate a checkpoint on fresh episodes.
-    Eval(crate::eval_cmd::EvalArgs),
+    Eval(crate::cmd::eval::EvalArgs),
     /// Inspect configurations.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Inspect and replay environments.
     #[command(subcommand)]
-    Env(crate::env_cmd::EnvCommand),
+    Env(crate::cmd::env::EnvCommand),
     /// Query a run's sample ledger: summary, metrics, recompute, manifest, invalidate.
     #[command(subcommand)]
-    Ledger(crate::ledger_cmd::LedgerCommand),
+    Ledger(crate::cmd::ledger::LedgerCommand),
     /// Measure env stepping, network passes and training throughput.
     Bench(crate::bench::BenchArgs),
     /// Serve the gateway deployed agents call (act / report), training on their samples.
-    Serve(crate::gateway_cmd::ServeArgs),
+    Serve(crate::cmd::serve::ServeArgs),
     /// Run simulated deployed agents against a gateway (by default one started here).
-    Fleet(crate::gateway_cmd::FleetArgs),
+    Fleet(crate::cmd::fleet::FleetArgs),
     /// Write a run's HTML report: curves per generation, evaluations, lag, time, ledger.
     Report(crate::report::ReportArgs),
     /// Live terminal monitor of a training started with `--metrics-addr`.
-    Top(crate::monitor::TopArgs),
+    Top(crate::live::monitor::TopArgs),
 }
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
@@ -98,10 +98,10 @@ fn encoder_line(config: &strata_runtime::RunConfig) -> Option<String> {
 /// Anything that went wrong, with context.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Train(args) => crate::train_cmd::train(args),
-        Command::Learner(args) => crate::cluster_cmd::learner(args),
-        Command::Worker(args) => crate::cluster_cmd::worker(args),
-        Command::Eval(args) => crate::eval_cmd::eval(args),
+        Command::Train(args) => crate::cmd::train::train(args),
+        Command::Learner(args) => crate::cmd::cluster::learner(args),
+        Command::Worker(args) => crate::cmd::cluster::worker(args),
+        Command::Eval(args) => crate::cmd::eval::eval(args),
         Command::Config(ConfigCommand::Show(args)) => {
             let config = build_config(&args)?;
             // TOML comments: the output stays a config file `--config` reads.
@@ -124,12 +124,12 @@ pub fn run(cli: Cli) -> Result<()> {
             print!("{}", config.to_toml());
             Ok(())
         }
-        Command::Env(command) => crate::env_cmd::run(command),
-        Command::Ledger(command) => crate::ledger_cmd::run(command),
+        Command::Env(command) => crate::cmd::env::run(command),
+        Command::Ledger(command) => crate::cmd::ledger::run(command),
         Command::Bench(args) => crate::bench::run(args),
-        Command::Serve(args) => crate::gateway_cmd::serve(args),
-        Command::Fleet(args) => crate::gateway_cmd::fleet(args),
+        Command::Serve(args) => crate::cmd::serve::serve(args),
+        Command::Fleet(args) => crate::cmd::fleet::fleet(args),
         Command::Report(args) => crate::report::run(args),
-        Command::Top(args) => crate::monitor::top(args),
+        Command::Top(args) => crate::live::monitor::top(args),
     }
 }

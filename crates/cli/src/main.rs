@@ -2,35 +2,19 @@
 //! error chain and maps it to an exit code. All logic lives in the library crates.
 
 mod bench;
-mod bench_cluster;
-mod bench_cnn;
-mod bench_core;
-mod bench_gateway;
-mod bench_gym;
-mod bench_ledger;
-mod bench_ledger_reads;
-mod bench_soak;
-mod cluster_cmd;
+mod cmd;
 mod commands;
-mod config_args;
-mod env_cmd;
-mod eval_cmd;
-mod gateway_cmd;
-mod ledger_cmd;
-mod live_server;
+mod live;
 mod logging;
-mod monitor;
-mod nats_args;
-mod python_program;
+mod process;
 mod report;
-mod train_cmd;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    restore_sigpipe();
+    process::restore_sigpipe();
     let cli = commands::Cli::parse();
     logging::init(cli.log_level(), !cli.full_screen());
     match commands::run(cli) {
@@ -49,16 +33,5 @@ fn main() -> ExitCode {
             }
             ExitCode::from(2)
         }
-    }
-}
-
-/// Rust ignores SIGPIPE, so printing to a closed pipe (`strata ledger summary | head`)
-/// panics; a command-line tool should end quietly instead, as Unix tools do.
-fn restore_sigpipe() {
-    #[cfg(unix)]
-    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
-    // disposition for SIGPIPE.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

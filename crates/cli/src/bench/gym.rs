@@ -20,7 +20,7 @@ use strata_env::gym::{default_python, describe, GymOptions, GymTarget, GymVecEnv
 use strata_env::{Space, StepBatch, VecEnv};
 
 /// Gymnasium's side of the comparison, fed to `python -`.
-const GYMNASIUM_PROGRAM: &str = include_str!("../python/gym_vector_bench.py");
+const GYMNASIUM_PROGRAM: &str = include_str!("../../python/gym_vector_bench.py");
 
 /// The section's figures.
 #[derive(Serialize, Default, Debug)]
@@ -95,7 +95,7 @@ fn gymnasium(python: &Path, id: &str, mode: &str, envs: usize, steps: usize) -> 
         envs.to_string(),
         steps.to_string(),
     ];
-    let out = crate::python_program::run_python_program(
+    let out = crate::bench::python_program::run_python_program(
         python,
         GYMNASIUM_PROGRAM,
         &args,

@@ -5,8 +5,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use strata_cluster::{prepare_learner, run_worker_process, WorkerOptions};
 
-use crate::nats_args::NatsArgs;
-use crate::train_cmd::{run_training, TrainArgs};
+use crate::cmd::nats_args::NatsArgs;
+use crate::cmd::train::{run_training, TrainArgs};
 
 #[derive(Args, Debug)]
 pub(crate) struct LearnerArgs {

@@ -11,7 +11,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use strata_runtime::{run, Existing, RunDir, Trainer};
 
-use crate::config_args::{apply_overrides, build_config, ConfigArgs};
+use crate::cmd::config_args::{apply_overrides, build_config, ConfigArgs};
 
 /// Arguments of `strata train` (also flattened into `strata learner`).
 #[derive(Args, Debug)]
@@ -128,7 +128,7 @@ pub(crate) fn run_training(args: TrainArgs, command: &str, make: &MakeTrainer<'_
     // A bad address fails here, and the claimed directory is put back as it was.
     let _server = match &args.metrics_addr {
         Some(addr) => {
-            let server = crate::live_server::LiveServer::start(addr, trainer.live_handle())?;
+            let server = crate::live::server::LiveServer::start(addr, trainer.live_handle())?;
             eprintln!(
                 "metrics: http://{0}/metrics  status: http://{0}/status  (strata top --addr {0})",
                 server.addr()
@@ -315,7 +315,7 @@ impl MonitorThread {
         let handle = std::thread::Builder::new()
             .name("strata-monitor".into())
             .spawn(move || {
-                crate::monitor::run_monitor(
+                crate::live::monitor::run_monitor(
                     &|| Ok(live.snapshot()),
                     &finished,
                     &stop,

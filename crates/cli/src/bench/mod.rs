@@ -2,6 +2,16 @@
 //! with where the time goes. Figures are compared as ratios to reference numbers measured
 //! on the same 2-core machine (see docs/benchmarks.md), never asserted in tests.
 
+mod cluster;
+mod cnn;
+mod core;
+mod gateway;
+mod gym;
+mod ledger;
+mod ledger_reads;
+mod python_program;
+mod soak;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -96,15 +106,15 @@ struct Report {
     pendulum_median_seconds_to_solve: Option<f64>,
     time_breakdown_cartpole_4_epochs: Option<Summary>,
     runtime: Vec<RuntimeRow>,
-    ledger: Option<crate::bench_ledger::LedgerReport>,
+    ledger: Option<crate::bench::ledger::LedgerReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ledger_reads: Option<Vec<crate::bench_ledger_reads::ReadFigures>>,
-    gateway: Option<crate::bench_gateway::GatewayReport>,
-    gym: Option<crate::bench_gym::GymReport>,
-    cluster: Option<crate::bench_cluster::ClusterReport>,
-    cnn: Option<crate::bench_cnn::CnnReport>,
-    core: Option<crate::bench_core::CoreReport>,
-    soak: Option<crate::bench_soak::SoakReport>,
+    ledger_reads: Option<Vec<crate::bench::ledger_reads::ReadFigures>>,
+    gateway: Option<crate::bench::gateway::GatewayReport>,
+    gym: Option<crate::bench::gym::GymReport>,
+    cluster: Option<crate::bench::cluster::ClusterReport>,
+    cnn: Option<crate::bench::cnn::CnnReport>,
+    core: Option<crate::bench::core::CoreReport>,
+    soak: Option<crate::bench::soak::SoakReport>,
 }
 
 /// One runtime configuration's figures.
@@ -295,24 +305,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 strata_runtime::utc_stamp(std::time::SystemTime::now())
             ))
         });
-        let soak = crate::bench_soak::run(&crate::bench_soak::SoakOptions {
+        let soak = crate::bench::soak::run(&crate::bench::soak::SoakOptions {
             minutes,
             dir: dir.clone(),
             agents: args.soak_agents,
         })?;
-        crate::bench_soak::print(&soak);
+        crate::bench::soak::print(&soak);
         println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());
         r.soak = Some(soak);
         return write_report(&r, args.json.as_deref());
     }
     if args.ledger_reads {
-        crate::bench_ledger_reads::print_header();
+        crate::bench::ledger_reads::print_header();
         let calls = if args.quick { 50 } else { 200 };
-        r.ledger_reads = Some(crate::bench_ledger_reads::run(&args.ledger_rows, calls)?);
+        r.ledger_reads = Some(crate::bench::ledger_reads::run(&args.ledger_rows, calls)?);
         return write_report(&r, args.json.as_deref());
     }
     if args.ledger_only {
-        r.ledger = Some(crate::bench_ledger::run(args.quick)?);
+        r.ledger = Some(crate::bench::ledger::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
     let gateway_seconds = if args.quick { 3.0 } else { 10.0 };
@@ -321,19 +331,19 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return write_report(&r, args.json.as_deref());
     }
     if args.gym_only {
-        r.gym = Some(crate::bench_gym::run(args.quick)?);
+        r.gym = Some(crate::bench::gym::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
     if args.cnn_only {
-        r.cnn = Some(crate::bench_cnn::run(args.quick)?);
+        r.cnn = Some(crate::bench::cnn::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
     if args.core_only {
-        r.core = Some(crate::bench_core::run(args.quick)?);
+        r.core = Some(crate::bench::core::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
     if args.cluster_only {
-        r.cluster = Some(crate::bench_cluster::run(args.quick)?);
+        r.cluster = Some(crate::bench::cluster::run(args.quick)?);
         return write_report(&r, args.json.as_deref());
     }
     r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
@@ -411,27 +421,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "pendulum seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_PENDULUM_SECONDS_TO_SOLVE}s)",
         r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
     );
-    r.core = Some(crate::bench_core::run(args.quick)?);
-    r.ledger = Some(crate::bench_ledger::run(args.quick)?);
+    r.core = Some(crate::bench::core::run(args.quick)?);
+    r.ledger = Some(crate::bench::ledger::run(args.quick)?);
     r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
     if !args.skip_runtime {
         r.runtime = runtime_section(args.quick)?;
     }
     // Gymnasium envs need Python with gymnasium; without it the section says why.
-    match crate::bench_gym::run(args.quick) {
+    match crate::bench::gym::run(args.quick) {
         Ok(g) => r.gym = Some(g),
         Err(e) => println!("gym env processes: skipped ({e:#})"),
     }
     // The cluster needs a nats-server; without one the section says why.
-    match crate::bench_cluster::run(args.quick) {
+    match crate::bench::cluster::run(args.quick) {
         Ok(c) => r.cluster = Some(c),
         Err(e) => println!("cluster: skipped ({e:#})"),
     }
     write_report(&r, args.json.as_deref())
 }
 
-fn gateway(rate: f64, seconds: f64) -> Result<crate::bench_gateway::GatewayReport> {
-    let g = crate::bench_gateway::run(rate, seconds)?;
+fn gateway(rate: f64, seconds: f64) -> Result<crate::bench::gateway::GatewayReport> {
+    let g = crate::bench::gateway::run(rate, seconds)?;
     println!(
         "gateway on loopback: {:.0} acts/s asked, {:.0} answered ({} not sent or failed); act round trip p50 {:.3} ms, p99 {:.3} ms (target <= 1 ms), max {:.1} ms",
         g.target_acts_per_sec, g.acts_per_sec, g.acts_skipped, g.act_p50_ms, g.act_p99_ms, g.act_max_ms

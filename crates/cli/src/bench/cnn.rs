@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use strata_env::gym::default_python;
 use strata_nn::{Cnn, CnnArch, CnnCache, ImageShape, Pixels, SampleRng};
 
-use crate::bench_ledger::median;
+use crate::bench::ledger::median;
 
 /// PyTorch's side, fed to `python -`.
-const TORCH_PROGRAM: &str = include_str!("../python/cnn_torch_bench.py");
+const TORCH_PROGRAM: &str = include_str!("../../python/cnn_torch_bench.py");
 
 /// The section's figures.
 #[derive(Serialize, Default, Debug)]
@@ -230,8 +230,12 @@ fn torch_rows(threads: &[usize], reps: usize, round: usize) -> Result<Vec<CnnRow
         })
         .collect();
     let args = [serde_json::to_string(&spec)?];
-    let out =
-        crate::python_program::run_python_program(&python, TORCH_PROGRAM, &args, Stdio::piped())?;
+    let out = crate::bench::python_program::run_python_program(
+        &python,
+        TORCH_PROGRAM,
+        &args,
+        Stdio::piped(),
+    )?;
     if !out.status.success() {
         bail!(
             "`{}` could not run the PyTorch side (needs torch; set STRATA_PYTHON): {}",

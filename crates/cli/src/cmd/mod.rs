@@ -1,0 +1,13 @@
+//! The commands, a file each (`strata train`, `eval`, `env`, `learner` and `worker`,
+//! `ledger`, `serve`, `fleet`), and the arguments several share (`config_args`,
+//! `nats_args`). The grammar that puts them together is `commands.rs`.
+
+pub mod cluster;
+pub mod config_args;
+pub mod env;
+pub mod eval;
+pub mod fleet;
+pub mod ledger;
+pub mod nats_args;
+pub mod serve;
+pub mod train;
