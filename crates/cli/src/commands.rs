@@ -56,7 +56,7 @@ enum Command {
     /// Query a run's sample ledger: summary, metrics, recompute, manifest, invalidate.
     #[command(subcommand)]
     Ledger(crate::cmd::ledger::LedgerCommand),
-    /// Measure env stepping, network passes and training throughput.
+    /// Measure throughput: one suite (`strata bench gateway`), or the default set.
     Bench(crate::bench::BenchArgs),
     /// Serve the gateway deployed agents call (act / report), training on their samples.
     Serve(crate::cmd::serve::ServeArgs),

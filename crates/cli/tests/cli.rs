@@ -648,3 +648,43 @@ fn output_into_a_closed_pipe_ends_quietly() {
     child.wait().unwrap();
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn a_bench_suite_runs_by_name_or_by_its_old_flag_and_two_suites_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("named", vec!["bench", "ledger-reads"]),
+        ("old-flag", vec!["bench", "--ledger-reads"]),
+    ] {
+        let json = tmp.path().join(format!("{name}.json"));
+        let mut all = args.clone();
+        all.extend(["--quick", "--ledger-rows", "20000", "--json"]);
+        all.push(json.to_str().unwrap());
+        let o = strata(&all);
+        assert!(o.status.success(), "{all:?}: {}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let reads = report["ledger_reads"]
+            .as_array()
+            .expect("the suite's figures");
+        assert_eq!(reads.len(), 1, "{report:#}");
+        // That suite alone: the others did not run.
+        for other in ["ledger", "gateway", "gym", "cnn", "core", "cluster", "soak"] {
+            assert!(report[other].is_null(), "{all:?} also ran {other}");
+        }
+    }
+    fails_with(
+        &["bench", "ledger", "--gym-only"],
+        "choose one benchmark suite: asked for `--gym-only` and `ledger`",
+    );
+    fails_with(&["bench", "soak"], "`strata bench soak` needs --minutes");
+    fails_with(
+        &["bench", "soak", "--minutes", "0"],
+        "positive number of minutes",
+    );
+    fails_with(&["bench", "no-such-suite"], "invalid value 'no-such-suite'");
+    fails_with(
+        &["bench", "ledger-reads", "--ledger-rows", "2000"],
+        "--ledger-rows: each size must be at least 10000 rows, got 2000",
+    );
+}

@@ -193,7 +193,7 @@ const PLAN: &[(&str, Check)] = &[
         },
     ),
     (
-        "strata bench --gym-only",
+        "strata bench gym",
         elsewhere("", "a benchmark; its figures are in docs/benchmarks.md"),
     ),
     (
@@ -219,7 +219,7 @@ const PLAN: &[(&str, Check)] = &[
         ),
     ),
     (
-        "strata bench --cluster-only",
+        "strata bench cluster",
         elsewhere("", "a benchmark; its figures are in docs/benchmarks.md"),
     ),
 ];

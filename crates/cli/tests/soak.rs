@@ -1,4 +1,4 @@
-//! `strata bench --soak` at a small size: a gateway under a fleet and a training run, each
+//! `strata bench soak` at a small size (and once by its old flag, `--soak MINUTES`): a gateway under a fleet and a training run, each
 //! its own process, then the gateway's stop and restart. It catches leaks of open files,
 //! threads and processes by counting them (not by timing anything).
 
@@ -10,7 +10,15 @@ fn a_short_soak_leaks_no_files_threads_or_processes() {
     let dir = tmp.path().join("soak");
     let json = tmp.path().join("soak.json");
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["bench", "--soak", "0.3", "--soak-agents", "8", "--soak-dir"])
+        .args([
+            "bench",
+            "soak",
+            "--minutes",
+            "0.3",
+            "--agents",
+            "8",
+            "--dir",
+        ])
         .arg(&dir)
         .arg("--json")
         .arg(&json)

@@ -1,4 +1,4 @@
-//! `strata bench --cluster-only`: a run's learner and rollout workers as processes over
+//! `strata bench cluster`: a run's learner and rollout workers as processes over
 //! NATS JetStream against the same run in one process, in the same bench run: env steps,
 //! fragments and megabytes per second, with one and two worker processes.
 //!

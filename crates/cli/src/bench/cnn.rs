@@ -1,4 +1,4 @@
-//! `strata bench --cnn-only`: the convolutional encoders' forward and forward + backward
+//! `strata bench cnn`: the convolutional encoders' forward and forward + backward
 //! passes on uint8 image batches, per thread count, against PyTorch's on the same shapes in
 //! the same run (when the Python in `STRATA_PYTHON` has torch), and the memory of one batch
 //! of observations kept as bytes against floats. The two sides take turns, round after

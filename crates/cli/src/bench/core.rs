@@ -1,4 +1,4 @@
-//! `strata bench --core-only`: what a recurrent core costs. The CartPole preset (8 envs x
+//! `strata bench core`: what a recurrent core costs. The CartPole preset (8 envs x
 //! 32 steps, 20 epochs of one 256-step minibatch) trained for the same steps with no core,
 //! an LSTM of 64, an LSTM of 256 and a GRU of 64 (one per network, sequences of the whole
 //! fragment), in one run: env steps per second and each against the feed-forward policy.

@@ -1,4 +1,4 @@
-//! `strata bench --gateway-only`: the gateway on loopback, in two phases. Acts: act threads
+//! `strata bench gateway`: the gateway on loopback, in two phases. Acts: act threads
 //! send acts at a fixed rate (open loop), each on an episode started beforehand, so acts
 //! alone are measured. Reports: reporter threads report every action issued (each durable
 //! before it is answered), as fast as they are answered.

@@ -1,4 +1,4 @@
-//! `strata bench --gym-only`: what Gymnasium envs in Strata's worker processes cost, and
+//! `strata bench gym`: what Gymnasium envs in Strata's worker processes cost, and
 //! how they compare with Gymnasium's own `SyncVectorEnv` and
 //! `AsyncVectorEnv(shared_memory=True)` on the same envs, in the same run.
 //!

@@ -1,4 +1,4 @@
-//! `strata bench --ledger-reads`: what a read costs as a ledger grows. Ledgers of 10^5,
+//! `strata bench ledger-reads`: what a read costs as a ledger grows. Ledgers of 10^5,
 //! 10^6 and 10^7 rows (generated: external trainers' transitions, most decided in runs of
 //! 256 as a learner's updates decide them, about a tenth undecided, 2% of trajectories and a
 //! few sample ranges invalidated), then a trainer's admitted page of 1,000 and the check of
@@ -44,6 +44,8 @@ pub struct ReadFigures {
 }
 
 const OBS_DIM: usize = 4;
+/// The smallest ledger the suite measures.
+const MIN_ROWS: u64 = 10_000;
 /// Samples one decision record covers (one learner update of the generated ledger).
 const DECIDED_RUN: u64 = 256;
 
@@ -260,6 +262,10 @@ fn measure(n: u64, calls: usize) -> Result<ReadFigures> {
 /// # Errors
 /// A ledger that cannot be written or read.
 pub fn run(sizes: &[u64], calls: usize) -> Result<Vec<ReadFigures>> {
+    // The first page is read among the newest 5,000 rows, whose undecided ones fill it.
+    if let Some(small) = sizes.iter().find(|&&n| n < MIN_ROWS) {
+        anyhow::bail!("--ledger-rows: each size must be at least {MIN_ROWS} rows, got {small}");
+    }
     let mut out = Vec::new();
     for &n in sizes {
         let f = measure(n, calls)?;

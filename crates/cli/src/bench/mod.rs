@@ -1,6 +1,8 @@
-//! `strata bench`: throughput of env stepping, network passes and whole training runs,
-//! with where the time goes. Figures are compared as ratios to reference numbers measured
-//! on the same 2-core machine (see docs/benchmarks.md), never asserted in tests.
+//! `strata bench [SUITE]`: throughput of env stepping, network passes, whole training
+//! runs and the parts around them, with where the time goes. A suite a file: `training`,
+//! `core`, `ledger`, `ledger-reads`, `gateway`, `gym`, `cnn`, `cluster`, `soak`; with none,
+//! the default set. Figures are compared as ratios to reference numbers measured on the
+//! same 2-core machine (see docs/benchmarks.md), never asserted in tests.
 
 mod cluster;
 mod cnn;
@@ -11,27 +13,53 @@ mod ledger;
 mod ledger_reads;
 mod python_program;
 mod soak;
+mod training;
 
 use std::path::PathBuf;
-use std::time::Instant;
 
-use anyhow::Result;
-use clap::Args;
-use rand::SeedableRng;
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
 use serde::Serialize;
-use strata_algo::PpoConfig;
-use strata_env::{make_vec_env, StepBatch};
-use strata_nn::{ActorCritic, Evaluation, Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
-use strata_runtime::{preset, Inference, Mode, RunConfig, Summary, Trainer};
+use strata_runtime::Summary;
 
-/// Reference figures measured on this machine class (2 cores), for the ratios.
-const ENVPOOL_CARTPOLE_64: f64 = 440_000.0;
-const SB3_CARTPOLE_STEPS_PER_SEC: f64 = 3_300.0;
-const SB3_CARTPOLE_SECONDS_TO_SOLVE: f64 = 10.0;
-const SB3_PENDULUM_SECONDS_TO_SOLVE: f64 = 25.0;
+/// A benchmark suite.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suite {
+    /// Env stepping, network passes, CartPole training throughput, seconds to solve
+    /// CartPole and Pendulum, the runtime's modes.
+    Training,
+    /// Recurrent cores: CartPole's preset with no core, an LSTM of 64 and of 256, a GRU of
+    /// 64 (env steps per second).
+    Core,
+    /// The ledger: ingest rows/s, training with the ledger on vs off.
+    Ledger,
+    /// Ledger reads: ledgers of `--ledger-rows` rows generated, a trainer's page and
+    /// report check (p50, p99), the whole-ledger analyses timed on each.
+    LedgerReads,
+    /// The gateway: act round trip at a fixed rate, durable report ingest.
+    Gateway,
+    /// Gymnasium env processes: IPC overhead, throughput against Gymnasium's
+    /// Sync/AsyncVectorEnv. Needs Python with gymnasium (`STRATA_PYTHON`).
+    Gym,
+    /// Convolutional encoders (NatureCNN, the MinAtar encoder) on uint8 batches, 1 and 2
+    /// threads, against PyTorch's when `STRATA_PYTHON` has torch.
+    Cnn,
+    /// Learner and worker processes over NATS JetStream against one process. Needs
+    /// nats-server (`STRATA_NATS_SERVER`, or on the PATH).
+    Cluster,
+    /// A gateway under a simulated fleet and a training run, each its own process,
+    /// together for `--minutes`, their memory, open files, threads and disk sampled
+    /// (`soak.csv`, `soak.svg`); then the gateway's stop and restart, timed.
+    Soak,
+}
 
+/// `strata bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// The suite to run; without one: training, core, ledger, gateway, then gym and
+    /// cluster where their tools are found.
+    #[arg(value_enum)]
+    suite: Option<Suite>,
     /// Shorter runs (fewer steps and seeds), for a quick look.
     #[arg(long)]
     quick: bool,
@@ -41,52 +69,92 @@ pub struct BenchArgs {
     /// Skip the runtime comparison (sync vs async, in-worker vs central inference).
     #[arg(long)]
     skip_runtime: bool,
-    /// Only the ledger figures (ingest rows/s, training with the ledger on vs off).
-    #[arg(long)]
-    ledger_only: bool,
-    /// Only the ledger read figures: ledgers of `--ledger-rows` rows generated, a trainer's
-    /// page and report check (p50, p99) and the whole-ledger analyses timed on each.
-    #[arg(long)]
-    ledger_reads: bool,
-    /// Ledger sizes for `--ledger-reads`, in rows.
+    /// Ledger sizes for the `ledger-reads` suite, in rows.
     #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
     ledger_rows: Vec<u64>,
-    /// Only the gateway figures (act round trip at a fixed rate, report ingest).
-    #[arg(long)]
-    gateway_only: bool,
-    /// Acts per second the gateway benchmark asks for.
+    /// Acts per second the gateway suite asks for.
     #[arg(long, default_value_t = 10_000.0)]
     gateway_rate: f64,
-    /// Only the Gymnasium env process figures (IPC overhead; throughput against
-    /// Gymnasium's Sync/AsyncVectorEnv). Needs Python with gymnasium (`STRATA_PYTHON`).
+    /// How long the soak runs, in minutes.
     #[arg(long)]
-    gym_only: bool,
-    /// Only the convolutional encoder figures (NatureCNN and the MinAtar encoder on uint8
-    /// batches, 1 and 2 threads), against PyTorch's when `STRATA_PYTHON` has torch.
-    #[arg(long)]
-    cnn_only: bool,
-    /// Only the recurrent core figures (CartPole's preset with no core, an LSTM of 64 and
-    /// of 256, a GRU of 64: env steps per second).
-    #[arg(long)]
-    core_only: bool,
-    /// Only the cluster figures (learner and worker processes over NATS JetStream against
-    /// one process). Needs nats-server (`STRATA_NATS_SERVER`, or on the PATH).
-    #[arg(long)]
-    cluster_only: bool,
-    /// Only the soak: a gateway under a simulated fleet and a training run, each its own
-    /// process, together for this many minutes, their memory, open files, threads and
-    /// disk sampled (`soak.csv`, `soak.svg`); then the gateway's stop and restart, timed.
-    #[arg(long, value_name = "MINUTES")]
-    soak: Option<f64>,
+    minutes: Option<f64>,
     /// Where the soak's processes keep their directories (new or empty; default
     /// `runs/soak-<time>`).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = "dir", alias = "soak-dir", value_name = "DIR")]
     soak_dir: Option<PathBuf>,
     /// Agents of the soak's fleet.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long = "agents", alias = "soak-agents", default_value_t = 16)]
     soak_agents: usize,
+    /// Old spellings of the suites, kept for a release: `--ledger-only` is `ledger`, and so
+    /// on; `--soak MINUTES` is `soak --minutes MINUTES`.
+    #[command(flatten)]
+    old: OldSuiteFlags,
 }
 
+/// The flags that chose a suite before suites were named (hidden; each is an alias).
+#[derive(Args, Debug, Default)]
+struct OldSuiteFlags {
+    #[arg(long, hide = true)]
+    ledger_only: bool,
+    #[arg(long, hide = true)]
+    ledger_reads: bool,
+    #[arg(long, hide = true)]
+    gateway_only: bool,
+    #[arg(long, hide = true)]
+    gym_only: bool,
+    #[arg(long, hide = true)]
+    cnn_only: bool,
+    #[arg(long, hide = true)]
+    core_only: bool,
+    #[arg(long, hide = true)]
+    cluster_only: bool,
+    #[arg(long, hide = true, value_name = "MINUTES")]
+    soak: Option<f64>,
+}
+
+impl BenchArgs {
+    /// The suite asked for, by name or by an old flag; `None`: the default set.
+    ///
+    /// # Errors
+    /// Two suites asked for at once.
+    fn chosen(&self) -> Result<Option<Suite>> {
+        let old = &self.old;
+        let flags = [
+            (old.ledger_only, Suite::Ledger, "--ledger-only"),
+            (old.ledger_reads, Suite::LedgerReads, "--ledger-reads"),
+            (old.gateway_only, Suite::Gateway, "--gateway-only"),
+            (old.gym_only, Suite::Gym, "--gym-only"),
+            (old.cnn_only, Suite::Cnn, "--cnn-only"),
+            (old.core_only, Suite::Core, "--core-only"),
+            (old.cluster_only, Suite::Cluster, "--cluster-only"),
+            (old.soak.is_some(), Suite::Soak, "--soak"),
+        ];
+        let mut chosen: Vec<(Suite, String)> = flags
+            .iter()
+            .filter(|(on, ..)| *on)
+            .map(|&(_, suite, flag)| (suite, flag.to_string()))
+            .collect();
+        if let Some(suite) = self.suite {
+            let name = suite.to_possible_value().expect("a named suite");
+            chosen.push((suite, name.get_name().to_string()));
+        }
+        match chosen.as_slice() {
+            [] => Ok(None),
+            [(suite, _)] => Ok(Some(*suite)),
+            // The same suite twice (`gym --gym-only`) is one choice.
+            [(a, _), rest @ ..] if rest.iter().all(|(b, _)| b == a) => Ok(Some(*a)),
+            many => bail!(
+                "choose one benchmark suite: asked for {}",
+                many.iter()
+                    .map(|(_, name)| format!("`{name}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        }
+    }
+}
+
+/// Every suite's figures, as `--json` writes them (a suite that did not run: null).
 #[derive(Serialize, Default)]
 struct Report {
     env_step_cartpole64_steps_per_sec: f64,
@@ -105,343 +173,88 @@ struct Report {
     pendulum_seconds_to_solve: Vec<Option<f64>>,
     pendulum_median_seconds_to_solve: Option<f64>,
     time_breakdown_cartpole_4_epochs: Option<Summary>,
-    runtime: Vec<RuntimeRow>,
-    ledger: Option<crate::bench::ledger::LedgerReport>,
+    runtime: Vec<training::RuntimeRow>,
+    ledger: Option<ledger::LedgerReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ledger_reads: Option<Vec<crate::bench::ledger_reads::ReadFigures>>,
-    gateway: Option<crate::bench::gateway::GatewayReport>,
-    gym: Option<crate::bench::gym::GymReport>,
-    cluster: Option<crate::bench::cluster::ClusterReport>,
-    cnn: Option<crate::bench::cnn::CnnReport>,
-    core: Option<crate::bench::core::CoreReport>,
-    soak: Option<crate::bench::soak::SoakReport>,
+    ledger_reads: Option<Vec<ledger_reads::ReadFigures>>,
+    gateway: Option<gateway::GatewayReport>,
+    gym: Option<gym::GymReport>,
+    cluster: Option<cluster::ClusterReport>,
+    cnn: Option<cnn::CnnReport>,
+    core: Option<core::CoreReport>,
+    soak: Option<soak::SoakReport>,
 }
 
-/// One runtime configuration's figures.
-#[derive(Serialize)]
-struct RuntimeRow {
-    workload: String,
-    mode: String,
-    inference: String,
-    workers: usize,
-    env_steps_per_sec: f64,
-    final_mean_return: Option<f64>,
-    seconds_to_solve: Option<f64>,
-    policy_lag_max: u64,
-}
-
-/// Trains `config` to its budget; returns the summary and the largest lag seen.
-fn run_with_lag(config: RunConfig) -> Result<(Summary, u64)> {
-    let mut trainer = Trainer::new(config)?;
-    let mut lag = 0;
-    while !trainer.finished() {
-        lag = lag.max(trainer.iterate()?.policy_lag_max);
-    }
-    Ok((trainer.summary(), lag))
-}
-
-/// Sync vs async and in-worker vs central inference, on plain CartPole and Pendulum and on
-/// a balanced workload (CartPole with 12 us of simulated physics per env step, so stepping
-/// costs about what learning does).
-fn runtime_section(quick: bool) -> Result<Vec<RuntimeRow>> {
-    let mut rows = Vec::new();
-    let workloads: [(&str, &str, u64, u64); 3] = [
-        (
-            "cartpole",
-            "cartpole",
-            0,
-            if quick { 40_000 } else { 100_000 },
-        ),
-        (
-            "balanced (cartpole + 12us/step)",
-            "cartpole",
-            12,
-            if quick { 40_000 } else { 100_000 },
-        ),
-        (
-            "pendulum",
-            "pendulum",
-            0,
-            if quick { 60_000 } else { 200_000 },
-        ),
-    ];
-    let setups: [(Mode, Inference, usize); 4] = [
-        (Mode::Sync, Inference::Worker, 1),
-        (Mode::Async, Inference::Worker, 1),
-        (Mode::Sync, Inference::Central, 2),
-        (Mode::Async, Inference::Central, 2),
-    ];
-    println!("runtime: workload / mode / inference / workers -> env steps/s, final mean return, seconds to solve, max lag");
-    for (name, env, cost, budget) in workloads {
-        let mut base_rate = None;
-        for (mode, inference, workers) in setups {
-            let mut c = preset(env).expect("built-in preset");
-            c.env.step_cost_us = cost;
-            c.train.total_steps = budget;
-            c.runtime.mode = mode;
-            c.runtime.inference = inference;
-            c.runtime.workers = workers;
-            let (s, lag) = run_with_lag(c)?;
-            let rate = s.env_steps_per_sec;
-            let base = *base_rate.get_or_insert(rate);
-            println!(
-                "  {name:32} {:5} {:7} {workers}  {:>9.0} steps/s ({:.2}x sync/worker)  return {:>7.1}  solved {:>6}  lag {lag}",
-                format!("{mode:?}").to_lowercase(),
-                format!("{inference:?}").to_lowercase(),
-                rate,
-                rate / base,
-                s.final_mean_return.unwrap_or(f64::NAN),
-                s.seconds_to_solve.map_or("-".into(), |t| format!("{t:.2}s")),
-            );
-            rows.push(RuntimeRow {
-                workload: name.to_string(),
-                mode: format!("{mode:?}").to_lowercase(),
-                inference: format!("{inference:?}").to_lowercase(),
-                workers,
-                env_steps_per_sec: rate,
-                final_mean_return: s.final_mean_return,
-                seconds_to_solve: s.seconds_to_solve,
-                policy_lag_max: lag,
-            });
-        }
-    }
-    Ok(rows)
-}
-
-fn median(values: &[Option<f64>]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().flatten().copied().collect();
-    if v.len() < values.len() {
-        return None; // an unsolved seed makes the median undefined
-    }
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
-fn env_stepping(steps: usize) -> Result<f64> {
-    let n = 64;
-    let mut envs = make_vec_env("cartpole", n)?;
-    let mut batch = StepBatch::new(envs.spec(), n);
-    envs.reset(0, &mut batch.obs)?;
-    let actions: Vec<Vec<f32>> = (0..16)
-        .map(|k| (0..n).map(|i| ((i * 7 + k * 3) % 2) as f32).collect())
-        .collect();
-    let start = Instant::now();
-    for t in 0..steps {
-        envs.step(&actions[t % 16], &mut batch)?;
-    }
-    Ok((steps * n) as f64 / start.elapsed().as_secs_f64())
-}
-
-fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
-    let mut rng = SampleRng::seed_from_u64(0);
-    let mut model = MlpActorCritic::new(
-        4,
-        Head::Categorical { n: 2 },
-        &NetworkConfig::default(),
-        &mut rng,
-    );
-    let batch = 512;
-    let obs: Vec<f32> = (0..batch * 4)
-        .map(|i| ((i * 37) % 100) as f32 * 0.01 - 0.5)
-        .collect();
-    let actions: Vec<f32> = (0..batch).map(|i| (i % 2) as f32).collect();
-    let (d_lp, d_ent, d_v) = (vec![0.01; batch], vec![-0.0; batch], vec![0.02; batch]);
-    let mut eval = Evaluation::default();
-    let (mut fwd, mut bwd, mut opt) = (0.0, 0.0, 0.0);
-    for _ in 0..reps {
-        let t0 = Instant::now();
-        model.evaluate(&obs, &actions, &mut eval);
-        let t1 = Instant::now();
-        model.backward(&d_lp, &d_ent, &d_v, &[]);
-        let t2 = Instant::now();
-        model.optimizer_step(1e-5, Some(0.5));
-        let t3 = Instant::now();
-        fwd += (t1 - t0).as_secs_f64();
-        bwd += (t2 - t1).as_secs_f64();
-        opt += (t3 - t2).as_secs_f64();
-    }
-    let one = &obs[..4];
-    let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
-    let t0 = Instant::now();
-    for _ in 0..reps * 20 {
-        model.act(one, Memory::none(), &mut rng, &[], &mut a, &mut lp, &mut v);
-    }
-    let single = t0.elapsed().as_secs_f64() / (reps * 20) as f64;
-    let ms = 1e3 / reps as f64;
-    (fwd * ms, bwd * ms, opt * ms, single * 1e6)
-}
-
-fn train_throughput(config: RunConfig) -> Result<Summary> {
-    let mut trainer = Trainer::new(config)?;
-    while !trainer.finished() {
-        trainer.iterate()?;
-    }
-    Ok(trainer.summary())
-}
-
-fn seconds_to_solve(env: &str, seeds: &[u64], budget: u64) -> Result<Vec<Option<f64>>> {
-    seeds
-        .iter()
-        .map(|&seed| {
-            let mut c = preset(env).expect("built-in preset");
-            c.train.seed = seed;
-            c.train.total_steps = budget;
-            c.train.stop_when_solved = true;
-            Ok(train_throughput(c)?.seconds_to_solve)
-        })
-        .collect()
-}
-
+/// Runs the suite asked for (or the default set), prints its figures and writes them as
+/// JSON when asked.
+///
+/// # Errors
+/// A bad choice of suite or arguments, or a suite that fails.
 pub fn run(args: BenchArgs) -> Result<()> {
-    let scale = if args.quick { 1 } else { 4 };
     let mut r = Report::default();
-    if let Some(minutes) = args.soak {
-        if !(minutes.is_finite() && minutes > 0.0) {
-            anyhow::bail!("--soak takes a positive number of minutes, got {minutes}");
+    let quick = args.quick;
+    let gateway_seconds = if quick { 3.0 } else { 10.0 };
+    match args.chosen()? {
+        Some(Suite::Soak) => {
+            let minutes = match (args.minutes, args.old.soak) {
+                (Some(m), _) | (None, Some(m)) => m,
+                (None, None) => bail!("`strata bench soak` needs --minutes MINUTES"),
+            };
+            if !(minutes.is_finite() && minutes > 0.0) {
+                bail!("the soak takes a positive number of minutes, got {minutes}");
+            }
+            let dir = args.soak_dir.clone().unwrap_or_else(|| {
+                PathBuf::from(format!(
+                    "runs/soak-{}",
+                    strata_runtime::utc_stamp(std::time::SystemTime::now())
+                ))
+            });
+            let soak = soak::run(&soak::SoakOptions {
+                minutes,
+                dir: dir.clone(),
+                agents: args.soak_agents,
+            })?;
+            soak::print(&soak);
+            println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());
+            r.soak = Some(soak);
         }
-        let dir = args.soak_dir.clone().unwrap_or_else(|| {
-            PathBuf::from(format!(
-                "runs/soak-{}",
-                strata_runtime::utc_stamp(std::time::SystemTime::now())
-            ))
-        });
-        let soak = crate::bench::soak::run(&crate::bench::soak::SoakOptions {
-            minutes,
-            dir: dir.clone(),
-            agents: args.soak_agents,
-        })?;
-        crate::bench::soak::print(&soak);
-        println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());
-        r.soak = Some(soak);
-        return write_report(&r, args.json.as_deref());
-    }
-    if args.ledger_reads {
-        crate::bench::ledger_reads::print_header();
-        let calls = if args.quick { 50 } else { 200 };
-        r.ledger_reads = Some(crate::bench::ledger_reads::run(&args.ledger_rows, calls)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    if args.ledger_only {
-        r.ledger = Some(crate::bench::ledger::run(args.quick)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    let gateway_seconds = if args.quick { 3.0 } else { 10.0 };
-    if args.gateway_only {
-        r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    if args.gym_only {
-        r.gym = Some(crate::bench::gym::run(args.quick)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    if args.cnn_only {
-        r.cnn = Some(crate::bench::cnn::run(args.quick)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    if args.core_only {
-        r.core = Some(crate::bench::core::run(args.quick)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    if args.cluster_only {
-        r.cluster = Some(crate::bench::cluster::run(args.quick)?);
-        return write_report(&r, args.json.as_deref());
-    }
-    r.env_step_cartpole64_steps_per_sec = env_stepping(50_000 * scale)?;
-    r.env_step_vs_envpool = r.env_step_cartpole64_steps_per_sec / ENVPOOL_CARTPOLE_64;
-    println!(
-        "env stepping, 64 cartpoles:        {:>12.0} steps/s  ({:.1}x EnvPool's {ENVPOOL_CARTPOLE_64})",
-        r.env_step_cartpole64_steps_per_sec, r.env_step_vs_envpool
-    );
-    for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()?;
-        let (f, b, o, s) = pool.install(|| network_passes(200 * scale));
-        if threads == 1 {
-            r.minibatch512_forward_ms = f;
-            r.minibatch512_backward_ms = b;
-            r.minibatch512_adam_ms = o;
-            r.single_obs_inference_us = s;
-            println!("single-observation inference:      {s:>12.2} us");
-        } else {
-            r.minibatch512_two_threads_ms = f + b + o;
+        Some(Suite::LedgerReads) => {
+            ledger_reads::print_header();
+            let calls = if quick { 50 } else { 200 };
+            r.ledger_reads = Some(ledger_reads::run(&args.ledger_rows, calls)?);
         }
-        println!(
-            "4-64-64-2 minibatch 512, {threads} thread(s): forward {f:.3} ms, loss+backward {b:.3} ms, Adam {o:.3} ms (total {:.3} ms)",
-            f + b + o
-        );
-    }
-
-    // rl-zoo3's own CartPole hyperparameters: our preset with its 20 epochs.
-    let mut zoo = preset("cartpole").expect("preset");
-    zoo.ppo.n_epochs = 20;
-    zoo.train.total_steps = 25_000 * scale as u64;
-    zoo.train.learner_threads = 1;
-    let s = train_throughput(zoo.clone())?;
-    r.zoo_cartpole_one_learner_thread_steps_per_sec = s.env_steps_per_sec;
-    println!(
-        "cartpole, rl-zoo3, 1 learner thread: {:>11.0} steps/s  ({:.1}x SB3's {SB3_CARTPOLE_STEPS_PER_SEC})",
-        s.env_steps_per_sec,
-        s.env_steps_per_sec / SB3_CARTPOLE_STEPS_PER_SEC
-    );
-    zoo.train.learner_threads = 2;
-    let s = train_throughput(zoo)?;
-    r.zoo_cartpole_20_epochs_steps_per_sec = s.env_steps_per_sec;
-    r.zoo_cartpole_vs_sb3 = s.env_steps_per_sec / SB3_CARTPOLE_STEPS_PER_SEC;
-    println!(
-        "cartpole, rl-zoo3, 2 learner threads: {:>10.0} steps/s  ({:.1}x SB3's {SB3_CARTPOLE_STEPS_PER_SEC})",
-        s.env_steps_per_sec, r.zoo_cartpole_vs_sb3
-    );
-
-    let mut fast = preset("cartpole").expect("preset");
-    fast.ppo = PpoConfig {
-        n_epochs: 4,
-        ..fast.ppo
-    };
-    fast.train.total_steps = 50_000 * scale as u64;
-    let s = train_throughput(fast)?;
-    r.cartpole_4_epochs_steps_per_sec = s.env_steps_per_sec;
-    let t = s.time;
-    println!(
-        "cartpole, 4 epochs, 64-64:          {:>12.0} steps/s  (env {:.2}s, inference {:.2}s, forward {:.2}s, backward {:.2}s, adam {:.2}s, other {:.2}s)",
-        s.env_steps_per_sec, t.env_step, t.inference, t.forward, t.backward, t.optimizer, t.other
-    );
-    r.time_breakdown_cartpole_4_epochs = Some(s);
-
-    let seeds: &[u64] = if args.quick { &[1] } else { &[1, 2, 3] };
-    r.cartpole_seconds_to_solve = seconds_to_solve("cartpole", seeds, 100_000)?;
-    r.cartpole_median_seconds_to_solve = median(&r.cartpole_seconds_to_solve);
-    println!(
-        "cartpole seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_CARTPOLE_SECONDS_TO_SOLVE}s)",
-        r.cartpole_seconds_to_solve, r.cartpole_median_seconds_to_solve
-    );
-    r.pendulum_seconds_to_solve = seconds_to_solve("pendulum", seeds, 200_000)?;
-    r.pendulum_median_seconds_to_solve = median(&r.pendulum_seconds_to_solve);
-    println!(
-        "pendulum seconds to solve (preset): {:?}, median {:?}  (SB3 ~{SB3_PENDULUM_SECONDS_TO_SOLVE}s)",
-        r.pendulum_seconds_to_solve, r.pendulum_median_seconds_to_solve
-    );
-    r.core = Some(crate::bench::core::run(args.quick)?);
-    r.ledger = Some(crate::bench::ledger::run(args.quick)?);
-    r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
-    if !args.skip_runtime {
-        r.runtime = runtime_section(args.quick)?;
-    }
-    // Gymnasium envs need Python with gymnasium; without it the section says why.
-    match crate::bench::gym::run(args.quick) {
-        Ok(g) => r.gym = Some(g),
-        Err(e) => println!("gym env processes: skipped ({e:#})"),
-    }
-    // The cluster needs a nats-server; without one the section says why.
-    match crate::bench::cluster::run(args.quick) {
-        Ok(c) => r.cluster = Some(c),
-        Err(e) => println!("cluster: skipped ({e:#})"),
+        Some(Suite::Ledger) => r.ledger = Some(ledger::run(quick)?),
+        Some(Suite::Gateway) => r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?),
+        Some(Suite::Gym) => r.gym = Some(gym::run(quick)?),
+        Some(Suite::Cnn) => r.cnn = Some(cnn::run(quick)?),
+        Some(Suite::Core) => r.core = Some(core::run(quick)?),
+        Some(Suite::Cluster) => r.cluster = Some(cluster::run(quick)?),
+        Some(Suite::Training) => training::run(quick, args.skip_runtime, &mut r)?,
+        None => {
+            training::run(quick, true, &mut r)?;
+            r.core = Some(core::run(quick)?);
+            r.ledger = Some(ledger::run(quick)?);
+            r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?);
+            if !args.skip_runtime {
+                r.runtime = training::runtime_section(quick)?;
+            }
+            // Gymnasium envs need Python with gymnasium; without it the section says why.
+            match gym::run(quick) {
+                Ok(g) => r.gym = Some(g),
+                Err(e) => println!("gym env processes: skipped ({e:#})"),
+            }
+            // The cluster needs a nats-server; without one the section says why.
+            match cluster::run(quick) {
+                Ok(c) => r.cluster = Some(c),
+                Err(e) => println!("cluster: skipped ({e:#})"),
+            }
+        }
     }
     write_report(&r, args.json.as_deref())
 }
 
-fn gateway(rate: f64, seconds: f64) -> Result<crate::bench::gateway::GatewayReport> {
-    let g = crate::bench::gateway::run(rate, seconds)?;
+fn gateway(rate: f64, seconds: f64) -> Result<gateway::GatewayReport> {
+    let g = gateway::run(rate, seconds)?;
     println!(
         "gateway on loopback: {:.0} acts/s asked, {:.0} answered ({} not sent or failed); act round trip p50 {:.3} ms, p99 {:.3} ms (target <= 1 ms), max {:.1} ms",
         g.target_acts_per_sec, g.acts_per_sec, g.acts_skipped, g.act_p50_ms, g.act_p99_ms, g.act_max_ms

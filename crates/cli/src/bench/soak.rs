@@ -1,4 +1,4 @@
-//! `strata bench --soak MINUTES`: the parts of Strata that run for days, run together for a
+//! `strata bench soak --minutes MINUTES`: the parts of Strata that run for days, run together for a
 //! while, each in its own process, with their resources sampled.
 //!
 //! Three processes of this binary: a gateway (`strata serve`: its ledger, learner, journal,
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-/// What `--soak` was asked.
+/// What `strata bench soak` was asked.
 pub struct SoakOptions {
     /// How long the three processes run together.
     pub minutes: f64,
@@ -204,7 +204,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport> {
     let dir = &options.dir;
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!(
-            "{} is not empty: the soak writes its processes' directories there; give --soak-dir a new one",
+            "{} is not empty: the soak writes its processes' directories there; give --dir a new one",
             dir.display()
         );
     }
