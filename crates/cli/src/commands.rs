@@ -5,8 +5,6 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::cmd::config_args::{build_config, ConfigArgs};
-
 /// Strata: asynchronous reinforcement learning with provenance for every sample.
 #[derive(Parser, Debug)]
 #[command(name = "strata", version, about)]
@@ -70,26 +68,7 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
     /// Print the effective config as TOML.
-    Show(ConfigArgs),
-}
-
-/// What encodes a `gym:` env's images under `network.encoder`, for `config show` (which
-/// asks Python what the env looks like); `None` for envs without images.
-fn encoder_line(config: &strata_runtime::RunConfig) -> Option<String> {
-    config.env.gym_target()?;
-    let mut resolved = config.clone();
-    if let Err(e) = strata_runtime::resolve_env(&mut resolved) {
-        return Some(format!("not known: the env could not be described ({e})"));
-    }
-    match strata_runtime::describe_encoders(&resolved) {
-        Ok(encoders) if encoders.is_empty() => None,
-        Ok(encoders) => Some(format!(
-            "{} (network.encoder = \"{}\")",
-            encoders.join(", "),
-            config.network.encoder.name()
-        )),
-        Err(e) => Some(e.to_string()),
-    }
+    Show(crate::cmd::config_args::ConfigArgs),
 }
 
 /// Runs a parsed command line.
@@ -102,28 +81,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Learner(args) => crate::cmd::cluster::learner(args),
         Command::Worker(args) => crate::cmd::cluster::worker(args),
         Command::Eval(args) => crate::cmd::eval::eval(args),
-        Command::Config(ConfigCommand::Show(args)) => {
-            let config = build_config(&args)?;
-            // TOML comments: the output stays a config file `--config` reads.
-            if let Some(origin) = strata_runtime::preset_origin(&config.env.name) {
-                println!("# preset: {origin}");
-            }
-            if let Some(line) = encoder_line(&config) {
-                println!("# encoder: {line}");
-            }
-            if let Some(line) = config.network.describe_core() {
-                println!("# core: {line}");
-            }
-            // The hash line is the one a run directory's `config.toml` opens with.
-            let header = strata_runtime::RunLayout::hash_header(&config.config_hash());
-            if config.env.gym_target().is_some() {
-                println!("{header} (before the run records the env's layout, which it hashes too)");
-            } else {
-                println!("{header}");
-            }
-            print!("{}", config.to_toml());
-            Ok(())
-        }
+        Command::Config(ConfigCommand::Show(args)) => crate::cmd::config::show(&args),
         Command::Env(command) => crate::cmd::env::run(command),
         Command::Ledger(command) => crate::cmd::ledger::run(command),
         Command::Bench(args) => crate::bench::run(args),

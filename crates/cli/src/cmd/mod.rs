@@ -1,8 +1,9 @@
-//! The commands, a file each (`strata train`, `eval`, `env`, `learner` and `worker`,
-//! `ledger`, `serve`, `fleet`), and the arguments several share (`config_args`,
+//! The commands, a file each (`strata train`, `eval`, `config`, `env`, `learner` and
+//! `worker`, `ledger`, `serve`, `fleet`), and the arguments several share (`config_args`,
 //! `nats_args`). The grammar that puts them together is `commands.rs`.
 
 pub mod cluster;
+pub mod config;
 pub mod config_args;
 pub mod env;
 pub mod eval;
