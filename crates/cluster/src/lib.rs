@@ -94,6 +94,13 @@ pub enum ClusterError {
     Stopped,
 }
 
+impl From<strata_runtime::ConfigError> for ClusterError {
+    /// A config that could not build what it asks for: as a run reports it.
+    fn from(e: strata_runtime::ConfigError) -> Self {
+        ClusterError::Runtime(e.into())
+    }
+}
+
 impl ClusterError {
     fn nats(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
         ClusterError::Nats {

@@ -127,6 +127,13 @@ pub enum GatewayError {
     Runtime(#[from] strata_runtime::RuntimeError),
 }
 
+impl From<strata_runtime::ConfigError> for GatewayError {
+    /// A config that could not build what it asks for: as a run reports it.
+    fn from(e: strata_runtime::ConfigError) -> Self {
+        GatewayError::Runtime(e.into())
+    }
+}
+
 impl GatewayError {
     /// An I/O failure on `path`.
     pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {

@@ -50,10 +50,10 @@ pub(crate) fn error(e: impl std::error::Error) -> PyErr {
 }
 
 /// Config problems are `ConfigError`; everything else `StrataError`.
-pub(crate) fn runtime_error(e: strata_runtime::RuntimeError) -> PyErr {
+pub(crate) fn runtime_error(e: impl Into<strata_runtime::RuntimeError>) -> PyErr {
     use strata_runtime::RuntimeError as E;
-    match e {
-        E::Config(_) | E::InvalidConfig(_) | E::ConfigFile { .. } => {
+    match e.into() {
+        e @ (E::Config(_) | E::InvalidConfig(_) | E::ConfigFile { .. }) => {
             ConfigError::new_err(e.to_string())
         }
         other => error(other),

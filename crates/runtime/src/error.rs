@@ -68,6 +68,21 @@ pub enum RuntimeError {
     },
 }
 
+impl From<strata_config::ConfigError> for RuntimeError {
+    /// Each config error becomes the run error of the same name and message.
+    fn from(e: strata_config::ConfigError) -> Self {
+        use strata_config::ConfigError as C;
+        match e {
+            C::Config(m) => RuntimeError::Config(m),
+            C::ConfigFile { path, source } => RuntimeError::ConfigFile { path, source },
+            C::InvalidConfig(i) => RuntimeError::InvalidConfig(i),
+            C::Env(e) => RuntimeError::Env(e),
+            C::GymEnv { env, source } => RuntimeError::GymEnv { env, source },
+            C::Model(e) => RuntimeError::Model(e),
+        }
+    }
+}
+
 impl RuntimeError {
     /// A thread that could not be started.
     pub fn thread(

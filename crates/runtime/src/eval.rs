@@ -6,9 +6,9 @@ use strata_env::{NormalizerStats, StepBatch, Stream, VecEnv};
 use strata_nn::{ActorCritic, Memory, SampleRng};
 
 use crate::checkpoint::Policy;
-use crate::factory::{build_eval_envs, build_eval_envs_recording};
 use crate::video::GifWriter;
 use crate::{RunConfig, RuntimeError};
+use strata_config::{build_eval_envs, build_eval_envs_recording};
 
 /// Returns of the evaluation episodes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

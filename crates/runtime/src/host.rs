@@ -262,7 +262,7 @@ impl HostedWorker {
     /// start.
     pub fn start(spec: HostSpec<'_>) -> Result<HostedWorker, RuntimeError> {
         let config = spec.config;
-        let env = crate::factory::env_spec(config)?;
+        let env = strata_config::env_spec(config)?;
         let slots = slots_per_worker(config);
         let store = Arc::new(MemoryPolicyStore::new(
             spec.initial,

@@ -15,10 +15,10 @@ use parking_lot::Mutex;
 use rand::SeedableRng;
 use strata_nn::{ActorCritic, Memory, SampleRng};
 
-use crate::factory::build_model;
 use crate::policy_store::{MemoryPolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::RunConfig;
+use strata_config::build_model;
 
 /// One group's request and answer.
 pub struct InferenceSlot {
@@ -227,6 +227,13 @@ pub enum InferenceError {
     Env(#[from] strata_env::EnvError),
 }
 
+impl From<strata_config::ConfigError> for InferenceError {
+    /// A config that could not build what it asks for: as the run reports it.
+    fn from(e: strata_config::ConfigError) -> Self {
+        InferenceError::Runtime(e.into())
+    }
+}
+
 /// Everything the inference thread is given.
 pub struct ServerSetup {
     /// The run's config (to build models).
@@ -262,7 +269,7 @@ pub fn spawn_server(setup: ServerSetup) -> std::io::Result<JoinHandle<()>> {
 }
 
 fn serve(s: ServerSetup) -> Result<(), InferenceError> {
-    let obs_dim = crate::factory::env_spec(&s.config)?.obs_dim();
+    let obs_dim = strata_config::env_spec(&s.config)?.obs_dim();
     let mut models: Vec<(u64, Box<dyn ActorCritic>)> = Vec::with_capacity(s.versions_kept);
     // Each request with the version it asked for, read once on arrival: a worker answered
     // early in this round may post its next request (with a newer version) to the same slot

@@ -12,11 +12,11 @@ use strata_ledger::{
 };
 use strata_nn::ActorCritic;
 
-use crate::config::{OffPolicy, RunConfig};
-use crate::factory::{build_model, build_ppo};
 use crate::learner_pool::LearnerPool;
 use crate::records::AdmissionCounts;
 use crate::RuntimeError;
+use strata_config::{build_model, build_ppo};
+use strata_config::{OffPolicy, RunConfig};
 
 /// Rollout rows of one group: `count` runs of `width` rows, `stride` apart, from `first`.
 /// A worker's fragment is one run per step (stride = all envs); a segment is one run.

@@ -46,22 +46,16 @@
 mod buffer;
 pub mod checkpoint;
 mod collector;
-mod config;
 mod error;
 mod eval;
-mod factory;
-mod gym_presets;
 mod host;
-mod identity;
 mod inference;
 mod launcher;
-mod layers;
 pub mod learner_core;
 mod learner_pool;
 mod ledger_link;
 mod live;
 mod policy_store;
-mod presets;
 pub mod provenance;
 mod records;
 mod resume;
@@ -81,28 +75,25 @@ pub use checkpoint::{
     best_version, find_version, load_policy, pick_checkpoint, read_checkpoint, resume_point,
     save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy, PolicyPick, TrainerState,
 };
-pub use config::{
-    EnvConfig, GymSettings, Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig,
-    RuntimeConfig, TrainConfig,
-};
 pub use error::RuntimeError;
+// The config, its presets and the factory: the `strata-config` crate's, re-exported for
+// the crates that drive a run.
 pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};
-pub use factory::{
-    build_envs, build_model, build_ppo, describe_encoders, env_spec, image_inputs, resolve_env,
-};
-pub use gym_presets::GYM_PRESETS;
-pub use identity::Identity;
-pub use layers::ConfigFile;
 pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
 pub use policy_store::{MemoryPolicyStore, PolicyStore, PublishedPolicy, StoreError};
-pub use presets::{preset, preset_origin, DEFAULT_ENV};
 pub use records::{
     AdmissionCounts, InvalidFragment, Progress, StopReason, Summary, TimeBreakdown, UpdateRecord,
 };
 pub use resume::{continue_run, group_digits, resume_run};
 pub use run_dir::{utc_stamp, ClaimedDir, Existing, RunDir};
 pub use run_layout::RunLayout;
+pub use strata_config::{
+    build_envs, build_model, build_ppo, describe_encoders, env_spec, image_inputs, preset,
+    preset_origin, resolve_env, ConfigError, ConfigFile, EnvConfig, GymSettings, Identity,
+    Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig, RuntimeConfig,
+    TrainConfig, DEFAULT_ENV, GYM_PRESETS,
+};
 pub use trainer::Trainer;
 pub use video::GifWriter;
 pub use worker::{WorkerCommand, WorkerError, WorkerEvent};

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::buffer::{ExperienceBuffer, RowWidths, SlotId, WorkerState};
-use crate::config::Inference;
 use crate::host::{slots_per_worker, versions_kept, HostedOn, Incarnation, WorkerHost};
 use crate::inference::{
     spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
@@ -19,6 +18,7 @@ use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::transport::WorkerLauncher;
 use crate::worker::WorkerEvent;
 use crate::{RunConfig, RuntimeError};
+use strata_config::Inference;
 
 /// One running worker: its host (queues, pulse, thread) and the learner's books on it.
 pub(crate) struct WorkerHandle {
@@ -141,7 +141,7 @@ impl Wiring {
         starts: Vec<Option<WorkerState>>,
         launcher: Arc<dyn WorkerLauncher>,
     ) -> Result<Wiring, RuntimeError> {
-        let spec = crate::factory::env_spec(config)?;
+        let spec = strata_config::env_spec(config)?;
         let workers = config.runtime.workers;
         let per_worker_envs = config.env.num_envs / workers;
         let lag = config.effective_lag();

@@ -10,9 +10,9 @@ use strata_env::NormalizerStats;
 use strata_nn::ActorCritic;
 
 use super::format::{read_checkpoint, resolve, META};
-use crate::factory::build_model;
 use crate::run_layout::{RunLayout, BEST_DIR};
 use crate::{RunConfig, RuntimeError};
+use strata_config::build_model;
 
 /// A trained policy ready for evaluation: its config, model and (frozen) env wrappers.
 pub struct Policy {

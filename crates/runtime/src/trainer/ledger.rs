@@ -11,7 +11,7 @@ impl Trainer {
     pub fn attach_ledger(&mut self, ledger: strata_ledger::Ledger) -> Result<(), RuntimeError> {
         // A sample's observation summary: a value per observation value, one per image
         // channel.
-        let summary_dim = crate::factory::env_spec(&self.config)?.summary_dim();
+        let summary_dim = strata_config::env_spec(&self.config)?.summary_dim();
         let link = LedgerLink::attach(
             ledger,
             &self.config,

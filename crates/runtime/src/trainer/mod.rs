@@ -22,7 +22,6 @@ use crate::buffer::WorkerState;
 use crate::checkpoint::{read_checkpoint, TrainerState};
 use crate::collector::{Books, Collector};
 use crate::eval::{evaluate_model, EvalEnvs, EvalResult, PinnedVersion};
-use crate::factory::{env_spec, initial_normalizer, resolve_env};
 use crate::learner_core::{Correction, LearnerCore};
 use crate::ledger_link::LedgerLink;
 use crate::live::{LearnerView, LedgerView, LiveHandle};
@@ -30,6 +29,7 @@ use crate::policy_store::PublishedPolicy;
 use crate::records::{Progress, Summary, UpdateRecord};
 use crate::wiring::Wiring;
 use crate::{RunConfig, RuntimeError};
+use strata_config::{env_spec, initial_normalizer, resolve_env};
 
 /// PPO training: rollout worker threads feeding one learner.
 pub struct Trainer {

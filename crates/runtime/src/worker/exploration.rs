@@ -6,8 +6,8 @@
 use strata_env::StepBatch;
 use strata_nn::{standard_normals, SampleRng, SdeHold};
 
-use crate::factory::sde_noise_len;
 use crate::{RunConfig, RuntimeError};
+use strata_config::sde_noise_len;
 
 /// When matrices are drawn: what every step needs to know.
 #[derive(Clone, Copy, Debug)]

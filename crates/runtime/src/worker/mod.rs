@@ -17,7 +17,6 @@ use strata_env::{derive_seed, StepBatch, Stream, VecEnv};
 use strata_nn::{ActorCritic, SampleRng};
 
 use crate::buffer::WorkerState;
-use crate::factory::{build_envs, build_model};
 use crate::inference::InferenceClient;
 use crate::policy_store::{MemoryPolicyStore, PublishedPolicy, StoreError};
 use crate::telemetry::Activity;
@@ -25,6 +24,7 @@ use exploration::Exploration;
 use fill::{fill_central, fill_local, StepContext, WallClock};
 use memory::EnvMemory;
 pub use protocol::{Holding, WorkerCommand, WorkerError, WorkerEvent, WorkerSetup};
+use strata_config::{build_envs, build_model};
 
 /// Why a worker stopped without an error.
 enum Stop {

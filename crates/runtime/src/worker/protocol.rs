@@ -48,6 +48,13 @@ pub enum WorkerError {
     Remote(String),
 }
 
+impl From<strata_config::ConfigError> for WorkerError {
+    /// A config that could not build what it asks for: as the run reports it.
+    fn from(e: strata_config::ConfigError) -> Self {
+        WorkerError::Runtime(e.into())
+    }
+}
+
 /// Worker -> learner.
 #[derive(Debug)]
 pub enum WorkerEvent {

@@ -7,7 +7,7 @@ use strata_ledger::AdmissionRules;
 use strata_nn::NetworkConfig;
 
 use crate::config::{EnvConfig, Mode, OffPolicy, RuntimeConfig};
-use crate::{RunConfig, RuntimeError};
+use crate::{ConfigError, RunConfig};
 
 /// What defines a run's policy, declared once: its canonical JSON is hashed into the config
 /// hash, and a `--resume` compares it field by field. Fields named in
@@ -128,8 +128,8 @@ impl RunConfig {
     /// two identities ([`RunConfig::config_hash`]).
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] naming the keys `wanted` changes that define the policy.
-    pub fn resumed_with(self, wanted: RunConfig) -> Result<RunConfig, RuntimeError> {
+    /// [`ConfigError::Config`] naming the keys `wanted` changes that define the policy.
+    pub fn resumed_with(self, wanted: RunConfig) -> Result<RunConfig, ConfigError> {
         let changed = self.identity().differences(&wanted.identity());
         let kept: Vec<&str> = Identity::KEPT_ON_RESUME
             .iter()
@@ -137,7 +137,7 @@ impl RunConfig {
             .map(|(_, keys)| *keys)
             .collect();
         if !kept.is_empty() {
-            return Err(RuntimeError::Config(format!(
+            return Err(ConfigError::Config(format!(
                 "--resume keeps what defines the policy being trained, and this changes {}; \
                  nothing was changed (train a new run to change them)",
                 kept.join(", ")

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::presets::{preset, DEFAULT_ENV};
-use crate::{RunConfig, RuntimeError};
+use crate::{ConfigError, RunConfig};
 
 /// The value that turns an optional key off.
 const NONE: &str = "none";
@@ -26,10 +26,10 @@ impl ConfigFile {
     /// Reads and parses `path`.
     ///
     /// # Errors
-    /// [`RuntimeError::ConfigFile`] when it cannot be read, [`RuntimeError::Config`] when
+    /// [`ConfigError::ConfigFile`] when it cannot be read, [`ConfigError::Config`] when
     /// it is not TOML (with the line and column).
-    pub fn read(path: &Path) -> Result<Self, RuntimeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RuntimeError::ConfigFile {
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ConfigFile {
             path: path.to_path_buf(),
             source,
         })?;
@@ -39,10 +39,10 @@ impl ConfigFile {
     /// Parses `text`, called `name` in messages.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] when it is not TOML (with the line and column).
-    pub fn parse(name: &str, text: &str) -> Result<Self, RuntimeError> {
+    /// [`ConfigError::Config`] when it is not TOML (with the line and column).
+    pub fn parse(name: &str, text: &str) -> Result<Self, ConfigError> {
         let table = toml::from_str(text).map_err(|e| {
-            RuntimeError::Config(format!("config file {name} is not valid TOML: {e}"))
+            ConfigError::Config(format!("config file {name} is not valid TOML: {e}"))
         })?;
         Ok(ConfigFile {
             name: name.to_string(),
@@ -61,18 +61,18 @@ impl RunConfig {
     /// the file's keys over it, then each `KEY=VALUE` of `sets`.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] naming the unknown env, the file and dotted key of a bad
+    /// [`ConfigError::Config`] naming the unknown env, the file and dotted key of a bad
     /// value, or the `--set` that does not fit.
     pub fn layered(
         env: Option<&str>,
         file: Option<&ConfigFile>,
         sets: &[String],
-    ) -> Result<RunConfig, RuntimeError> {
+    ) -> Result<RunConfig, ConfigError> {
         let env = env
             .or_else(|| file.and_then(ConfigFile::env))
             .unwrap_or(DEFAULT_ENV);
         let mut config = preset(env).ok_or_else(|| {
-            RuntimeError::Config(format!(
+            ConfigError::Config(format!(
                 "unknown env `{env}` (known: {})",
                 strata_env::env_names().join(", ")
             ))
@@ -86,7 +86,7 @@ impl RunConfig {
         }
         for set in sets {
             let (key, value) = set.split_once('=').ok_or_else(|| {
-                RuntimeError::Config(format!("--set expects KEY=VALUE, got `{set}`"))
+                ConfigError::Config(format!("--set expects KEY=VALUE, got `{set}`"))
             })?;
             config.set(key.trim(), value.trim())?;
         }
@@ -97,8 +97,8 @@ impl RunConfig {
     /// (else [`DEFAULT_ENV`]): `[ppo]\ngamma = 0.9` is that preset with gamma 0.9.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] naming the key that is unknown or of the wrong type.
-    pub fn from_toml(text: &str) -> Result<Self, RuntimeError> {
+    /// [`ConfigError::Config`] naming the key that is unknown or of the wrong type.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let file = ConfigFile::parse("(text)", text)?;
         Self::layered(None, Some(&file), &[])
     }
@@ -107,8 +107,8 @@ impl RunConfig {
     /// `config.toml`), read exactly: nothing is taken from a preset.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] naming the key that is unknown or of the wrong type.
-    pub fn from_saved_toml(text: &str) -> Result<Self, RuntimeError> {
+    /// [`ConfigError::Config`] naming the key that is unknown or of the wrong type.
+    pub fn from_saved_toml(text: &str) -> Result<Self, ConfigError> {
         let file = ConfigFile::parse("(saved config)", text)?;
         Self::from_table(file.table)
     }
@@ -118,15 +118,15 @@ impl RunConfig {
     /// its dotted key.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] naming the key and what was wrong, also when `"none"` is
+    /// [`ConfigError::Config`] naming the key and what was wrong, also when `"none"` is
     /// given for a key that cannot be off.
-    pub fn from_table(mut table: toml::Table) -> Result<Self, RuntimeError> {
+    pub fn from_table(mut table: toml::Table) -> Result<Self, ConfigError> {
         let mut off = Vec::new();
         strip_none(&mut table, "", &mut off);
         let config: RunConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|e| {
                 let key = e.path().to_string();
-                RuntimeError::Config(format!("`{key}`: {}", e.into_inner().message()))
+                ConfigError::Config(format!("`{key}`: {}", e.into_inner().message()))
             })?;
         // A key that is still there after a round trip is not optional.
         let back = config.to_table();
@@ -134,7 +134,7 @@ impl RunConfig {
             .iter()
             .find(|k| lookup(&back, k).is_some_and(|v| v.as_str() != Some(NONE)))
         {
-            return Err(RuntimeError::Config(format!(
+            return Err(ConfigError::Config(format!(
                 "`{key}` cannot be \"{NONE}\": it is not an optional key"
             )));
         }
@@ -150,9 +150,9 @@ impl RunConfig {
     /// word is a string; `none` turns an optional key off).
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] naming the key when it does not exist or the value does not
+    /// [`ConfigError::Config`] naming the key when it does not exist or the value does not
     /// fit its type.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), RuntimeError> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let mut doc = self.to_table();
         let parts: Vec<&str> = key.split('.').collect();
         let (last, path) = parts.split_last().expect("split yields at least one part");
@@ -166,7 +166,7 @@ impl RunConfig {
             table = match table.get_mut(*part).and_then(toml::Value::as_table_mut) {
                 Some(t) => t,
                 None => {
-                    return Err(RuntimeError::Config(format!(
+                    return Err(ConfigError::Config(format!(
                         "unknown config key `{key}` (no section `{part}`)"
                     )))
                 }
@@ -203,9 +203,9 @@ impl RunConfig {
 }
 
 /// A config error with what was being done in front (once: no nested `config:`).
-fn within(what: &str, e: RuntimeError) -> RuntimeError {
+fn within(what: &str, e: ConfigError) -> ConfigError {
     match e {
-        RuntimeError::Config(message) => RuntimeError::Config(format!("{what}: {message}")),
+        ConfigError::Config(message) => ConfigError::Config(format!("{what}: {message}")),
         other => other,
     }
 }

@@ -18,7 +18,7 @@ use strata_env::{
 };
 use strata_nn::{ActorCritic, Head, ImageInput, ImageShape, MlpActorCritic, PixelScale, SampleRng};
 
-use crate::{RunConfig, RuntimeError};
+use crate::{ConfigError, RunConfig};
 
 /// How long describing a `gym:` env may take (starting Python, importing the simulator,
 /// making one env).
@@ -40,15 +40,15 @@ fn gym_target(config: &RunConfig, id: &str) -> GymTarget {
 }
 
 /// Asks Python what a `gym:` config's env looks like (cached per process).
-fn describe_gym(config: &RunConfig, id: &str) -> Result<GymLayout, RuntimeError> {
-    describe(&gym_target(config, id), DESCRIBE_TIMEOUT).map_err(|source| RuntimeError::GymEnv {
+fn describe_gym(config: &RunConfig, id: &str) -> Result<GymLayout, ConfigError> {
+    describe(&gym_target(config, id), DESCRIBE_TIMEOUT).map_err(|source| ConfigError::GymEnv {
         env: config.env.name.clone(),
         source,
     })
 }
 
 /// A `gym:` config's layout: the recorded one, else Python's description of the env.
-fn gym_layout(config: &RunConfig, id: &str) -> Result<GymLayout, RuntimeError> {
+fn gym_layout(config: &RunConfig, id: &str) -> Result<GymLayout, ConfigError> {
     match &config.env.gym.layout {
         Some(layout) => Ok(layout.clone()),
         None => describe_gym(config, id),
@@ -59,15 +59,15 @@ fn gym_layout(config: &RunConfig, id: &str) -> Result<GymLayout, RuntimeError> {
 /// a recorded one still matches it; built-in envs are left as they are.
 ///
 /// # Errors
-/// [`RuntimeError::GymEnv`] when Python cannot make the env, [`RuntimeError::Config`]
+/// [`ConfigError::GymEnv`] when Python cannot make the env, [`ConfigError::Config`]
 /// when the env's layout differs from the recorded one.
-pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
+pub fn resolve_env(config: &mut RunConfig) -> Result<(), ConfigError> {
     let Some(id) = config.env.gym_target().map(str::to_string) else {
         return Ok(());
     };
     let found = describe_gym(config, &id)?;
     match &config.env.gym.layout {
-        Some(recorded) if *recorded != found => Err(RuntimeError::Config(format!(
+        Some(recorded) if *recorded != found => Err(ConfigError::Config(format!(
             "env `{}` no longer has the recorded layout: the config says {recorded:?}, the env \
              is {found:?} (its package changed?); start a new run",
             config.env.name
@@ -76,7 +76,7 @@ pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
             let images = !found.images.is_empty();
             config.env.gym.layout = Some(found);
             if images && config.env.normalize_obs && !config.network.encoder.is_flat() {
-                return Err(RuntimeError::Config(format!(
+                return Err(ConfigError::Config(format!(
                     "env.normalize_obs: env `{}` observes images, which its CNN scales \
                      itself (bytes by 1/255); normalising them too would feed it \
                      standardised values it reads as pixels. Set env.normalize_obs = false \
@@ -93,9 +93,9 @@ pub fn resolve_env(config: &mut RunConfig) -> Result<(), RuntimeError> {
 /// (else from Python).
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown built-in env, [`RuntimeError::GymEnv`] when Python
+/// [`ConfigError::Env`] for an unknown built-in env, [`ConfigError::GymEnv`] when Python
 /// cannot describe a `gym:` env.
-pub fn env_spec(config: &RunConfig) -> Result<EnvSpec, RuntimeError> {
+pub fn env_spec(config: &RunConfig) -> Result<EnvSpec, ConfigError> {
     match config.env.gym_target() {
         None => Ok(strata_env::spec_for(&config.env.name)?),
         Some(id) => Ok(gym_layout(config, id)?.spec(&config.env.name)),
@@ -108,7 +108,7 @@ fn build_base_envs(
     config: &RunConfig,
     num_envs: usize,
     fault: Option<&strata_env::FaultPlan>,
-) -> Result<Box<dyn VecEnv>, RuntimeError> {
+) -> Result<Box<dyn VecEnv>, ConfigError> {
     build_base_envs_recording(config, num_envs, fault, None)
 }
 
@@ -119,7 +119,7 @@ fn build_base_envs_recording(
     num_envs: usize,
     fault: Option<&strata_env::FaultPlan>,
     record: Option<&std::path::Path>,
-) -> Result<Box<dyn VecEnv>, RuntimeError> {
+) -> Result<Box<dyn VecEnv>, ConfigError> {
     let Some(id) = config.env.gym_target() else {
         let mut envs =
             make_vec_env_with_latency(&config.env.name, num_envs, config.env.action_latency_ticks)?;
@@ -168,12 +168,12 @@ fn envs_per_process(config: &RunConfig, num_envs: usize) -> usize {
 /// the configured fault only when `with_fault`.
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown env or a `gym:` env whose processes cannot start.
+/// [`ConfigError::Env`] for an unknown env or a `gym:` env whose processes cannot start.
 pub fn build_envs(
     config: &RunConfig,
     num_envs: usize,
     with_fault: bool,
-) -> Result<Box<dyn VecEnv>, RuntimeError> {
+) -> Result<Box<dyn VecEnv>, ConfigError> {
     let fault = config.env.fault.as_ref().filter(|_| with_fault);
     let mut envs = build_base_envs(config, num_envs, fault)?;
     if config.env.step_cost_us > 0 {
@@ -192,12 +192,12 @@ pub fn build_envs(
 /// statistics `normalizer` when the config normalises (rewards stay raw).
 ///
 /// # Errors
-/// As [`build_envs`]; [`RuntimeError::Config`] when normalisation statistics are missing.
-pub(crate) fn build_eval_envs(
+/// As [`build_envs`]; [`ConfigError::Config`] when normalisation statistics are missing.
+pub fn build_eval_envs(
     config: &RunConfig,
     num_envs: usize,
     normalizer: &NormalizerStats,
-) -> Result<Box<dyn VecEnv>, RuntimeError> {
+) -> Result<Box<dyn VecEnv>, ConfigError> {
     build_eval_envs_recording(config, num_envs, normalizer, None)
 }
 
@@ -207,19 +207,19 @@ pub(crate) fn build_eval_envs(
 /// # Errors
 /// As [`build_eval_envs`]; [`strata_env::EnvError::NoPictures`] for an env that does not
 /// draw itself.
-pub(crate) fn build_eval_envs_recording(
+pub fn build_eval_envs_recording(
     config: &RunConfig,
     num_envs: usize,
     normalizer: &NormalizerStats,
     record: Option<&std::path::Path>,
-) -> Result<Box<dyn VecEnv>, RuntimeError> {
+) -> Result<Box<dyn VecEnv>, ConfigError> {
     let mut envs = build_base_envs_recording(config, num_envs, None, record)?;
     if record.is_some() {
         envs.record()?;
     }
     if config.env.normalize_obs {
         let rms = normalizer.obs.clone().ok_or_else(|| {
-            RuntimeError::Config("checkpoint lacks observation-normalisation statistics".into())
+            ConfigError::Config("checkpoint lacks observation-normalisation statistics".into())
         })?;
         envs = Box::new(NormalizeObservation::frozen(envs, rms)?);
     }
@@ -230,13 +230,13 @@ pub(crate) fn build_eval_envs_recording(
 /// observations hold images (`network.encoder`).
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown env, [`RuntimeError::Config`] for an image too
+/// [`ConfigError::Env`] for an unknown env, [`ConfigError::Config`] for an image too
 /// small for the configured encoder.
-pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, RuntimeError> {
+pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, ConfigError> {
     Ok(Box::new(build_mlp_model(config)?))
 }
 
-fn build_mlp_model(config: &RunConfig) -> Result<MlpActorCritic, RuntimeError> {
+fn build_mlp_model(config: &RunConfig) -> Result<MlpActorCritic, ConfigError> {
     let spec = env_spec(config)?;
     let head = head_for(&spec);
     let mut rng = SampleRng::seed_from_u64(Stream::ModelInit.seed(config.train.seed));
@@ -247,7 +247,7 @@ fn build_mlp_model(config: &RunConfig) -> Result<MlpActorCritic, RuntimeError> {
         &config.network,
         &mut rng,
     )
-    .map_err(|e| RuntimeError::Config(format!("network.encoder: {e}")))
+    .map_err(|e| ConfigError::Config(format!("network.encoder: {e}")))
 }
 
 /// The images in a config's observations, where the model finds them (none for built-in
@@ -279,7 +279,7 @@ pub fn image_inputs(config: &RunConfig) -> Vec<ImageInput> {
 ///
 /// # Errors
 /// As [`build_model`].
-pub fn describe_encoders(config: &RunConfig) -> Result<Vec<String>, RuntimeError> {
+pub fn describe_encoders(config: &RunConfig) -> Result<Vec<String>, ConfigError> {
     if image_inputs(config).is_empty() {
         return Ok(Vec::new());
     }
@@ -297,8 +297,8 @@ fn head_for(spec: &strata_env::EnvSpec) -> Head {
 /// Standard normals in one env's gSDE exploration matrix under a config (0 without gSDE).
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown env.
-pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
+/// [`ConfigError::Env`] for an unknown env.
+pub fn sde_noise_len(config: &RunConfig) -> Result<usize, ConfigError> {
     if !config.network.sde {
         return Ok(0);
     }
@@ -310,8 +310,8 @@ pub fn sde_noise_len(config: &RunConfig) -> Result<usize, RuntimeError> {
 /// bounds for the bounds loss of a Gaussian policy.
 ///
 /// # Errors
-/// [`RuntimeError::Env`] for an unknown env.
-pub fn build_ppo(config: &RunConfig) -> Result<Ppo, RuntimeError> {
+/// [`ConfigError::Env`] for an unknown env.
+pub fn build_ppo(config: &RunConfig) -> Result<Ppo, ConfigError> {
     let spec = env_spec(config)?;
     let ppo = Ppo::new(
         config.ppo.clone(),
@@ -324,7 +324,7 @@ pub fn build_ppo(config: &RunConfig) -> Result<Ppo, RuntimeError> {
 }
 
 /// The initial normalisation statistics for a config (mean 0, variance 1).
-pub(crate) fn initial_normalizer(config: &RunConfig, obs_dim: usize) -> NormalizerStats {
+pub fn initial_normalizer(config: &RunConfig, obs_dim: usize) -> NormalizerStats {
     NormalizerStats {
         obs: config
             .env

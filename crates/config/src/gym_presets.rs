@@ -18,7 +18,7 @@ fn env_id(id: &str) -> &str {
 }
 
 /// The built-in env a Gymnasium id reproduces, whose preset it takes.
-pub(crate) fn builtin_twin(id: &str) -> Option<&'static str> {
+pub fn builtin_twin(id: &str) -> Option<&'static str> {
     match env_id(id) {
         "CartPole-v1" => Some("cartpole"),
         "Pendulum-v1" => Some("pendulum"),
@@ -54,7 +54,7 @@ fn is_minatar(id: &str) -> bool {
 }
 
 /// The preset of `gym:ID` without a built-in twin (`name` is the whole env name).
-pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
+pub fn gym_preset(name: &str, id: &str) -> RunConfig {
     let mut config = match env_id(id) {
         _ if is_minatar(id) => minatar(),
         _ if is_ale(id) => atari(),
@@ -70,7 +70,7 @@ pub(crate) fn gym_preset(name: &str, id: &str) -> RunConfig {
 
 /// What the preset of `gym:ID` without a built-in twin starts from, for `strata config
 /// show` (kept beside [`gym_preset`]'s match; a test checks they agree).
-pub(crate) fn gym_preset_origin(id: &str) -> String {
+pub fn gym_preset_origin(id: &str) -> String {
     match env_id(id) {
         _ if is_minatar(id) => "MinAtar: CleanRL's Atari PPO recipe (8 envs x 128 steps, 4 epochs \
                                of 4 minibatches, learning rate 2.5e-4 annealed, clip 0.1) on \

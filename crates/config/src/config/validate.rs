@@ -5,11 +5,11 @@ use strata_algo::InvalidConfig;
 use strata_ledger::RuleKind;
 
 use super::{Mode, RunConfig};
-use crate::RuntimeError;
+use crate::ConfigError;
 
 /// A refusal of key `key`, holding `value`, for reason `why`.
-fn bad(key: &str, value: &dyn ToString, why: &str) -> Result<(), RuntimeError> {
-    Err(RuntimeError::InvalidConfig(InvalidConfig::new(
+fn bad(key: &str, value: &dyn ToString, why: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::InvalidConfig(InvalidConfig::new(
         key,
         value.to_string(),
         why,
@@ -17,7 +17,7 @@ fn bad(key: &str, value: &dyn ToString, why: &str) -> Result<(), RuntimeError> {
 }
 
 /// A refusal unless `v` is a finite number above zero.
-fn positive(key: &str, v: f64, why: &str) -> Result<(), RuntimeError> {
+fn positive(key: &str, v: f64, why: &str) -> Result<(), ConfigError> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
@@ -29,13 +29,13 @@ impl RunConfig {
     /// Checks every range and cross-field constraint.
     ///
     /// # Errors
-    /// [`RuntimeError::InvalidConfig`] naming the offending key.
-    pub fn validate(&self) -> Result<(), RuntimeError> {
+    /// [`ConfigError::InvalidConfig`] naming the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_env()?;
         self.validate_report()?;
         self.ppo
             .validate(self.env.num_envs)
-            .map_err(RuntimeError::InvalidConfig)?;
+            .map_err(ConfigError::InvalidConfig)?;
         self.validate_network()?;
         self.validate_runtime()?;
         self.validate_admission()?;
@@ -43,7 +43,7 @@ impl RunConfig {
         self.validate_train()
     }
 
-    fn validate_env(&self) -> Result<(), RuntimeError> {
+    fn validate_env(&self) -> Result<(), ConfigError> {
         let env = &self.env;
         let gym = env.gym_target().is_some();
         if !gym && strata_env::spec_for(&env.name).is_err() {
@@ -108,7 +108,7 @@ impl RunConfig {
         Ok(())
     }
 
-    fn validate_report(&self) -> Result<(), RuntimeError> {
+    fn validate_report(&self) -> Result<(), ConfigError> {
         let share = self.report.eval_max_share;
         if !(share > 0.0 && share <= 1.0) {
             return bad(
@@ -120,7 +120,7 @@ impl RunConfig {
         Ok(())
     }
 
-    fn validate_network(&self) -> Result<(), RuntimeError> {
+    fn validate_network(&self) -> Result<(), ConfigError> {
         let network = &self.network;
         for (k, layers) in [
             ("network.policy_hidden", &network.policy_hidden),
@@ -154,13 +154,13 @@ impl RunConfig {
             }
             self.ppo
                 .validate_sequences()
-                .map_err(RuntimeError::InvalidConfig)?;
+                .map_err(ConfigError::InvalidConfig)?;
         }
         Ok(())
     }
 
     /// Workers and scheduling; and the env settings that depend on them.
-    fn validate_runtime(&self) -> Result<(), RuntimeError> {
+    fn validate_runtime(&self) -> Result<(), ConfigError> {
         let r = &self.runtime;
         if r.workers == 0 || r.workers > 1024 {
             return bad("runtime.workers", &r.workers, "must be between 1 and 1024");
@@ -234,7 +234,7 @@ impl RunConfig {
     }
 
     /// Admission rules, and how they fit the scheduling mode.
-    fn validate_admission(&self) -> Result<(), RuntimeError> {
+    fn validate_admission(&self) -> Result<(), ConfigError> {
         let mode = self.runtime.mode;
         if mode == Mode::Async && self.admission.max_policy_lag < 1 {
             return bad(
@@ -245,7 +245,7 @@ impl RunConfig {
         }
         self.admission
             .validate()
-            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+            .map_err(|e| ConfigError::Config(e.to_string()))?;
         if self.admission.rule == RuleKind::Strict && mode == Mode::Async {
             return bad(
                 "admission.rule",
@@ -257,7 +257,7 @@ impl RunConfig {
         Ok(())
     }
 
-    fn validate_ledger(&self) -> Result<(), RuntimeError> {
+    fn validate_ledger(&self) -> Result<(), ConfigError> {
         let l = &self.ledger;
         if l.flush_rows == 0 {
             return bad("ledger.flush_rows", &l.flush_rows, "must be at least 1");
@@ -269,7 +269,7 @@ impl RunConfig {
         )
     }
 
-    fn validate_train(&self) -> Result<(), RuntimeError> {
+    fn validate_train(&self) -> Result<(), ConfigError> {
         let t = &self.train;
         if t.total_steps == 0 {
             return bad("train.total_steps", &t.total_steps, "must be at least 1");
