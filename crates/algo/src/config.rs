@@ -44,7 +44,9 @@ pub struct PpoConfig {
     pub bound_coef: f64,
     /// A recurrent policy trains on sequences of this many steps, each a fixed slice of
     /// an env's fragment (back-propagation through time is truncated at its start); 0 is
-    /// the whole fragment (`n_steps`). Left out of the config when 0.
+    /// automatic ([`PpoConfig::automatic_sequence_length`]): the whole fragment when a
+    /// minibatch holds whole fragments, else the longest length of at most 32 steps that
+    /// tiles both. Left out of the config when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub sequence_length: usize,
 }
@@ -168,14 +170,31 @@ impl PpoConfig {
         Ok(())
     }
 
-    /// Steps per training sequence of a recurrent policy: `sequence_length`, or the whole
-    /// fragment when 0.
+    /// Steps per training sequence of a recurrent policy: `sequence_length`, or with 0 the
+    /// automatic length (the whole fragment where no automatic length works; validation
+    /// refuses that case).
     pub fn sequence_steps(&self) -> usize {
         if self.sequence_length == 0 {
-            self.n_steps
+            self.automatic_sequence_length().unwrap_or(self.n_steps)
         } else {
             self.sequence_length
         }
+    }
+
+    /// The sequence length `sequence_length = 0` stands for, so that turning a core on
+    /// needs no other setting: the whole fragment (`n_steps`) when a minibatch holds whole
+    /// fragments; otherwise the longest length of at most [`AUTO_SEQUENCE_MAX`] steps that
+    /// divides both `n_steps` and `batch_size` (rl-zoo3's and POPGym's order: SB3's 2048
+    /// steps in minibatches of 64 give 32), if it is at least [`AUTO_SEQUENCE_MIN`] steps.
+    /// `None` when no length works by this rule.
+    pub fn automatic_sequence_length(&self) -> Option<usize> {
+        if self.n_steps > 0 && self.batch_size.is_multiple_of(self.n_steps) {
+            return Some(self.n_steps);
+        }
+        let both = gcd(self.n_steps, self.batch_size);
+        (AUTO_SEQUENCE_MIN..=both.min(AUTO_SEQUENCE_MAX))
+            .rev()
+            .find(|d| both.is_multiple_of(*d))
     }
 
     /// Checks the sequence rule of a recurrent policy: sequences tile each fragment, and
@@ -195,17 +214,20 @@ impl PpoConfig {
                 ),
             ));
         }
-        if !self.batch_size.is_multiple_of(len) {
+        if !self.batch_size.is_multiple_of(len) || self.automatic_fails() {
             // A length that fits both, at most 32 steps (rl-zoo3's and POPGym's order).
             let both = gcd(self.n_steps, self.batch_size);
-            let fits = (1..=both.min(32))
+            let fits = (1..=both.min(AUTO_SEQUENCE_MAX))
                 .rev()
                 .find(|d| both.is_multiple_of(*d))
                 .unwrap_or(1);
             let hint = if self.sequence_length == 0 {
                 format!(
-                    "; ppo.sequence_length = 0 means whole fragments of {len} steps: set \
-                     ppo.sequence_length (e.g. {fits}, which divides both)"
+                    "; ppo.sequence_length = 0 (automatic) finds no length of \
+                     {AUTO_SEQUENCE_MIN}-{AUTO_SEQUENCE_MAX} steps dividing both ppo.n_steps = {} \
+                     and the minibatch: set ppo.sequence_length (e.g. {fits}, which divides \
+                     both) or a ppo.batch_size that is a multiple of {AUTO_SEQUENCE_MAX}",
+                    self.n_steps
                 )
             } else {
                 format!(" (ppo.sequence_length = {fits} would divide both)")
@@ -222,6 +244,49 @@ impl PpoConfig {
         Ok(())
     }
 }
+
+impl PpoConfig {
+    /// A recurrent policy's sequences for people, with where their length came from (for
+    /// `strata config show`).
+    pub fn describe_sequences(&self) -> String {
+        if self.sequence_length != 0 {
+            return format!(
+                "{} steps (ppo.sequence_length), {} a minibatch",
+                self.sequence_length,
+                self.batch_size / self.sequence_length.max(1)
+            );
+        }
+        match self.automatic_sequence_length() {
+            Some(n) if n == self.n_steps => format!(
+                "whole fragments of {n} steps, {} a minibatch (ppo.sequence_length = 0: \
+                 automatic; ppo.batch_size = {} holds whole fragments)",
+                self.batch_size / n.max(1),
+                self.batch_size
+            ),
+            Some(n) => format!(
+                "{n} steps, {} a minibatch (ppo.sequence_length = 0: automatic, the longest \
+                 of {AUTO_SEQUENCE_MIN}-{AUTO_SEQUENCE_MAX} steps dividing ppo.n_steps = {} \
+                 and ppo.batch_size = {})",
+                self.batch_size / n,
+                self.n_steps,
+                self.batch_size
+            ),
+            None => "none: no automatic length fits (see ppo.sequence_length)".into(),
+        }
+    }
+
+    /// Automatic sequences (`sequence_length = 0`) asked for where the rule finds none.
+    fn automatic_fails(&self) -> bool {
+        self.sequence_length == 0 && self.automatic_sequence_length().is_none()
+    }
+}
+
+/// The longest sequence `sequence_length = 0` chooses when whole fragments do not fit a
+/// minibatch.
+pub const AUTO_SEQUENCE_MAX: usize = 32;
+/// The shortest: below it truncated back-propagation sees too little of the past to be
+/// worth choosing without being asked.
+pub const AUTO_SEQUENCE_MIN: usize = 8;
 
 /// The greatest common divisor.
 fn gcd(a: usize, b: usize) -> usize {

@@ -25,7 +25,7 @@ mod sequences;
 mod steps;
 mod vtrace;
 
-pub use config::{InvalidConfig, PpoConfig};
+pub use config::{InvalidConfig, PpoConfig, AUTO_SEQUENCE_MAX, AUTO_SEQUENCE_MIN};
 pub use gae::{compute_gae, GaeInput};
 pub use loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 pub use obs_rows::ObsRows;

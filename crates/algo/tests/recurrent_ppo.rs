@@ -123,20 +123,42 @@ fn an_lstm_learns_a_cue_a_feed_forward_policy_cannot_hold() {
 
 #[test]
 fn a_sequence_length_that_cannot_tile_says_which_would() {
-    // SB3's layout (2048 steps, minibatches of 64) with whole fragments as sequences.
+    // SB3's layout (2048 steps, minibatches of 64): whole fragments cannot fit a
+    // minibatch, so the automatic length (0) is the longest of at most 32 that tiles both.
     let mut config = PpoConfig {
         n_steps: 2048,
         batch_size: 64,
         ..PpoConfig::default()
     };
+    config.validate_sequences().unwrap();
+    assert_eq!(config.sequence_steps(), 32);
+    assert!(config
+        .describe_sequences()
+        .starts_with("32 steps, 2 a minibatch"));
+    // A minibatch of whole fragments keeps them whole.
+    config.batch_size = 4096;
+    assert_eq!(config.sequence_steps(), 2048);
+    // No length of 8-32 steps divides both: refused, naming what would.
+    config.n_steps = 128;
+    config.batch_size = 100;
     let err = config.validate_sequences().unwrap_err().to_string();
     assert!(
-        err.contains("ppo.batch_size") && err.contains("e.g. 32"),
+        err.contains("ppo.batch_size") && err.contains("e.g. 4"),
         "{err}"
     );
+    // An explicit length that cannot tile is refused as it always was.
+    config.n_steps = 2048;
+    config.batch_size = 64;
     config.sequence_length = 48;
     let err = config.validate_sequences().unwrap_err().to_string();
     assert!(err.contains("ppo.sequence_length"), "{err}");
     config.sequence_length = 32;
     config.validate_sequences().unwrap();
+    config.sequence_length = 16;
+    config.batch_size = 40;
+    let err = config.validate_sequences().unwrap_err().to_string();
+    assert!(
+        err.contains("ppo.sequence_length = 8 would divide both"),
+        "{err}"
+    );
 }

@@ -20,6 +20,7 @@ pub fn show(args: &ConfigArgs) -> Result<()> {
     }
     if let Some(line) = config.network.describe_core() {
         println!("# core: {line}");
+        println!("# sequences: {}", config.ppo.describe_sequences());
     }
     // The hash line is the one a run directory's `config.toml` opens with.
     let header = strata_runtime::RunLayout::hash_header(&config.config_hash());
