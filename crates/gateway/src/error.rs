@@ -122,15 +122,15 @@ pub enum GatewayError {
     /// The ledger failed.
     #[error(transparent)]
     Ledger(#[from] strata_ledger::LedgerError),
-    /// The runtime (config, model, checkpoint) failed.
+    /// The learner's side (config, model, checkpoint) failed.
     #[error(transparent)]
-    Runtime(#[from] strata_runtime::RuntimeError),
+    Learner(#[from] strata_learner::LearnerError),
 }
 
-impl From<strata_runtime::ConfigError> for GatewayError {
+impl From<strata_config::ConfigError> for GatewayError {
     /// A config that could not build what it asks for: as a run reports it.
-    fn from(e: strata_runtime::ConfigError) -> Self {
-        GatewayError::Runtime(e.into())
+    fn from(e: strata_config::ConfigError) -> Self {
+        GatewayError::Learner(e.into())
     }
 }
 

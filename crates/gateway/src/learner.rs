@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Serialize;
 use strata_algo::{RolloutBuffer, StepColumns};
-use strata_runtime::learner_core::id_runs;
-use strata_runtime::{Correction, LearnerCore, RowSpan, SampleGroup};
+use strata_learner::learner_core::id_runs;
+use strata_learner::{Correction, LearnerCore, RowSpan, SampleGroup};
 
 use crate::api::Channel;
 use crate::error::RequestError;
@@ -32,7 +32,7 @@ use crate::settings::ReleaseMode;
 #[derive(Debug, thiserror::Error)]
 enum LearnerError {
     #[error(transparent)]
-    Runtime(#[from] strata_runtime::RuntimeError),
+    Learner(#[from] strata_learner::LearnerError),
     #[error("the parameters do not fit the model: {0}")]
     Model(#[from] strata_nn::NnError),
     #[error(transparent)]
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn a_recurrent_policys_segments_get_a_lane_each_and_train_as_sequences() {
-        let mut config = strata_runtime::preset("cartpole-novel").unwrap();
+        let mut config = strata_config::preset("cartpole-novel").unwrap();
         config.env.normalize_obs = false;
         let state_len = config.network.state_len();
         let lane = config.ppo.n_steps;

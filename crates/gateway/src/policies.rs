@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use strata_config::RunConfig;
 use strata_env::NormalizerStats;
+use strata_learner::checkpoint::{tensors_from_bytes, tensors_to_bytes};
+use strata_learner::{PolicyStore, PublishedPolicy, StoreError};
 use strata_nn::{ActorCritic, NamedTensor};
-use strata_runtime::checkpoint::{tensors_from_bytes, tensors_to_bytes};
-use strata_runtime::{PolicyStore, PublishedPolicy, RunConfig, StoreError};
 
 use crate::api::ExternalPolicy;
 use crate::error::{GatewayError, RequestError};
@@ -173,7 +174,7 @@ impl DiskPolicyStore {
     }
 
     fn cache_params(&self, version: u64, params: Vec<f32>) -> Result<Arc<Served>, GatewayError> {
-        let mut model = strata_runtime::build_model(&self.config)?;
+        let mut model = strata_config::build_model(&self.config)?;
         model
             .set_flat_params(&params)
             .map_err(|e| GatewayError::Config(format!("policy v{version}: {e}")))?;
@@ -300,14 +301,14 @@ mod tests {
 
     #[test]
     fn memory_and_disk_stores_keep_the_same_contract() {
-        let config = strata_runtime::preset("cartpole").unwrap();
-        let width = strata_runtime::build_model(&config)
+        let config = strata_config::preset("cartpole").unwrap();
+        let width = strata_config::build_model(&config)
             .unwrap()
             .flat_params()
             .len();
         let initial = PublishedPolicy::new(0, vec![0.0; width], NormalizerStats::default());
         conforms(
-            &strata_runtime::MemoryPolicyStore::new(initial, 1, 8).unwrap(),
+            &strata_learner::MemoryPolicyStore::new(initial, 1, 8).unwrap(),
             width,
         );
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use strata_runtime::RunConfig;
+use strata_config::RunConfig;
 
 use crate::api::SideEffect;
 use crate::error::GatewayError;
@@ -97,7 +97,7 @@ impl GatewaySettings {
     /// # Errors
     /// An unknown env.
     pub fn new(env: &str, dir: impl Into<PathBuf>) -> Result<Self, GatewayError> {
-        let run = strata_runtime::preset(env).ok_or_else(|| {
+        let run = strata_config::preset(env).ok_or_else(|| {
             GatewayError::Config(format!(
                 "env: unknown env {env:?} (known: {})",
                 strata_env::env_names().join(", ")

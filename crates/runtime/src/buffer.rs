@@ -6,32 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 use strata_algo::ObsRows;
-use strata_env::{EpisodeEnd, NormalizerStats, VecEnvSnapshot};
-use strata_nn::SampleRng;
-
-/// What a worker needs to continue exactly after a fragment (kept for checkpoints).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct WorkerState {
-    /// Per env group: env states, RNGs, counters and per-env running returns.
-    pub envs: Vec<VecEnvSnapshot>,
-    /// Observations the envs will act on next (normalised as the worker saw them), in env
-    /// order.
-    pub obs: Vec<f32>,
-    /// Per env group: the action-sampling RNG.
-    pub rngs: Vec<SampleRng>,
-    /// Per env group: the gSDE exploration matrices in use (empty without gSDE).
-    #[serde(default)]
-    pub sde_noise: Vec<Vec<f32>>,
-    /// A recurrent policy's state for each env's next step, in env order (empty for a
-    /// feed-forward policy).
-    #[serde(default)]
-    pub memory: Vec<f32>,
-    /// Whether each env's next step starts an episode (empty for a feed-forward policy).
-    #[serde(default)]
-    pub starts: Vec<bool>,
-    /// Fragments completed.
-    pub fragments: u64,
-}
+use strata_env::{EpisodeEnd, NormalizerStats};
+pub use strata_learner::WorkerState;
 
 /// One fragment: `steps` consecutive steps of a worker's `envs` envs under one policy
 /// version, time-major (`row = t * envs + env`).

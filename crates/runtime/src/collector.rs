@@ -13,13 +13,13 @@ use strata_algo::{RolloutBuffer, StepColumns};
 use strata_env::NormalizerStats;
 
 use crate::buffer::{SlotId, WorkerState};
-use crate::learner_core::{RowSpan, SampleGroup};
 use crate::ledger_link::LedgerLink;
 use crate::records::{InvalidFragment, Progress};
 use crate::telemetry::Activity;
 use crate::wiring::Wiring;
 use crate::worker::WorkerEvent;
 use crate::RuntimeError;
+use strata_learner::{RowSpan, SampleGroup};
 
 /// What collecting updates besides the rollout: the run's counters and the ledger.
 pub(crate) struct Books<'a> {

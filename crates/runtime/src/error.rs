@@ -46,7 +46,7 @@ pub enum RuntimeError {
     Ledger(#[from] strata_ledger::LedgerError),
     /// The policy store refused a version (out of order, corrupt) or is closed.
     #[error("policy store: {0}")]
-    PolicyStore(#[from] crate::policy_store::StoreError),
+    PolicyStore(#[from] strata_learner::StoreError),
     /// A thread (worker, inference, watchdog, learner pool) could not be started.
     #[error("cannot start {what}: {source}")]
     Thread {
@@ -79,6 +79,21 @@ impl From<strata_config::ConfigError> for RuntimeError {
             C::Env(e) => RuntimeError::Env(e),
             C::GymEnv { env, source } => RuntimeError::GymEnv { env, source },
             C::Model(e) => RuntimeError::Model(e),
+        }
+    }
+}
+
+impl From<strata_learner::LearnerError> for RuntimeError {
+    /// Each learner error becomes the run error of the same name and message.
+    fn from(e: strata_learner::LearnerError) -> Self {
+        use strata_learner::LearnerError as L;
+        match e {
+            L::Config(c) => c.into(),
+            L::Checkpoint { path, reason } => RuntimeError::Checkpoint { path, reason },
+            L::Model(e) => RuntimeError::Model(e),
+            L::PolicyStore(e) => RuntimeError::PolicyStore(e),
+            L::Thread { what, source } => RuntimeError::Thread { what, source },
+            L::Io { path, source } => RuntimeError::Io { path, source },
         }
     }
 }

@@ -5,10 +5,10 @@ use serde::{Deserialize, Serialize};
 use strata_env::{NormalizerStats, StepBatch, Stream, VecEnv};
 use strata_nn::{ActorCritic, Memory, SampleRng};
 
-use crate::checkpoint::Policy;
 use crate::video::GifWriter;
 use crate::{RunConfig, RuntimeError};
 use strata_config::{build_eval_envs, build_eval_envs_recording};
+use strata_learner::Policy;
 
 /// Returns of the evaluation episodes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use crate::buffer::{ExperienceBuffer, RowWidths, SlotId, WorkerState};
 use crate::inference::InferenceClient;
 use crate::launcher::WorkerLauncher;
-use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
 use crate::telemetry::Heartbeat;
 use crate::worker::{Holding, WorkerCommand, WorkerEvent, WorkerSetup};
 use crate::{RunConfig, RuntimeError};
+use strata_learner::{MemoryPolicyStore, PublishedPolicy};
 
 /// Versions a policy store keeps: enough history for a worker `lag` versions behind to
 /// find its exact version.

@@ -15,10 +15,10 @@ use parking_lot::Mutex;
 use rand::SeedableRng;
 use strata_nn::{ActorCritic, Memory, SampleRng};
 
-use crate::policy_store::{MemoryPolicyStore, StoreError};
 use crate::telemetry::{Activity, Heartbeat};
 use crate::RunConfig;
 use strata_config::build_model;
+use strata_learner::{MemoryPolicyStore, StoreError};
 
 /// One group's request and answer.
 pub struct InferenceSlot {
@@ -284,7 +284,7 @@ fn serve(s: ServerSetup) -> Result<(), InferenceError> {
     let (mut versions, mut requests): (Vec<u64>, Vec<Request>) = (Vec::new(), Vec::new());
     let pins = &s.config.runtime.pin_cpus;
     if !pins.is_empty() {
-        crate::telemetry::pin_current_thread(
+        strata_learner::pin_current_thread(
             pins[s.config.runtime.workers % pins.len()],
             "inference",
         );

@@ -44,24 +44,18 @@
 //! - **update record**: one line of `metrics.jsonl`.
 
 mod buffer;
-pub mod checkpoint;
 mod collector;
 mod error;
 mod eval;
 mod host;
 mod inference;
 mod launcher;
-pub mod learner_core;
-mod learner_pool;
 mod ledger_link;
 mod live;
-mod policy_store;
 pub mod provenance;
 mod records;
-mod resume;
 pub mod run;
 mod run_dir;
-mod run_layout;
 mod telemetry;
 pub mod tensorboard;
 mod trainer;
@@ -70,29 +64,29 @@ mod video;
 mod wiring;
 mod worker;
 
-pub use buffer::{ExperienceBuffer, Fragment, RowWidths, SlotId, StepProvenance, WorkerState};
-pub use checkpoint::{
-    best_version, find_version, load_policy, pick_checkpoint, read_checkpoint, resume_point,
-    save_checkpoint, CheckpointMeta, LoadedCheckpoint, Policy, PolicyPick, TrainerState,
-};
+pub use buffer::{ExperienceBuffer, Fragment, RowWidths, SlotId, StepProvenance};
 pub use error::RuntimeError;
+pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};
+pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
+pub use records::{StopReason, Summary, UpdateRecord};
+pub use run_dir::{utc_stamp, ClaimedDir, Existing, RunDir};
 // The config, its presets and the factory: the `strata-config` crate's, re-exported for
 // the crates that drive a run.
-pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};
-pub use learner_core::{Admitted, Correction, LearnerCore, RowSpan, SampleGroup};
-pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};
-pub use policy_store::{MemoryPolicyStore, PolicyStore, PublishedPolicy, StoreError};
-pub use records::{
-    AdmissionCounts, InvalidFragment, Progress, StopReason, Summary, TimeBreakdown, UpdateRecord,
-};
-pub use resume::{continue_run, group_digits, resume_run};
-pub use run_dir::{utc_stamp, ClaimedDir, Existing, RunDir};
-pub use run_layout::RunLayout;
 pub use strata_config::{
     build_envs, build_model, build_ppo, describe_encoders, env_spec, image_inputs, preset,
     preset_origin, resolve_env, ConfigError, ConfigFile, EnvConfig, GymSettings, Identity,
     Inference, LedgerSettings, Mode, OffPolicy, ReportSettings, RunConfig, RuntimeConfig,
     TrainConfig, DEFAULT_ENV, GYM_PRESETS,
+};
+// The learner core, the policy store, checkpoints, the run layout and resuming: the
+// `strata-learner` crate's, re-exported for the crates that drive a run.
+pub use strata_learner::learner_core::Admitted;
+pub use strata_learner::{
+    best_version, checkpoint, continue_run, find_version, group_digits, learner_core, load_policy,
+    pick_checkpoint, read_checkpoint, resume_point, resume_run, save_checkpoint, AdmissionCounts,
+    CheckpointMeta, Correction, InvalidFragment, LearnerCore, LearnerError, LoadedCheckpoint,
+    MemoryPolicyStore, Policy, PolicyPick, PolicyStore, Progress, PublishedPolicy, RowSpan,
+    RunLayout, SampleGroup, StoreError, TimeBreakdown, TrainerState, WorkerState,
 };
 pub use trainer::Trainer;
 pub use video::GifWriter;

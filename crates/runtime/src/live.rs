@@ -10,8 +10,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::buffer::ExperienceBuffer;
-use crate::policy_store::MemoryPolicyStore;
 use crate::telemetry::{Activity, Heartbeat};
+use strata_learner::MemoryPolicyStore;
 
 /// One component (a worker or the learner) as of now.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

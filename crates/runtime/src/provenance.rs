@@ -1,46 +1,10 @@
 //! The learner's side of provenance: which episode and trajectory each consumed step
 //! belongs to, and the ledger rows of a fragment.
 
-use serde::{Deserialize, Serialize};
 use strata_ledger::SampleBatch;
 
 use crate::buffer::Fragment;
-
-const NONE: u64 = u64::MAX;
-
-/// Per env (global index), the episode and trajectory in progress: ids are the sample id of
-/// their first step. Saved in checkpoints so a resumed run continues them.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LedgerCursor {
-    /// Episode id per env (`u64::MAX`: the next step starts one).
-    pub episode: Vec<u64>,
-    /// Step index within the episode.
-    pub step: Vec<u32>,
-    /// Trajectory id per env: steps of one episode under one policy version.
-    pub trajectory: Vec<u64>,
-    /// The version of that trajectory.
-    pub trajectory_version: Vec<u64>,
-}
-
-impl LedgerCursor {
-    /// No episode in progress for `num_envs` envs.
-    pub fn new(num_envs: usize) -> Self {
-        LedgerCursor {
-            episode: vec![NONE; num_envs],
-            step: vec![0; num_envs],
-            trajectory: vec![NONE; num_envs],
-            trajectory_version: vec![NONE; num_envs],
-        }
-    }
-
-    /// Forgets the episodes of envs `range` (their worker restarted on fresh envs).
-    pub fn abandon(&mut self, range: std::ops::Range<usize>) {
-        for e in range {
-            self.episode[e] = NONE;
-            self.trajectory[e] = NONE;
-        }
-    }
-}
+pub use strata_learner::LedgerCursor;
 
 /// Appends fragment `f` of worker `w` (envs `w * m ..`) to `out`, env by env so each
 /// trajectory's rows are contiguous; sample ids start at `first_id` in that order.
@@ -59,11 +23,13 @@ pub fn append_fragment(
         for t in 0..steps {
             let row = t * m + i;
             let id = first_id + (i * steps + t) as u64;
-            if cursor.episode[env] == NONE {
+            if cursor.episode[env] == LedgerCursor::NONE {
                 cursor.episode[env] = id;
                 cursor.step[env] = 0;
             }
-            if cursor.trajectory[env] == NONE || cursor.trajectory_version[env] != f.version {
+            if cursor.trajectory[env] == LedgerCursor::NONE
+                || cursor.trajectory_version[env] != f.version
+            {
                 cursor.trajectory[env] = id;
                 cursor.trajectory_version[env] = f.version;
             }
@@ -103,8 +69,8 @@ pub fn append_fragment(
             out.fragment.push(Some(f.index));
             cursor.step[env] += 1;
             if done {
-                cursor.episode[env] = NONE;
-                cursor.trajectory[env] = NONE;
+                cursor.episode[env] = LedgerCursor::NONE;
+                cursor.trajectory[env] = LedgerCursor::NONE;
             }
         }
     }

@@ -4,13 +4,13 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::checkpoint::save_checkpoint;
 use crate::eval::EvalResult;
 use crate::records::{Summary, UpdateRecord};
 use crate::run_dir::RunDir;
-use crate::run_layout::{RunLayout, BEST_DIR, BEST_EVAL};
 use crate::trainer::Trainer;
 use crate::RuntimeError;
+use strata_learner::save_checkpoint;
+use strata_learner::{RunLayout, BEST_DIR, BEST_EVAL};
 
 /// When the loop evaluates: before the first update, whenever training crosses a multiple
 /// of the interval while evaluations have taken at most `report.eval_max_share` of the

@@ -102,14 +102,6 @@ impl Heartbeat {
     }
 }
 
-/// Pins the calling thread to `cpu` (logged, not fatal, when the OS refuses).
-pub fn pin_current_thread(cpu: usize, component: &str) {
-    let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-    if !pinned {
-        tracing::warn!(component, cpu, "could not pin thread to CPU");
-    }
-}
-
 /// The watchdog thread: checks every heartbeat twice a second and logs each component that
 /// has been silent longer than `silent_after` (once per silence).
 pub struct Watchdog {

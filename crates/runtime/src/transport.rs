@@ -12,7 +12,7 @@
 pub use crate::buffer::{ExperienceBuffer, Fragment, SlotId, StepProvenance, WorkerState};
 pub use crate::host::{HostSpec, HostStop, HostedExit, HostedWorker, WorkerHost};
 pub use crate::launcher::{local, run_worker, LocalThreads, WorkerLauncher};
-pub use crate::policy_store::MemoryPolicyStore;
 pub use crate::telemetry::{Activity, Heartbeat};
 pub use crate::worker::{Holding, WorkerCommand, WorkerError, WorkerEvent, WorkerSetup};
 pub use strata_algo::ObsRows;
+pub use strata_learner::MemoryPolicyStore;

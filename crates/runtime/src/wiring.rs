@@ -13,12 +13,12 @@ use crate::host::{slots_per_worker, versions_kept, HostedOn, Incarnation, Worker
 use crate::inference::{
     spawn_server, InferenceClient, InferenceSlots, ReplyQueues, Request, ServerSetup,
 };
-use crate::policy_store::{MemoryPolicyStore, PublishedPolicy};
 use crate::telemetry::{Activity, Heartbeat, Watchdog};
 use crate::transport::WorkerLauncher;
 use crate::worker::WorkerEvent;
 use crate::{RunConfig, RuntimeError};
 use strata_config::Inference;
+use strata_learner::{MemoryPolicyStore, PublishedPolicy};
 
 /// One running worker: its host (queues, pulse, thread) and the learner's books on it.
 pub(crate) struct WorkerHandle {

@@ -3,7 +3,7 @@
 use std::fs;
 
 use strata_runtime::{
-    evaluate, evaluate_recorded, load_policy, preset, run, RunDir, RuntimeError, Trainer,
+    evaluate, evaluate_recorded, load_policy, preset, run, LearnerError, RunDir, Trainer,
 };
 
 fn trained_run(dir: &std::path::Path) {
@@ -57,7 +57,7 @@ fn eval_scores_a_trained_checkpoint_and_names_bad_ones() {
 
     // Missing.
     let err = load_policy(&tmp.path().join("nope")).err().unwrap();
-    assert!(matches!(err, RuntimeError::Checkpoint { .. }), "{err}");
+    assert!(matches!(err, LearnerError::Checkpoint { .. }), "{err}");
 
     // Corrupt weights: one flipped byte fails the checksum.
     let bad = tmp.path().join("bad");

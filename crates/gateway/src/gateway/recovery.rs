@@ -13,7 +13,7 @@ impl Gateway {
     pub fn open(mut settings: GatewaySettings) -> Result<Gateway, GatewayError> {
         settings.validate()?;
         // A gym: env's layout is part of what the served versions are (the config hash).
-        strata_runtime::resolve_env(&mut settings.run)?;
+        strata_config::resolve_env(&mut settings.run)?;
         let dir = settings.dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| GatewayError::io(&dir, e))?;
         // One process per gateway directory: a second `strata serve` on it is refused
@@ -29,8 +29,8 @@ impl Gateway {
         let auth = Auth::new(&tokens, settings.rate_limit, settings.rate_burst);
         let run = &settings.run;
         let config_hash = run.config_hash();
-        let spec = strata_runtime::env_spec(run)?;
-        let model = strata_runtime::build_model(run)?;
+        let spec = strata_config::env_spec(run)?;
+        let model = strata_config::build_model(run)?;
         let action_dim = match model.head() {
             Head::Categorical { .. } => 1,
             Head::Gaussian { dim } => dim,

@@ -220,7 +220,7 @@ impl Gateway {
     }
 
     fn publish_checkpoint(&self, caller: &Caller, checkpoint: &str) -> Result<u64, RequestError> {
-        let policy = strata_runtime::load_policy(Path::new(checkpoint))
+        let policy = strata_learner::load_policy(Path::new(checkpoint))
             .map_err(|e| RequestError::invalid(e.to_string()))?;
         let ours = &self.settings.run;
         if policy.config.env.name != ours.env.name || policy.config.network != ours.network {

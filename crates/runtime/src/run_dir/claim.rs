@@ -10,9 +10,9 @@ use strata_dirlock::{DirLock, LockError};
 
 use super::rollback::Pristine;
 use super::{utc_stamp, RunDir};
-use crate::run_layout::RunLayout;
 use crate::trainer::Trainer;
 use crate::RuntimeError;
+use strata_learner::RunLayout;
 
 /// What the command means to do with an existing run in the directory it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

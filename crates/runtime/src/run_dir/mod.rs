@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use strata_dirlock::DirLock;
 
 use crate::records::UpdateRecord;
-use crate::run_layout::RunLayout;
 use crate::tensorboard::EventWriter;
 use crate::trainer::Trainer;
 use crate::RuntimeError;
+use strata_learner::RunLayout;
 
 use claim::last_line;
 pub use claim::{ClaimedDir, Existing};

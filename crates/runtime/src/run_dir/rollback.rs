@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::run_layout::RunLayout;
 use crate::RuntimeError;
+use strata_learner::RunLayout;
 
 /// What a directory held when it was claimed, to put back after a failed command.
 pub(super) struct Pristine {

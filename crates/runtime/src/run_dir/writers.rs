@@ -8,10 +8,10 @@ use std::path::Path;
 use super::RunDir;
 use crate::eval::EvalResult;
 use crate::records::UpdateRecord;
-use crate::run_layout::RunLayout;
 use crate::tensorboard::EventWriter;
 use crate::trainer::Trainer;
 use crate::RuntimeError;
+use strata_learner::RunLayout;
 
 fn open_append(path: &Path) -> Result<BufWriter<fs::File>, RuntimeError> {
     let file = fs::OpenOptions::new()

@@ -19,17 +19,17 @@ use strata_env::NormalizerStats;
 use strata_nn::{ActorCritic, Memory};
 
 use crate::buffer::WorkerState;
-use crate::checkpoint::{read_checkpoint, TrainerState};
 use crate::collector::{Books, Collector};
 use crate::eval::{evaluate_model, EvalEnvs, EvalResult, PinnedVersion};
-use crate::learner_core::{Correction, LearnerCore};
 use crate::ledger_link::LedgerLink;
 use crate::live::{LearnerView, LedgerView, LiveHandle};
-use crate::policy_store::PublishedPolicy;
 use crate::records::{Progress, Summary, UpdateRecord};
 use crate::wiring::Wiring;
 use crate::{RunConfig, RuntimeError};
 use strata_config::{env_spec, initial_normalizer, resolve_env};
+use strata_learner::PublishedPolicy;
+use strata_learner::{read_checkpoint, TrainerState};
+use strata_learner::{Correction, LearnerCore};
 
 /// PPO training: rollout worker threads feeding one learner.
 pub struct Trainer {

@@ -13,8 +13,8 @@ use super::memory::EnvMemory;
 use super::{exit_requested, WorkerCommand, WorkerError};
 use crate::buffer::{ExperienceBuffer, Fragment};
 use crate::inference::InferenceClient;
-use crate::policy_store::MemoryPolicyStore;
 use crate::telemetry::{Activity, Heartbeat};
+use strata_learner::MemoryPolicyStore;
 
 /// What every step needs to know about its worker.
 pub(super) struct StepContext<'a> {

@@ -18,13 +18,13 @@ use strata_nn::{ActorCritic, SampleRng};
 
 use crate::buffer::WorkerState;
 use crate::inference::InferenceClient;
-use crate::policy_store::{MemoryPolicyStore, PublishedPolicy, StoreError};
 use crate::telemetry::Activity;
 use exploration::Exploration;
 use fill::{fill_central, fill_local, StepContext, WallClock};
 use memory::EnvMemory;
 pub use protocol::{Holding, WorkerCommand, WorkerError, WorkerEvent, WorkerSetup};
 use strata_config::{build_envs, build_model};
+use strata_learner::{MemoryPolicyStore, PublishedPolicy, StoreError};
 
 /// Why a worker stopped without an error.
 enum Stop {
@@ -100,7 +100,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
     } = setup;
     let pins = &config.runtime.pin_cpus;
     if !pins.is_empty() {
-        crate::telemetry::pin_current_thread(pins[id % pins.len()], "worker");
+        strata_learner::pin_current_thread(pins[id % pins.len()], "worker");
     }
     let m = config.env.num_envs / config.runtime.workers;
     let groups = config.groups_per_worker();

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use crate::buffer::{ExperienceBuffer, SlotId, WorkerState};
 use crate::inference::InferenceClient;
-use crate::policy_store::{MemoryPolicyStore, StoreError};
 use crate::telemetry::Heartbeat;
 use crate::RunConfig;
+use strata_learner::{MemoryPolicyStore, StoreError};
 
 /// Learner -> worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Where a run directory keeps each thing, and the header that ties its `config.toml` to
-//! the config hash: the one place those names are spelled. Writers ([`crate::RunDir`],
+//! the config hash: the one place those names are spelled. Writers (the runtime's `RunDir`,
 //! checkpoints, the run loop) and readers (`strata report`, resume, discovery) ask here.
 //!
 //! ```text
@@ -23,9 +23,9 @@ const FINAL_CHECKPOINT: &str = "checkpoint";
 const PERIODIC_CHECKPOINTS: &str = "checkpoints";
 const PERIODIC_PREFIX: &str = "step-";
 /// The run directory's checkpoint of its best-evaluated version.
-pub(crate) const BEST_DIR: &str = "best";
+pub const BEST_DIR: &str = "best";
 /// That version's evaluation, beside it.
-pub(crate) const BEST_EVAL: &str = "eval.json";
+pub const BEST_EVAL: &str = "eval.json";
 const LEDGER: &str = "ledger";
 /// The first line of a saved config, before the hash.
 const HASH_HEADER: &str = "# config hash ";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::RuntimeError;
+use crate::LearnerError;
 
 /// A rayon pool whose threads are joined (within a bound) when it is dropped.
 pub struct LearnerPool {
@@ -21,8 +21,8 @@ impl LearnerPool {
     /// when pins are given.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] when the OS cannot start them.
-    pub fn new(threads: usize, pin_cpus: &[usize], first_pin: usize) -> Result<Self, RuntimeError> {
+    /// [`LearnerError::Thread`] when the OS cannot start them.
+    pub fn new(threads: usize, pin_cpus: &[usize], first_pin: usize) -> Result<Self, LearnerError> {
         let handles = Arc::new(Mutex::new(Vec::with_capacity(threads)));
         let spawned = Arc::clone(&handles);
         let pins = pin_cpus.to_vec();
@@ -35,7 +35,7 @@ impl LearnerPool {
                     .name(format!("strata-learner-{i}"))
                     .spawn(move || {
                         if let Some(cpu) = pin {
-                            crate::telemetry::pin_current_thread(cpu, "learner");
+                            pin_current_thread(cpu, "learner");
                         }
                         thread.run();
                     })?;
@@ -43,7 +43,7 @@ impl LearnerPool {
                 Ok(())
             })
             .build()
-            .map_err(|e| RuntimeError::thread("the learner threads", e))?;
+            .map_err(|e| LearnerError::thread("the learner threads", e))?;
         Ok(LearnerPool {
             pool: Some(pool),
             handles,
@@ -74,5 +74,13 @@ impl Drop for LearnerPool {
                 );
             }
         }
+    }
+}
+
+/// Pins the calling thread to `cpu` (logged, not fatal, when the OS refuses).
+pub fn pin_current_thread(cpu: usize, component: &str) {
+    let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+    if !pinned {
+        tracing::warn!(component, cpu, "could not pin thread to CPU");
     }
 }

@@ -11,8 +11,9 @@ use strata_nn::ActorCritic;
 
 use super::format::{read_checkpoint, resolve, META};
 use crate::run_layout::{RunLayout, BEST_DIR};
-use crate::{RunConfig, RuntimeError};
+use crate::LearnerError;
 use strata_config::build_model;
+use strata_config::RunConfig;
 
 /// A trained policy ready for evaluation: its config, model and (frozen) env wrappers.
 pub struct Policy {
@@ -73,8 +74,8 @@ fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
 /// that holds policy version `version`.
 ///
 /// # Errors
-/// [`RuntimeError::Checkpoint`] listing the versions the run has checkpoints of.
-pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeError> {
+/// [`LearnerError::Checkpoint`] listing the versions the run has checkpoints of.
+pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, LearnerError> {
     let mut found = Vec::new();
     for (dir, policy_version) in checkpoints_of(run_dir) {
         if policy_version == version {
@@ -93,7 +94,7 @@ pub fn find_version(run_dir: &Path, version: u64) -> Result<PathBuf, RuntimeErro
             .collect::<Vec<_>>()
             .join(", ")
     };
-    Err(RuntimeError::checkpoint(
+    Err(LearnerError::checkpoint(
         run_dir,
         format!("no checkpoint holds policy version {version} (checkpointed versions: {have}; `--checkpoint-every` keeps more)"),
     ))
@@ -115,9 +116,9 @@ pub enum PolicyPick {
 /// how to say it (`final checkpoint`, `best evaluated`, `checkpoint of version 40`).
 ///
 /// # Errors
-/// [`RuntimeError::Checkpoint`]: no `best/` (saying why there may be none), or no
+/// [`LearnerError::Checkpoint`]: no `best/` (saying why there may be none), or no
 /// checkpoint of the version (listing those there are).
-pub fn pick_checkpoint(path: &Path, pick: PolicyPick) -> Result<(PathBuf, String), RuntimeError> {
+pub fn pick_checkpoint(path: &Path, pick: PolicyPick) -> Result<(PathBuf, String), LearnerError> {
     match pick {
         PolicyPick::Final => {
             let dir = resolve(path);
@@ -141,7 +142,7 @@ pub fn pick_checkpoint(path: &Path, pick: PolicyPick) -> Result<(PathBuf, String
             if best.join(META).exists() {
                 Ok((best, "best evaluated".into()))
             } else {
-                Err(RuntimeError::checkpoint(
+                Err(LearnerError::checkpoint(
                     path,
                     "no best/ here: a run directory has one once an evaluation has run \
                      (report.eval_every, report.eval_episodes > 0)",
@@ -163,12 +164,12 @@ pub fn best_version(run_dir: &Path) -> Option<u64> {
 ///
 /// # Errors
 /// A checkpoint error.
-pub fn load_policy(path: &Path) -> Result<Policy, RuntimeError> {
+pub fn load_policy(path: &Path) -> Result<Policy, LearnerError> {
     let loaded = read_checkpoint(path)?;
     let mut model = build_model(&loaded.meta.config)?;
     model.load_tensors(&loaded.tensors)?;
     if loaded.meta.config.env.normalize_obs && loaded.meta.normalizer.obs.is_none() {
-        return Err(RuntimeError::checkpoint(
+        return Err(LearnerError::checkpoint(
             path,
             "the config normalises observations but meta.json holds no statistics",
         ));

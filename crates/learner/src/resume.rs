@@ -1,12 +1,13 @@
 //! How a checkpointed run goes on: the one rule every way of resuming follows
 //! (`strata train --resume`, `strata.train(resume=)`): which settings may change, what a
 //! change of identity does to the config hash, and how the budget and schedules move.
-//! What counts as identity is [`crate::Identity`]'s.
+//! What counts as identity is [`strata_config::Identity`]'s.
 
 use std::path::Path;
 
 use crate::checkpoint::{read_checkpoint, resume_point, TrainerState};
-use crate::{RunConfig, RuntimeError};
+use crate::LearnerError;
+use strata_config::RunConfig;
 
 impl TrainerState {
     /// Takes `wanted` as the config to go on with ([`RunConfig::resumed_with`]). When its
@@ -16,7 +17,7 @@ impl TrainerState {
     ///
     /// # Errors
     /// As [`RunConfig::resumed_with`]: nothing is changed.
-    pub fn continue_with(&mut self, wanted: RunConfig) -> Result<Option<String>, RuntimeError> {
+    pub fn continue_with(&mut self, wanted: RunConfig) -> Result<Option<String>, LearnerError> {
         let changed = self.config.identity().differences(&wanted.identity());
         self.config = self.config.clone().resumed_with(wanted)?;
         if changed.is_empty() {
@@ -42,7 +43,7 @@ impl TrainerState {
 ///
 /// # Errors
 /// The checkpoint's, the overrides', and [`continue_run`]'s.
-pub fn resume_run<E: From<RuntimeError>>(
+pub fn resume_run<E: From<LearnerError>>(
     path: &Path,
     overrides: impl FnOnce(RunConfig) -> Result<RunConfig, E>,
 ) -> Result<(TrainerState, Vec<String>), E> {
@@ -65,12 +66,12 @@ pub fn resume_run<E: From<RuntimeError>>(
 ///   schedule exactly (a resumed run equals an uninterrupted one).
 ///
 /// # Errors
-/// [`RuntimeError::Config`] when `wanted` changes what defines the policy, or when there
+/// [`LearnerError::Config`] when `wanted` changes what defines the policy, or when there
 /// is no budget left to train.
 pub fn continue_run(
     mut state: TrainerState,
     wanted: RunConfig,
-) -> Result<(TrainerState, Vec<String>), RuntimeError> {
+) -> Result<(TrainerState, Vec<String>), LearnerError> {
     let before = state.config.train.total_steps;
     let mut notes = Vec::new();
     notes.extend(state.continue_with(wanted)?);
@@ -78,7 +79,7 @@ pub fn continue_run(
     let train = &mut state.config.train;
     let step = p.global_step;
     if p.global_step >= train.total_steps {
-        return Err(RuntimeError::Config(format!(
+        return Err(LearnerError::config(format!(
             "the run has trained its budget: step {} of {} (train.total_steps); nothing was \
              changed. Give a larger budget to train on, e.g. --max-steps {}",
             group_digits(step),

@@ -14,10 +14,9 @@ use sha2::{Digest, Sha256};
 use strata_env::NormalizerStats;
 use strata_nn::NamedTensor;
 
-use crate::buffer::WorkerState;
-use crate::records::Progress;
 use crate::run_layout::RunLayout;
-use crate::{RunConfig, RuntimeError};
+use crate::{LearnerError, Progress, WorkerState};
+use strata_config::RunConfig;
 
 /// Bumped when the layout changes incompatibly.
 const FORMAT_VERSION: u32 = 2;
@@ -148,20 +147,20 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
-    let mut f = fs::File::create(path).map_err(|e| RuntimeError::io(path, e))?;
-    f.write_all(bytes).map_err(|e| RuntimeError::io(path, e))?;
-    f.sync_all().map_err(|e| RuntimeError::io(path, e))
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LearnerError> {
+    let mut f = fs::File::create(path).map_err(|e| LearnerError::io(path, e))?;
+    f.write_all(bytes).map_err(|e| LearnerError::io(path, e))?;
+    f.sync_all().map_err(|e| LearnerError::io(path, e))
 }
 
 /// Writes a trainer's state (`Trainer::state`) to `dir`, replacing an older checkpoint
 /// there only once the new one is complete.
 ///
 /// # Errors
-/// [`RuntimeError::Io`] naming the file that could not be written.
-pub fn save_checkpoint(state: &TrainerState, dir: &Path) -> Result<(), RuntimeError> {
+/// [`LearnerError::Io`] naming the file that could not be written.
+pub fn save_checkpoint(state: &TrainerState, dir: &Path) -> Result<(), LearnerError> {
     let weights = tensors_to_bytes(&state.tensors)
-        .map_err(|e| RuntimeError::checkpoint(dir, e.to_string()))?;
+        .map_err(|e| LearnerError::checkpoint(dir, e.to_string()))?;
     let meta = CheckpointMeta {
         format_version: FORMAT_VERSION,
         config: state.config.clone(),
@@ -174,23 +173,23 @@ pub fn save_checkpoint(state: &TrainerState, dir: &Path) -> Result<(), RuntimeEr
         weights_sha256: sha256_hex(&weights),
     };
     let parent = dir.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(parent).map_err(|e| RuntimeError::io(parent, e))?;
+    fs::create_dir_all(parent).map_err(|e| LearnerError::io(parent, e))?;
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(|e| RuntimeError::io(&tmp, e))?;
+    fs::create_dir_all(&tmp).map_err(|e| LearnerError::io(&tmp, e))?;
     write_synced(&tmp.join(WEIGHTS), &weights)?;
     let json = serde_json::to_vec_pretty(&meta).expect("checkpoint metadata serialises");
     write_synced(&tmp.join(META), &json)?;
     // Swap in: the old checkpoint stays whole until the new one is complete.
     let old = parent.join(format!(".{name}.old-{}", std::process::id()));
     if dir.exists() {
-        fs::rename(dir, &old).map_err(|e| RuntimeError::io(dir, e))?;
+        fs::rename(dir, &old).map_err(|e| LearnerError::io(dir, e))?;
     }
-    fs::rename(&tmp, dir).map_err(|e| RuntimeError::io(dir, e))?;
+    fs::rename(&tmp, dir).map_err(|e| LearnerError::io(dir, e))?;
     let _ = fs::remove_dir_all(&old);
     Ok(())
 }
@@ -232,20 +231,20 @@ pub(super) fn resolve(path: &Path) -> PathBuf {
 /// Reads and verifies a checkpoint (a checkpoint directory or a run directory).
 ///
 /// # Errors
-/// [`RuntimeError::Checkpoint`] saying which file is missing, unreadable, corrupt or from
+/// [`LearnerError::Checkpoint`] saying which file is missing, unreadable, corrupt or from
 /// another format.
-pub fn read_checkpoint(path: &Path) -> Result<LoadedCheckpoint, RuntimeError> {
+pub fn read_checkpoint(path: &Path) -> Result<LoadedCheckpoint, LearnerError> {
     let dir = resolve(path);
     if !dir.is_dir() {
-        return Err(RuntimeError::checkpoint(path, "no checkpoint here (expected a directory with meta.json and model.safetensors, or a run directory holding `checkpoint/`)"));
+        return Err(LearnerError::checkpoint(path, "no checkpoint here (expected a directory with meta.json and model.safetensors, or a run directory holding `checkpoint/`)"));
     }
     let meta_path = dir.join(META);
     let meta_text = fs::read(&meta_path)
-        .map_err(|e| RuntimeError::checkpoint(&meta_path, format!("cannot read: {e}")))?;
+        .map_err(|e| LearnerError::checkpoint(&meta_path, format!("cannot read: {e}")))?;
     let meta: CheckpointMeta = serde_json::from_slice(&meta_text)
-        .map_err(|e| RuntimeError::checkpoint(&meta_path, format!("corrupt metadata: {e}")))?;
+        .map_err(|e| LearnerError::checkpoint(&meta_path, format!("corrupt metadata: {e}")))?;
     if meta.format_version != FORMAT_VERSION {
-        return Err(RuntimeError::checkpoint(
+        return Err(LearnerError::checkpoint(
             &meta_path,
             format!(
                 "format version {} (this build reads {FORMAT_VERSION})",
@@ -255,15 +254,15 @@ pub fn read_checkpoint(path: &Path) -> Result<LoadedCheckpoint, RuntimeError> {
     }
     let weights_path = dir.join(WEIGHTS);
     let weights = fs::read(&weights_path)
-        .map_err(|e| RuntimeError::checkpoint(&weights_path, format!("cannot read: {e}")))?;
+        .map_err(|e| LearnerError::checkpoint(&weights_path, format!("cannot read: {e}")))?;
     if sha256_hex(&weights) != meta.weights_sha256 {
-        return Err(RuntimeError::checkpoint(
+        return Err(LearnerError::checkpoint(
             &weights_path,
             "checksum mismatch: the weights file is corrupt or does not belong to this meta.json",
         ));
     }
     let tensors = tensors_from_bytes(&weights)
-        .map_err(|e| RuntimeError::checkpoint(&weights_path, e.to_string()))?;
+        .map_err(|e| LearnerError::checkpoint(&weights_path, e.to_string()))?;
     meta.config.validate()?;
     Ok(LoadedCheckpoint { meta, tensors })
 }

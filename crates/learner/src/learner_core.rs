@@ -13,8 +13,8 @@ use strata_ledger::{
 use strata_nn::ActorCritic;
 
 use crate::learner_pool::LearnerPool;
-use crate::records::AdmissionCounts;
-use crate::RuntimeError;
+use crate::AdmissionCounts;
+use crate::LearnerError;
 use strata_config::{build_model, build_ppo};
 use strata_config::{OffPolicy, RunConfig};
 
@@ -124,8 +124,8 @@ impl LearnerCore {
     /// pinned from `pin_cpus[first_pin]` on when pins are given.
     ///
     /// # Errors
-    /// [`RuntimeError::InvalidConfig`] naming the key, or the threads cannot start.
-    pub fn new(config: &RunConfig, first_pin: usize) -> Result<Self, RuntimeError> {
+    /// [`LearnerError::InvalidConfig`] naming the key, or the threads cannot start.
+    pub fn new(config: &RunConfig, first_pin: usize) -> Result<Self, LearnerError> {
         let r = &config.runtime;
         Ok(LearnerCore {
             model: build_model(config)?,
@@ -370,7 +370,7 @@ mod tests {
     /// records follow the rules, and a group of the learner's own version has KL 0.
     #[test]
     fn admission_weights_rows_and_records_each_run_of_ids() {
-        let mut config = crate::preset("cartpole").unwrap();
+        let mut config = strata_config::preset("cartpole").unwrap();
         config.admission.rule = strata_ledger::RuleKind::Strict;
         let core = LearnerCore::new(&config, 0).unwrap();
         let mut rollout = RolloutBuffer::new(4, 2, 4, 1);

@@ -1,0 +1,166 @@
+//! The counters a run keeps across checkpoints: steps, versions, episodes, the solve, the
+//! schedules' anchor, where the time went, and the fragments lost to faults.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// Counters and statistics that survive a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Env steps taken.
+    pub global_step: u64,
+    /// Updates done.
+    pub updates: u64,
+    /// Current policy version (0 = initial weights).
+    pub policy_version: u64,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Returns of the most recent finished episodes (up to the solve window).
+    pub recent_returns: VecDeque<f64>,
+    /// (steps, seconds) when first solved.
+    pub solved_at: Option<(u64, f64)>,
+    /// Env steps the first solving policy had been trained on (see
+    /// [`Summary::steps_to_solve_trained`]).
+    #[serde(default)]
+    pub solved_trained: Option<u64>,
+    /// `(version, env steps consumed)` at each recent publish, oldest first: enough to
+    /// look up the versions a batch under the lag bound can come from.
+    #[serde(default)]
+    pub published_at: VecDeque<(u64, u64)>,
+    /// Training seconds before this process (resumes).
+    pub wall_seconds: f64,
+    /// Time breakdown so far.
+    pub time: TimeBreakdown,
+    /// Fragments lost to worker failures or restarts, each with its reason (the most
+    /// recent [`Progress::INVALID_KEPT`]; `worker_faults` counts them all).
+    pub invalid_fragments: Vec<InvalidFragment>,
+    /// Worker failures survived over the whole run.
+    #[serde(default)]
+    pub worker_faults: u64,
+    /// Where the learning-rate and clip schedules were re-anchored when a resume changed
+    /// the budget: `(step, fraction remaining then)`; from there the fraction falls
+    /// linearly to zero at the new budget (no jump).
+    #[serde(default)]
+    pub schedule_anchor: Option<(u64, f32)>,
+    /// Episodes and trajectories in progress, for the ledger's ids.
+    #[serde(default)]
+    pub ledger_cursor: Option<crate::LedgerCursor>,
+    /// The ledger's next sample id after the last update (a resumed run marks later ones
+    /// abandoned).
+    #[serde(default)]
+    pub ledger_next_sample: Option<u64>,
+}
+
+impl Progress {
+    /// How many invalid fragments a checkpoint keeps in detail: a run of days with
+    /// sporadic faults must not grow its checkpoints without bound.
+    pub const INVALID_KEPT: usize = 1000;
+
+    /// The fraction of the schedule remaining at `step` of a `budget`-step run (1 at the
+    /// start, 0 at the end): linear in steps, or from the anchor a resume set.
+    pub fn schedule_remaining(&self, step: u64, budget: u64) -> f32 {
+        match self.schedule_anchor {
+            Some((from, fraction)) if budget > from => {
+                fraction * (budget.saturating_sub(step)) as f32 / (budget - from) as f32
+            }
+            Some(_) => 0.0,
+            None => 1.0 - step as f32 / budget as f32,
+        }
+    }
+
+    /// Env steps consumed when `version` was published (none for the initial weights);
+    /// the current count where that is no longer known (a resume from an older checkpoint).
+    pub fn steps_at_publish(&self, version: u64) -> u64 {
+        if version == 0 {
+            return 0;
+        }
+        self.published_at
+            .iter()
+            .find(|(v, _)| *v == version)
+            .map_or(self.global_step, |(_, steps)| *steps)
+    }
+
+    /// Notes that `version` was published now; keeps the versions a batch under a lag
+    /// bound of `lag` can still come from.
+    pub fn note_publish(&mut self, version: u64, lag: u64) {
+        self.published_at.push_back((version, self.global_step));
+        while self.published_at.len() as u64 > lag + 2 {
+            self.published_at.pop_front();
+        }
+    }
+
+    /// Records a fragment lost to a fault, keeping the detail of the most recent ones.
+    pub fn record_fault(&mut self, lost: InvalidFragment) {
+        self.worker_faults += 1;
+        if self.invalid_fragments.len() >= Self::INVALID_KEPT {
+            self.invalid_fragments.remove(0);
+        }
+        self.invalid_fragments.push(lost);
+    }
+}
+
+/// Where the time went, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBreakdown {
+    /// Stepping environments (wrappers included).
+    pub env_step: f64,
+    /// Policy and value inference while collecting.
+    pub inference: f64,
+    /// PPO forward passes.
+    pub forward: f64,
+    /// PPO loss and backward passes.
+    pub backward: f64,
+    /// Optimiser steps.
+    pub optimizer: f64,
+    /// The learner waiting for fragments.
+    pub buffer_wait: f64,
+    /// Publishing policy versions.
+    pub publish: f64,
+    /// GAE, bootstrap values, off-policy correction and everything else in the loop.
+    pub other: f64,
+    /// Periodic evaluation of the current version.
+    #[serde(default)]
+    pub eval: f64,
+}
+
+impl TimeBreakdown {
+    /// Each part as a share of the total, in words (`env 12%, inference 8%, ...`).
+    pub fn describe(&self) -> String {
+        let learning = self.forward + self.backward + self.optimizer;
+        let parts = [
+            ("env", self.env_step),
+            ("inference", self.inference),
+            ("learner waiting", self.buffer_wait),
+            ("learning", learning),
+            ("publish", self.publish),
+            ("eval", self.eval),
+            ("other", self.other),
+        ];
+        let total = parts.iter().map(|(_, s)| s).sum::<f64>().max(1e-9);
+        parts
+            .iter()
+            .map(|(name, s)| format!("{name} {:.0}%", 100.0 * s / total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A fragment that was not trained on, and why. Never silently dropped: it is recorded here
+/// (and in the checkpoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InvalidFragment {
+    /// Which worker.
+    pub worker: usize,
+    /// Which incarnation of it.
+    #[serde(alias = "generation")]
+    pub incarnation: u64,
+    /// The worker's fragment number.
+    pub fragment: u64,
+    /// The policy version it was collecting with.
+    pub policy_version: u64,
+    /// Why it was lost.
+    pub reason: String,
+    /// Env steps trained on when it was lost.
+    pub at_step: u64,
+}
