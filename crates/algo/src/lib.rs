@@ -5,9 +5,9 @@
 //! ```
 //! use rand::SeedableRng;
 //! use strata_algo::{Ppo, PpoConfig, RolloutBuffer};
-//! use strata_nn::{ActorCritic, Head, MlpActorCritic, NetworkConfig, SampleRng};
+//! use strata_nn::{ActorCritic, Head, ActorCriticNet, NetworkConfig, SampleRng};
 //! let mut rng = SampleRng::seed_from_u64(0);
-//! let mut model = MlpActorCritic::new(2, Head::Gaussian { dim: 1 }, &NetworkConfig::default(), &mut rng);
+//! let mut model = ActorCriticNet::new(2, Head::Gaussian { dim: 1 }, &NetworkConfig::default(), &mut rng);
 //! let mut rollout = RolloutBuffer::new(4, 8, 2, 1);
 //! rollout.compute_advantages(0.99, 0.95);
 //! let mut ppo = Ppo::new(PpoConfig { n_steps: 8, batch_size: 16, ..PpoConfig::default() }, 0);

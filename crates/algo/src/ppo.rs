@@ -360,7 +360,7 @@ pub fn explained_variance(predicted: &[f32], targets: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_nn::{Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
+    use strata_nn::{ActorCriticNet, Head, Memory, NetworkConfig, SampleRng};
 
     #[test]
     fn explained_variance_of_perfect_and_useless_predictions() {
@@ -384,7 +384,7 @@ mod tests {
     #[test]
     fn learns_a_bandit_and_stops_early_on_kl() {
         let mut rng = SampleRng::seed_from_u64(0);
-        let mut model = MlpActorCritic::new(
+        let mut model = ActorCriticNet::new(
             1,
             Head::Categorical { n: 2 },
             &NetworkConfig::default(),
@@ -421,7 +421,7 @@ mod tests {
         let share = rollout.actions.iter().sum::<f32>() / 64.0;
         assert!(share > 0.9, "share of the paying action: {share}");
         // A fresh, undecided model with a tiny KL target stops within the first epoch.
-        let mut model = MlpActorCritic::new(
+        let mut model = ActorCriticNet::new(
             1,
             Head::Categorical { n: 2 },
             &NetworkConfig::default(),

@@ -3,7 +3,7 @@
 
 use rand::{Rng, SeedableRng};
 use strata_algo::{Ppo, PpoConfig, RolloutBuffer};
-use strata_nn::{ActorCritic, Core, Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
+use strata_nn::{ActorCritic, ActorCriticNet, Core, Head, Memory, NetworkConfig, SampleRng};
 
 const ENVS: usize = 16;
 const STEPS: usize = 24;
@@ -27,7 +27,7 @@ fn right_decisions(core: Core, iterations: usize) -> f32 {
         core_size: 16,
         ..NetworkConfig::default()
     };
-    let mut model = MlpActorCritic::new(2, Head::Categorical { n: 2 }, &network, &mut rng);
+    let mut model = ActorCriticNet::new(2, Head::Categorical { n: 2 }, &network, &mut rng);
     let config = PpoConfig {
         n_steps: STEPS,
         batch_size: 96,

@@ -16,7 +16,7 @@ use strata_env::{
     make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation, NormalizerStats,
     RunningMeanStd, ScaleReward, StepCost, Stream, VecEnv,
 };
-use strata_nn::{ActorCritic, Head, ImageInput, ImageShape, MlpActorCritic, PixelScale, SampleRng};
+use strata_nn::{ActorCritic, ActorCriticNet, Head, ImageInput, ImageShape, PixelScale, SampleRng};
 
 use crate::{ConfigError, RunConfig};
 
@@ -236,11 +236,11 @@ pub fn build_model(config: &RunConfig) -> Result<Box<dyn ActorCritic>, ConfigErr
     Ok(Box::new(build_mlp_model(config)?))
 }
 
-fn build_mlp_model(config: &RunConfig) -> Result<MlpActorCritic, ConfigError> {
+fn build_mlp_model(config: &RunConfig) -> Result<ActorCriticNet, ConfigError> {
     let spec = env_spec(config)?;
     let head = head_for(&spec);
     let mut rng = SampleRng::seed_from_u64(Stream::ModelInit.seed(config.train.seed));
-    MlpActorCritic::with_images(
+    ActorCriticNet::with_images(
         spec.obs_dim(),
         &image_inputs(config),
         head,

@@ -2,7 +2,7 @@
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::network::Head;
+use crate::head::Head;
 use crate::NnError;
 
 /// The RNG actions are sampled with.

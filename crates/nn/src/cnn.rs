@@ -18,6 +18,7 @@ use crate::conv::{Conv2d, ImageShape};
 use crate::init::{orthogonal, orthogonal_transposed};
 use crate::kernels::{activation_backward, add_rows, bias_activation};
 use crate::matmul::{add_partials, matmul, par_matmul, View};
+use crate::params::{cut_mut, ParamBlocks};
 use rayon::prelude::*;
 
 /// What a byte pixel is divided by. The division is folded into the first layer instead
@@ -262,11 +263,10 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 pub struct Cnn {
     arch: CnnArch,
     convs: Vec<Conv2d>,
-    /// Offset of each convolution's weights in the flat parameter vector.
-    offsets: Vec<usize>,
     flat: usize,
-    fc_offset: usize,
-    num_params: usize,
+    /// Per convolution `conv{l}.weight` (`out x fan_in`) and `conv{l}.bias`, then
+    /// `fc.weight` (`flat x features`) and `fc.bias`: layer `i`'s are tensors `2i`, `2i+1`.
+    layout: ParamBlocks,
 }
 
 /// Per-batch intermediate values kept for the backward pass, grown on demand and reused.
@@ -339,8 +339,8 @@ impl Cnn {
     /// [`ImageTooSmall`] when a layer's kernel does not fit what reaches it.
     pub fn new(arch: CnnArch, input: ImageShape) -> Result<Self, ImageTooSmall> {
         let mut convs = Vec::new();
-        let mut offsets = Vec::new();
-        let (mut shape, mut n) = (input, 0);
+        let mut layout = ParamBlocks::new();
+        let mut shape = input;
         for (l, spec) in arch.convs().iter().enumerate() {
             let conv = Conv2d {
                 input: shape,
@@ -355,20 +355,21 @@ impl Cnn {
                 layer: l + 1,
                 kernel: spec.kernel,
             })?;
-            offsets.push(n);
-            n += conv.num_params();
+            layout.push(
+                format!("conv{l}.weight"),
+                &[conv.out_channels, conv.patch_len()],
+            );
+            layout.push(format!("conv{l}.bias"), &[conv.out_channels]);
             convs.push(conv);
         }
         let flat = shape.len();
-        let fc_offset = n;
-        n += flat * arch.features() + arch.features();
+        layout.push("fc.weight", &[flat, arch.features()]);
+        layout.push("fc.bias", &[arch.features()]);
         Ok(Cnn {
             arch,
             convs,
-            offsets,
             flat,
-            fc_offset,
-            num_params: n,
+            layout,
         })
     }
 
@@ -399,31 +400,41 @@ impl Cnn {
 
     /// Number of parameters.
     pub fn num_params(&self) -> usize {
-        self.num_params
+        self.layout.len()
     }
 
-    /// Offset of convolution `l`'s weights (its biases follow them).
-    pub fn conv_offset(&self, l: usize) -> usize {
-        self.offsets[l]
+    /// Where each layer's weights and biases lie, and their names.
+    pub fn layout(&self) -> &ParamBlocks {
+        &self.layout
     }
 
-    /// Offset of the fully connected layer's weights (its biases follow them).
-    pub fn fc_offset(&self) -> usize {
-        self.fc_offset
+    /// Layer `i`'s weights and biases (`i` = the number of convolutions: the fully
+    /// connected layer).
+    fn layer<'p>(&self, params: &'p [f32], i: usize) -> (&'p [f32], &'p [f32]) {
+        (
+            self.layout.get(params, 2 * i),
+            self.layout.get(params, 2 * i + 1),
+        )
+    }
+
+    /// Where layer `i`'s weights and, right after them, its biases lie.
+    fn layer_span(&self, i: usize) -> std::ops::Range<usize> {
+        self.layout.range(2 * i).start..self.layout.range(2 * i + 1).end
     }
 
     /// Orthogonal weights with `gain` (torch's `orthogonal_` on each layer's `out x fan_in`
     /// matrix, as SB3 and CleanRL initialise NatureCNN with gain sqrt 2), zero biases.
     pub fn init_orthogonal<R: Rng + ?Sized>(&self, gain: f32, rng: &mut R) -> Vec<f32> {
-        let mut params = vec![0.0; self.num_params];
-        for (conv, &offset) in self.convs.iter().zip(&self.offsets) {
+        let mut params = vec![0.0; self.num_params()];
+        for (l, conv) in self.convs.iter().enumerate() {
             let (fan_in, fan_out) = (conv.patch_len(), conv.out_channels);
-            params[offset..offset + fan_in * fan_out]
+            params[self.layout.range(2 * l)]
                 .copy_from_slice(&orthogonal(fan_out, fan_in, gain, rng));
         }
         // The fully connected layer is stored `in x out`, torch's transpose.
-        let (fan_in, fan_out, offset) = (self.flat, self.features(), self.fc_offset);
-        orthogonal_transposed(&mut params[offset..], (fan_in, fan_out), gain, rng);
+        let fc = self.layout.range(2 * self.convs.len());
+        let (fan_in, fan_out) = (self.flat, self.features());
+        orthogonal_transposed(&mut params[fc], (fan_in, fan_out), gain, rng);
         params
     }
 
@@ -439,7 +450,7 @@ impl Cnn {
         batch: usize,
         cache: &'c mut CnnCache,
     ) -> &'c [f32] {
-        assert_eq!(params.len(), self.num_params, "parameter vector length");
+        assert_eq!(params.len(), self.num_params(), "parameter vector length");
         assert_eq!(pixels.len(), batch * self.input().len(), "pixel count");
         let layers = self.convs.len();
         cache.outputs.resize_with(layers, Vec::new);
@@ -447,7 +458,7 @@ impl Cnn {
         cache.pixels.keep(pixels);
         for (l, conv) in self.convs.iter().enumerate() {
             let (pl, oc) = (conv.patch_len(), conv.out_channels);
-            let (w, b) = self.layer(params, self.offsets[l], pl, oc);
+            let (w, b) = self.layer(params, l);
             let (done, rest) = cache.outputs.split_at_mut(l);
             let (input, w) = match (l, pixels) {
                 (0, Pixels::U8(_)) => {
@@ -474,7 +485,7 @@ impl Cnn {
             });
         }
         let features = self.features();
-        let (w, b) = self.layer(params, self.fc_offset, self.flat, features);
+        let (w, b) = self.layer(params, layers);
         cache.features.resize(batch * features, 0.0);
         par_matmul(
             &mut cache.features,
@@ -504,7 +515,7 @@ impl Cnn {
             batch * features,
             "feature-gradient length"
         );
-        assert_eq!(grads.len(), self.num_params, "gradient vector length");
+        assert_eq!(grads.len(), self.num_params(), "gradient vector length");
         let CnnCache {
             outputs,
             features: out,
@@ -520,8 +531,11 @@ impl Cnn {
         let last = self.convs.len() - 1;
         {
             // dW += X^T dY, db += column sums of dY.
-            let (gw, gb) = grads[self.fc_offset..self.fc_offset + (self.flat + 1) * features]
-                .split_at_mut(self.flat * features);
+            let fc = self.convs.len();
+            let [gw, gb] = cut_mut(
+                grads,
+                [self.layout.range(2 * fc), self.layout.range(2 * fc + 1)],
+            );
             par_matmul(
                 gw,
                 View::new(&outputs[last], batch, self.flat).t(),
@@ -530,7 +544,7 @@ impl Cnn {
             );
             add_rows(grad_a, gb);
         }
-        let (w, _) = self.layer(params, self.fc_offset, self.flat, features);
+        let (w, _) = self.layer(params, self.convs.len());
         grad_b.resize(batch * self.flat, 0.0);
         par_matmul(
             grad_b,
@@ -542,8 +556,7 @@ impl Cnn {
         for (l, conv) in self.convs.iter().enumerate().rev() {
             // grad_a: d loss / d (layer l's output after ReLU), channels-last.
             let (pl, oc) = (conv.patch_len(), conv.out_channels);
-            let off = self.offsets[l];
-            let (w, _) = self.layer(params, off, pl, oc);
+            let (w, _) = self.layer(params, l);
             // The layer's input: the pixels, or the previous layer's output, which gets
             // its gradient (the pixels do not).
             let input = match l {
@@ -559,208 +572,15 @@ impl Cnn {
             partials.resize(tasks * block, 0.0);
             let parts = &mut partials[..tasks * block];
             conv_backward(conv, input, &outputs[l], grad_a, w, parts, d_input);
-            add_partials(&mut grads[off..off + block], parts);
+            add_partials(&mut grads[self.layer_span(l)], parts);
             if l == 0 {
                 break;
             }
             std::mem::swap(grad_a, grad_b);
         }
     }
-
-    fn layer<'p>(
-        &self,
-        params: &'p [f32],
-        offset: usize,
-        fan_in: usize,
-        fan_out: usize,
-    ) -> (&'p [f32], &'p [f32]) {
-        let (w, rest) = params[offset..].split_at(fan_in * fan_out);
-        (w, &rest[..fan_out])
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-    use rand_xoshiro::Xoshiro256PlusPlus;
-
-    fn shape(height: usize, width: usize, channels: usize) -> ImageShape {
-        ImageShape {
-            height,
-            width,
-            channels,
-        }
-    }
-
-    #[test]
-    fn the_default_encoder_follows_the_image_size() {
-        assert_eq!(CnnArch::for_image(shape(84, 84, 4)), CnnArch::NatureCnn);
-        assert_eq!(CnnArch::for_image(shape(36, 40, 3)), CnnArch::NatureCnn);
-        assert_eq!(CnnArch::for_image(shape(10, 10, 7)), CnnArch::MinatarCnn);
-        assert_eq!(CnnArch::for_image(shape(84, 35, 1)), CnnArch::MinatarCnn);
-        // NatureCNN on 84x84x4: 3136 flat values, 1.68M parameters as in SB3.
-        let nature = Cnn::new(CnnArch::NatureCnn, shape(84, 84, 4)).unwrap();
-        assert_eq!(nature.flat_size(), 3136);
-        assert_eq!(nature.num_params(), 1_684_128);
-        let err = Cnn::new(CnnArch::NatureCnn, shape(30, 84, 4)).unwrap_err();
-        assert!(err.to_string().contains("30x84"), "{err}");
-        assert_eq!(
-            Cnn::new(CnnArch::MinatarCnn, shape(10, 10, 4))
-                .unwrap()
-                .num_params(),
-            16 * 36 + 16 + 1024 * 128 + 128
-        );
-    }
-
-    /// A small three-layer encoder built like NatureCNN, for gradient checks.
-    fn small_nature() -> Cnn {
-        Cnn::new(CnnArch::NatureCnn, shape(36, 37, 2)).unwrap()
-    }
-
-    /// Random pixels for `batch` images and a random gradient for their features.
-    fn random_batch(cnn: &Cnn, batch: usize, rng: &mut Xoshiro256PlusPlus) -> (Vec<u8>, Vec<f32>) {
-        let pixels = (0..batch * cnn.input().len())
-            .map(|_| rng.random_range(0..=255))
-            .collect();
-        let dl = (0..batch * cnn.features())
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect();
-        (pixels, dl)
-    }
-
-    #[test]
-    fn gradients_match_finite_differences() {
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
-        let cnn = small_nature();
-        let mut params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
-        for p in params.iter_mut() {
-            *p += rng.random_range(-0.02..0.02); // non-zero biases too
-        }
-        // Two forward tasks, the second partial; one backward task of two steps.
-        let batch = SAMPLES_PER_TASK + 1;
-        let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
-        // A ReLU network with a linear loss is multilinear in each parameter while no unit
-        // changes sign, so a probe whose interval keeps every unit's sign must match
-        // tightly; one whose interval crosses a kink is skipped (and counted).
-        let signs = |cache: &CnnCache| -> Vec<bool> {
-            let units = cache.outputs.iter().flatten().chain(&cache.features);
-            units.map(|v| *v > 0.0).collect()
-        };
-        let loss = |params: &[f32], cache: &mut CnnCache| -> f64 {
-            let y = cnn.forward(params, Pixels::U8(&pixels), batch, cache);
-            y.iter()
-                .zip(&dl)
-                .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                .sum()
-        };
-        let mut cache = CnnCache::default();
-        loss(&params, &mut cache);
-        let base = signs(&cache);
-        let mut grads = vec![0.0; cnn.num_params()];
-        cnn.backward(&params, &mut cache, &dl, &mut grads);
-        // Every layer's weights and biases, a sample of each.
-        let mut probes = Vec::new();
-        for (l, conv) in cnn.convs().iter().enumerate() {
-            let off = cnn.conv_offset(l);
-            let nw = conv.patch_len() * conv.out_channels;
-            probes.extend((0..nw).step_by(nw / 40 + 1).map(|i| off + i));
-            probes.extend((0..conv.out_channels).step_by(3).map(|i| off + nw + i));
-        }
-        let nw = cnn.flat_size() * cnn.features();
-        probes.extend((0..nw).step_by(nw / 60 + 1).map(|i| cnn.fc_offset() + i));
-        probes.extend(
-            (0..cnn.features())
-                .step_by(37)
-                .map(|i| cnn.fc_offset() + nw + i),
-        );
-        let h = 1e-3_f32;
-        let (mut checked, mut kinks) = (0, 0);
-        let (mut up_cache, mut down_cache) = (CnnCache::default(), CnnCache::default());
-        for &i in &probes {
-            let orig = params[i];
-            params[i] = orig + h;
-            let up = loss(&params, &mut up_cache);
-            params[i] = orig - h;
-            let down = loss(&params, &mut down_cache);
-            params[i] = orig;
-            if signs(&up_cache) != base || signs(&down_cache) != base {
-                kinks += 1;
-                continue;
-            }
-            let numeric = (up - down) / (2.0 * f64::from(h));
-            let analytic = f64::from(grads[i]);
-            assert!(
-                (numeric - analytic).abs() <= 2e-3 + 1e-2 * numeric.abs(),
-                "param {i}: numeric {numeric} analytic {analytic}"
-            );
-            checked += 1;
-        }
-        assert!(
-            checked * 2 > probes.len(),
-            "{kinks} of {} probes hit a kink",
-            probes.len()
-        );
-    }
-
-    /// Tasks are fixed groups of images and their partials are summed in task order, so
-    /// the pool's size changes nothing, bit for bit.
-    #[test]
-    fn gradients_do_not_depend_on_the_thread_count() {
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
-        let cnn = small_nature();
-        let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
-        let batch = 2 * BACKWARD_SAMPLES_PER_TASK + SAMPLES_PER_TASK + 1;
-        let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
-        let results: Vec<(Vec<f32>, Vec<f32>)> = [1, 2, 3]
-            .into_iter()
-            .map(|threads| {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                pool.install(|| {
-                    let mut cache = CnnCache::default();
-                    let features = cnn
-                        .forward(&params, Pixels::U8(&pixels), batch, &mut cache)
-                        .to_vec();
-                    let mut grads = vec![0.0; cnn.num_params()];
-                    cnn.backward(&params, &mut cache, &dl, &mut grads);
-                    (features, grads)
-                })
-            })
-            .collect();
-        assert!(results[0].1.iter().all(|g| g.is_finite()));
-        assert!(
-            results.windows(2).all(|w| w[0] == w[1]),
-            "depends on the thread count"
-        );
-    }
-
-    #[test]
-    fn u8_and_scaled_f32_pixels_give_the_same_features_and_gradients() {
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
-        let cnn = Cnn::new(CnnArch::MinatarCnn, shape(10, 10, 4)).unwrap();
-        let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
-        let bytes: Vec<u8> = (0..2 * 400).map(|i| (i * 7 % 256) as u8).collect();
-        let floats: Vec<f32> = bytes.iter().map(|b| f32::from(*b) / 255.0).collect();
-        let (mut a, mut b) = (CnnCache::default(), CnnCache::default());
-        let fa = cnn.forward(&params, Pixels::U8(&bytes), 2, &mut a).to_vec();
-        let fb = cnn.forward(&params, Pixels::F32(&floats), 2, &mut b);
-        // Equal up to rounding: bytes meet weights divided by 255, floats arrive divided.
-        for (x, y) in fa.iter().zip(fb) {
-            assert!((x - y).abs() <= 1e-6 + 1e-5 * y.abs(), "{x} vs {y}");
-        }
-        assert!(fa.iter().any(|v| *v > 0.0));
-        // The first layer's weight gradient is divided by 255 after its product.
-        let dl: Vec<f32> = (0..fa.len()).map(|i| (i as f32 * 0.37).sin()).collect();
-        let (mut ga, mut gb) = (vec![0.0; cnn.num_params()], vec![0.0; cnn.num_params()]);
-        cnn.backward(&params, &mut a, &dl, &mut ga);
-        cnn.backward(&params, &mut b, &dl, &mut gb);
-        let first = cnn.convs()[0].patch_len() * cnn.convs()[0].out_channels;
-        assert!(ga[..first].iter().any(|g| g.abs() > 1e-3));
-        for (x, y) in ga.iter().zip(&gb) {
-            assert!((x - y).abs() <= 1e-6 + 1e-4 * y.abs(), "{x} vs {y}");
-        }
-    }
-}
+#[path = "cnn_tests.rs"]
+mod tests;

@@ -12,9 +12,9 @@ use std::ops::Range;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::actor_critic::NamedTensor;
 use crate::cnn::{Cnn, CnnArch, CnnCache, ImageTooSmall, Pixels};
 use crate::conv::ImageShape;
+use crate::params::ParamBlocks;
 
 /// How an image's stored values map to the encoder's inputs in [0, 1].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,8 +41,8 @@ pub struct ImageInput {
 struct ImageEncoder {
     input: ImageInput,
     cnn: Cnn,
-    /// Offset of its parameters in the encoder's parameter vector.
-    params: usize,
+    /// Where its parameters lie in the encoder's parameter vector.
+    params: Range<usize>,
     /// Offset of its features in a feature row.
     column: usize,
     cache: CnnCache,
@@ -60,7 +60,8 @@ pub(crate) struct SharedEncoder {
     /// Spans of the row outside every image, and where each lands in a feature row.
     passed: Vec<(Range<usize>, usize)>,
     features: usize,
-    num_params: usize,
+    /// Image `i`'s CNN's tensors as `{i}.*`.
+    layout: ParamBlocks,
     out: Vec<f32>,
 }
 
@@ -80,7 +81,8 @@ impl SharedEncoder {
     ) -> Result<Self, ImageTooSmall> {
         let mut encoders = Vec::with_capacity(images.len());
         let mut passed = Vec::new();
-        let (mut row, mut column, mut params) = (0, 0, 0);
+        let mut layout = ParamBlocks::new();
+        let (mut row, mut column) = (0, 0);
         for input in images {
             assert!(
                 input.offset >= row && input.offset + input.shape.len() <= obs_dim,
@@ -91,7 +93,8 @@ impl SharedEncoder {
                 column += input.offset - row;
             }
             let cnn = Cnn::new(arch_for(input.shape), input.shape)?;
-            let (width, n) = (cnn.features(), cnn.num_params());
+            let width = cnn.features();
+            let params = layout.push_blocks(&encoders.len().to_string(), cnn.layout());
             encoders.push(ImageEncoder {
                 input: *input,
                 cnn,
@@ -104,7 +107,6 @@ impl SharedEncoder {
             });
             row = input.offset + input.shape.len();
             column += width;
-            params += n;
         }
         if row < obs_dim {
             passed.push((row..obs_dim, column));
@@ -115,7 +117,7 @@ impl SharedEncoder {
             images: encoders,
             passed,
             features: column,
-            num_params: params,
+            layout,
             out: Vec::new(),
         })
     }
@@ -127,12 +129,18 @@ impl SharedEncoder {
 
     /// Number of parameters (all the CNNs').
     pub(crate) fn num_params(&self) -> usize {
-        self.num_params
+        self.layout.len()
+    }
+
+    /// Where each CNN's parameters lie, and their names (`{image}.conv0.weight`, ...:
+    /// PyTorch's shapes, the fully connected weights `flat x features`).
+    pub(crate) fn layout(&self) -> &ParamBlocks {
+        &self.layout
     }
 
     /// Orthogonal initial parameters: each CNN with gain sqrt 2, as SB3 and CleanRL do.
     pub(crate) fn init_orthogonal<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
-        let mut params = Vec::with_capacity(self.num_params);
+        let mut params = Vec::with_capacity(self.num_params());
         for image in &self.images {
             params.extend(image.cnn.init_orthogonal(2f32.sqrt(), rng));
         }
@@ -144,7 +152,7 @@ impl SharedEncoder {
     /// # Panics
     /// When `params` or `obs` have the wrong length.
     pub(crate) fn forward(&mut self, params: &[f32], obs: &[f32], batch: usize) -> &[f32] {
-        assert_eq!(params.len(), self.num_params, "encoder parameter length");
+        assert_eq!(params.len(), self.num_params(), "encoder parameter length");
         assert_eq!(obs.len(), batch * self.obs_dim, "observation batch length");
         let (obs_dim, width) = (self.obs_dim, self.features);
         self.out.resize(batch * width, 0.0);
@@ -166,7 +174,7 @@ impl SharedEncoder {
                     Pixels::F32(&image.floats)
                 }
             };
-            let p = &params[image.params..image.params + image.cnn.num_params()];
+            let p = &params[image.params.clone()];
             let features = image.cnn.forward(p, pixels, batch, &mut image.cache);
             let f = image.cnn.features();
             for (out, feat) in self
@@ -195,7 +203,7 @@ impl SharedEncoder {
     /// # Panics
     /// When lengths disagree with the last forward pass.
     pub(crate) fn backward(&mut self, params: &[f32], grad_features: &[f32], grads: &mut [f32]) {
-        assert_eq!(grads.len(), self.num_params, "encoder gradient length");
+        assert_eq!(grads.len(), self.num_params(), "encoder gradient length");
         let width = self.features;
         for image in &mut self.images {
             let f = image.cnn.features();
@@ -205,46 +213,13 @@ impl SharedEncoder {
                     .chunks_exact(width)
                     .flat_map(|row| &row[image.column..image.column + f]),
             );
-            let n = image.cnn.num_params();
             image.cnn.backward(
-                &params[image.params..image.params + n],
+                &params[image.params.clone()],
                 &mut image.cache,
                 &image.grad,
-                &mut grads[image.params..image.params + n],
+                &mut grads[image.params.clone()],
             );
         }
-    }
-
-    /// The parameters as named tensors (`encoder.0.conv0.weight`, ...: PyTorch's shapes,
-    /// the fully connected weights `flat x features`), in parameter order.
-    pub(crate) fn tensors(&self, params: &[f32]) -> Vec<NamedTensor> {
-        let mut out = Vec::new();
-        for (i, image) in self.images.iter().enumerate() {
-            let p = &params[image.params..image.params + image.cnn.num_params()];
-            let mut push = |name: String, shape: Vec<usize>, offset: usize| {
-                let len = shape.iter().product::<usize>();
-                out.push(NamedTensor {
-                    name,
-                    shape,
-                    data: p[offset..offset + len].to_vec(),
-                });
-            };
-            for (l, conv) in image.cnn.convs().iter().enumerate() {
-                let (oc, pl) = (conv.out_channels, conv.patch_len());
-                let offset = image.cnn.conv_offset(l);
-                push(format!("encoder.{i}.conv{l}.weight"), vec![oc, pl], offset);
-                push(
-                    format!("encoder.{i}.conv{l}.bias"),
-                    vec![oc],
-                    offset + oc * pl,
-                );
-            }
-            let (flat, f) = (image.cnn.flat_size(), image.cnn.features());
-            let offset = image.cnn.fc_offset();
-            push(format!("encoder.{i}.fc.weight"), vec![flat, f], offset);
-            push(format!("encoder.{i}.fc.bias"), vec![f], offset + flat * f);
-        }
-        out
     }
 
     /// What each image gets, for people: `nature_cnn on 84x84x4`.

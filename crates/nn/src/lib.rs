@@ -1,15 +1,18 @@
 //! Policy and value networks for Strata: small MLPs on the CPU, fast enough to be the hot
 //! path of PPO.
 //!
-//! [`MlpActorCritic`] holds separate policy and value [`Mlp`]s, a categorical or diagonal
-//! Gaussian [`Head`], and one [`Adam`] over all parameters. PPO talks to it only through the
-//! [`ActorCritic`] trait, so another backend (a GPU one) can replace it without touching PPO.
+//! [`ActorCriticNet`] composes an optional encoder and recurrent core with separate policy
+//! and value [`Mlp`]s, the policy ending in a categorical or diagonal-Gaussian [`Head`];
+//! every parameter lies in one flat vector laid out by a [`ParamBlocks`] (which also names
+//! the checkpoint tensors), with one [`Adam`] over all of them. PPO talks to it only
+//! through the [`ActorCritic`] trait, so another backend (a GPU one) can replace it without
+//! touching PPO.
 //!
 //! ```
 //! use rand::SeedableRng;
-//! use strata_nn::{ActorCritic, Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
+//! use strata_nn::{ActorCritic, Head, Memory, ActorCriticNet, NetworkConfig, SampleRng};
 //! let mut rng = SampleRng::seed_from_u64(0);
-//! let mut model = MlpActorCritic::new(4, Head::Categorical { n: 2 },
+//! let mut model = ActorCriticNet::new(4, Head::Categorical { n: 2 },
 //!     &NetworkConfig::default(), &mut rng);
 //! let obs = [0.0_f32; 8];
 //! let (mut a, mut lp, mut v) = ([0.0; 2], [0.0; 2], [0.0; 2]);
@@ -20,7 +23,7 @@
 //! Image observations get a convolutional encoder ([`Cnn`]: NatureCNN, or the MinAtar
 //! agent's small one, [`CnnArch`]) that reads `u8` pixels directly and runs its
 //! convolutions as `im2col` + matrix products on the current rayon pool;
-//! [`MlpActorCritic::with_images`] puts one per image ([`ImageInput`]) in front of the
+//! [`ActorCriticNet::with_images`] puts one per image ([`ImageInput`]) in front of the
 //! policy and value networks, shared by both.
 //!
 //! A recurrent core ([`Core`]: LSTM or GRU layers, [`Recurrent`]) may sit between the
@@ -34,24 +37,28 @@
 
 mod activation;
 mod actor_critic;
+mod actor_critic_net;
 mod adam;
+mod branches;
 mod cnn;
 mod conv;
 mod distribution;
 mod encoder;
+mod head;
 mod init;
 #[macro_use]
 mod kernels;
 mod matmul;
 mod mlp;
-mod mlp_actor_critic;
 mod network;
+mod params;
 mod recurrent;
 mod recurrent_core;
 mod small_matmul;
 
 pub use activation::{fast_tanh, Activation};
 pub use actor_critic::{ActorCritic, Evaluation, Memory, NamedTensor, SampleRng, Sequences};
+pub use actor_critic_net::ActorCriticNet;
 pub use adam::Adam;
 pub use cnn::{Cnn, CnnArch, CnnCache, ConvSpec, ImageTooSmall, Pixels};
 pub use conv::{Conv2d, ImageShape};
@@ -60,9 +67,10 @@ pub use distribution::{
     gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
 pub use encoder::{ImageInput, PixelScale};
+pub use head::Head;
 pub use mlp::{Mlp, MlpCache};
-pub use mlp_actor_critic::MlpActorCritic;
-pub use network::{Core, Encoder, Head, NetworkConfig, SdeHold};
+pub use network::{Core, Encoder, NetworkConfig, SdeHold};
+pub use params::{cut, cut_mut, ParamBlocks, ParamSlot};
 pub use recurrent::{CellKind, Recurrent, RecurrentCache};
 
 use thiserror::Error;

@@ -1,7 +1,8 @@
 //! A multi-layer perceptron with a hand-written backward pass over `gemm`.
 //!
 //! Parameters live in one flat vector (per layer: weights `in x out` row-major, then
-//! biases), so the optimiser and gradient clipping work on plain slices.
+//! biases; the layout is a [`ParamBlocks`]), so the optimiser and gradient clipping work on
+//! plain slices.
 
 use rand::Rng;
 
@@ -9,15 +10,15 @@ use crate::activation::Activation;
 use crate::init::orthogonal_transposed;
 use crate::kernels::{activation_backward, add_rows, bias_activation};
 use crate::matmul::{matmul, View};
+use crate::params::{cut_mut, ParamBlocks};
 
 /// Shape of a fully connected network.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mlp {
     sizes: Vec<usize>,
     activation: Activation,
-    /// Offset of each layer's weights in the flat parameter vector.
-    offsets: Vec<usize>,
-    num_params: usize,
+    /// Per layer `{l}.weight` (`in x out`) then `{l}.bias`.
+    layout: ParamBlocks,
 }
 
 /// Per-batch activations kept for the backward pass, grown on demand and reused.
@@ -54,23 +55,26 @@ impl Mlp {
     /// With fewer than two sizes.
     pub fn new(sizes: &[usize], activation: Activation) -> Self {
         assert!(sizes.len() >= 2, "an MLP needs an input and an output size");
-        let mut offsets = Vec::with_capacity(sizes.len() - 1);
-        let mut n = 0;
-        for w in sizes.windows(2) {
-            offsets.push(n);
-            n += w[0] * w[1] + w[1];
+        let mut layout = ParamBlocks::new();
+        for (l, w) in sizes.windows(2).enumerate() {
+            layout.push(format!("{l}.weight"), &[w[0], w[1]]);
+            layout.push(format!("{l}.bias"), &[w[1]]);
         }
         Mlp {
             sizes: sizes.to_vec(),
             activation,
-            offsets,
-            num_params: n,
+            layout,
         }
     }
 
     /// Number of parameters.
     pub fn num_params(&self) -> usize {
-        self.num_params
+        self.layout.len()
+    }
+
+    /// Where each layer's weights and biases lie, and their names.
+    pub fn layout(&self) -> &ParamBlocks {
+        &self.layout
     }
 
     /// Input width.
@@ -96,7 +100,7 @@ impl Mlp {
         output_gain: f32,
         rng: &mut R,
     ) -> Vec<f32> {
-        let mut params = vec![0.0; self.num_params];
+        let mut params = vec![0.0; self.num_params()];
         let layers = self.sizes.len() - 1;
         for l in 0..layers {
             let (fan_in, fan_out) = (self.sizes[l], self.sizes[l + 1]);
@@ -106,19 +110,16 @@ impl Mlp {
                 hidden_gain
             };
             // torch stores `out x in`; we store its transpose, `in x out`.
-            let off = self.offsets[l];
-            orthogonal_transposed(&mut params[off..], (fan_in, fan_out), gain, rng);
+            let weights = &mut params[self.layout.range(2 * l)];
+            orthogonal_transposed(weights, (fan_in, fan_out), gain, rng);
         }
         params
     }
 
     fn layer<'p>(&self, params: &'p [f32], l: usize) -> (&'p [f32], &'p [f32]) {
-        let (fan_in, fan_out) = (self.sizes[l], self.sizes[l + 1]);
-        let off = self.offsets[l];
-        let w = &params[off..off + fan_in * fan_out];
         (
-            w,
-            &params[off + fan_in * fan_out..off + fan_in * fan_out + fan_out],
+            self.layout.get(params, 2 * l),
+            self.layout.get(params, 2 * l + 1),
         )
     }
 
@@ -134,7 +135,7 @@ impl Mlp {
         batch: usize,
         cache: &'c mut MlpCache,
     ) -> &'c [f32] {
-        assert_eq!(params.len(), self.num_params, "parameter vector length");
+        assert_eq!(params.len(), self.num_params(), "parameter vector length");
         assert_eq!(input.len(), batch * self.sizes[0], "input length");
         let layers = self.sizes.len() - 1;
         cache.outputs.resize_with(layers + 1, Vec::new);
@@ -207,7 +208,7 @@ impl Mlp {
             batch * self.output_size(),
             "output-gradient length"
         );
-        assert_eq!(grads.len(), self.num_params, "gradient vector length");
+        assert_eq!(grads.len(), self.num_params(), "gradient vector length");
         let MlpCache {
             outputs,
             grad_a,
@@ -218,9 +219,10 @@ impl Mlp {
         grad_a.extend_from_slice(grad_output);
         for l in (0..layers).rev() {
             let (fan_in, fan_out) = (self.sizes[l], self.sizes[l + 1]);
-            let off = self.offsets[l];
-            let (gw, gb) =
-                grads[off..off + fan_in * fan_out + fan_out].split_at_mut(fan_in * fan_out);
+            let [gw, gb] = cut_mut(
+                grads,
+                [self.layout.range(2 * l), self.layout.range(2 * l + 1)],
+            );
             let x = &outputs[l];
             // dW += X^T dY ; db += column sums of dY.
             matmul(

@@ -1,10 +1,11 @@
-//! The network's architecture as a run config states it, and the head it ends in.
+//! The network's architecture as a run config states it.
 
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 use crate::cnn::CnnArch;
 use crate::conv::ImageShape;
+use crate::head::Head;
 use crate::recurrent::CellKind;
 
 /// Network architecture, from the run config.
@@ -205,12 +206,17 @@ impl NetworkConfig {
     /// gSDE or for a categorical head. `input` is what the policy network takes: the
     /// observation's width, or the encoder's features.
     pub fn sde_noise_len(&self, input: usize, head: Head) -> usize {
-        match head {
-            Head::Gaussian { dim } if self.sde => {
-                self.policy_hidden.last().copied().unwrap_or(input) * dim
-            }
-            _ => 0,
+        if self.sde {
+            head.log_std_len(true, self.latent_width(input))
+        } else {
+            0
         }
+    }
+
+    /// What feeds the policy network's output layer on inputs of `input` values: its last
+    /// hidden layer, or the input itself without one (gSDE's features).
+    pub(crate) fn latent_width(&self, input: usize) -> usize {
+        self.policy_hidden.last().copied().unwrap_or(input)
     }
 }
 
@@ -230,33 +236,6 @@ impl Default for NetworkConfig {
             core_size: DEFAULT_CORE_SIZE,
             core_layers: 1,
             core_shared: false,
-        }
-    }
-}
-
-/// Which distribution the policy outputs parameterise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Head {
-    /// Logits over `n` actions; an action is one f32 holding the index.
-    Categorical { n: usize },
-    /// Means of `dim` independent Gaussians; log-stds are free parameters.
-    Gaussian { dim: usize },
-}
-
-impl Head {
-    /// Values per action.
-    pub fn action_dim(self) -> usize {
-        match self {
-            Head::Categorical { .. } => 1,
-            Head::Gaussian { dim } => dim,
-        }
-    }
-
-    /// Policy-network outputs: logits, or the Gaussian's means.
-    pub(crate) fn outputs(self) -> usize {
-        match self {
-            Head::Categorical { n } => n,
-            Head::Gaussian { dim } => dim,
         }
     }
 }

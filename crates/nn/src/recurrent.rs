@@ -7,9 +7,9 @@
 //! one episode and the start of the next. Gradients stop at the sequence's first state
 //! (truncated back-propagation through time) and at every reset.
 //!
-//! Parameters live in one flat vector: the input weights `input x gates` (PyTorch's
-//! `weight_ih` transposed), the hidden weights `hidden x gates` (`weight_hh` transposed),
-//! then the input and hidden biases, each `gates` long. The gates are PyTorch's, in its
+//! Parameters live in one flat vector (laid out by a [`ParamBlocks`]): the input weights
+//! `input x gates` (PyTorch's `weight_ih` transposed), the hidden weights `hidden x gates`
+//! (`weight_hh` transposed), then the input and hidden biases, each `gates` long. The gates are PyTorch's, in its
 //! order: input, forget, cell, output for an LSTM; reset, update, new for a GRU. The input
 //! projections of the whole sequence are one matrix product before the steps, their
 //! gradients one after.
@@ -22,6 +22,7 @@ use crate::kernels::{
     add_rows, gru_backward_step, gru_forward_step, lstm_backward_step, lstm_forward_step,
 };
 use crate::matmul::{matmul, View};
+use crate::params::{cut, cut_mut, ParamBlocks};
 use crate::small_matmul::{small_matmul, transpose_into};
 
 /// Which recurrent cell.
@@ -34,15 +35,24 @@ pub enum CellKind {
     Gru,
 }
 
+impl CellKind {
+    /// Gates per hidden unit: 4 (LSTM) or 3 (GRU).
+    fn gates_per_unit(self) -> usize {
+        match self {
+            CellKind::Lstm => 4,
+            CellKind::Gru => 3,
+        }
+    }
+}
+
 /// A recurrent layer's shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recurrent {
-    /// The cell.
-    pub kind: CellKind,
-    /// Values per input row.
-    pub input: usize,
-    /// Hidden units.
-    pub hidden: usize,
+    kind: CellKind,
+    input: usize,
+    hidden: usize,
+    /// `weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`.
+    layout: ParamBlocks,
 }
 
 /// What a forward pass keeps for the backward pass, grown on demand and reused.
@@ -81,13 +91,45 @@ impl RecurrentCache {
 }
 
 impl Recurrent {
+    /// A `kind` layer on rows of `input` values with `hidden` units.
+    pub fn new(kind: CellKind, input: usize, hidden: usize) -> Self {
+        let gates = hidden * kind.gates_per_unit();
+        let mut layout = ParamBlocks::new();
+        layout.push("weight_ih", &[input, gates]);
+        layout.push("weight_hh", &[hidden, gates]);
+        layout.push("bias_ih", &[gates]);
+        layout.push("bias_hh", &[gates]);
+        Recurrent {
+            kind,
+            input,
+            hidden,
+            layout,
+        }
+    }
+
+    /// The cell.
+    pub fn kind(&self) -> CellKind {
+        self.kind
+    }
+
+    /// Values per input row.
+    pub fn input(&self) -> usize {
+        self.input
+    }
+
+    /// Hidden units.
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// Where the weights and biases lie, and their names (PyTorch's, transposed shapes).
+    pub fn layout(&self) -> &ParamBlocks {
+        &self.layout
+    }
+
     /// Gate pre-activations per row: 4 x hidden (LSTM) or 3 x hidden (GRU).
     pub fn gates(&self) -> usize {
-        self.hidden
-            * match self.kind {
-                CellKind::Lstm => 4,
-                CellKind::Gru => 3,
-            }
+        self.hidden * self.kind.gates_per_unit()
     }
 
     /// Values in one env's state: the hidden state, then (LSTM) the cell state.
@@ -100,15 +142,12 @@ impl Recurrent {
 
     /// Number of parameters.
     pub fn num_params(&self) -> usize {
-        (self.input + self.hidden + 2) * self.gates()
+        self.layout.len()
     }
 
-    /// Offsets of the input weights, hidden weights, input biases, hidden biases.
-    fn offsets(&self) -> [usize; 4] {
-        let g = self.gates();
-        let w_hh = self.input * g;
-        let b_ih = w_hh + self.hidden * g;
-        [0, w_hh, b_ih, b_ih + g]
+    /// The input weights, hidden weights, input biases and hidden biases of `values`.
+    fn parts<'v>(&self, values: &'v [f32]) -> [&'v [f32]; 4] {
+        cut(values, std::array::from_fn(|i| self.layout.range(i)))
     }
 
     /// Orthogonal weights with gain 1 and zero biases, as CleanRL initialises its LSTM
@@ -116,9 +155,8 @@ impl Recurrent {
     pub fn init_orthogonal<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
         let g = self.gates();
         let mut params = vec![0.0; self.num_params()];
-        let [w_ih, w_hh, ..] = self.offsets();
-        for (offset, fan_in) in [(w_ih, self.input), (w_hh, self.hidden)] {
-            orthogonal_transposed(&mut params[offset..], (fan_in, g), 1.0, rng);
+        for (i, fan_in) in [(0, self.input), (1, self.hidden)] {
+            orthogonal_transposed(&mut params[self.layout.range(i)], (fan_in, g), 1.0, rng);
         }
         params
     }
@@ -153,10 +191,7 @@ impl Recurrent {
         assert_eq!(xs.len(), steps * batch * self.input, "input length");
         assert_eq!(starts.len(), steps * batch, "episode-start flags");
         assert_eq!(state0.len(), batch * s, "initial state length");
-        let [w_ih, w_hh, b_ih, b_hh] = self.offsets();
-        let w_ih = &params[w_ih..w_hh];
-        let w_hh_m = &params[w_hh..b_ih];
-        let (b_ih, b_hh) = (&params[b_ih..b_hh], &params[b_hh..]);
+        let [w_ih, w_hh_m, b_ih, b_hh] = self.parts(params);
         cache.steps = steps;
         cache.batch = batch;
         cache.xs.clear();
@@ -237,9 +272,9 @@ impl Recurrent {
         let rows = steps * batch;
         assert_eq!(d_outputs.len(), rows * h, "output-gradient length");
         assert_eq!(grads.len(), self.num_params(), "gradient vector length");
-        let [w_ih_at, w_hh_at, b_ih_at, b_hh_at] = self.offsets();
-        let w_ih = &params[w_ih_at..w_hh_at];
-        let w_hh = &params[w_hh_at..b_ih_at];
+        let [w_ih, w_hh, ..] = self.parts(params);
+        let [gw_ih, gw_hh, gb_ih, gb_hh] =
+            cut_mut(grads, std::array::from_fn(|i| self.layout.range(i)));
         let RecurrentCache {
             xs,
             starts,
@@ -296,22 +331,21 @@ impl Recurrent {
             .flat_map(|state| &state[..h])
             .copied()
             .collect();
-        let (gw, rest) = grads[w_hh_at..].split_at_mut(b_ih_at - w_hh_at);
         matmul(
-            gw,
+            gw_hh,
             View::new(&hidden, rows, h).t(),
             View::new(d_gates_hidden, rows, g),
             true,
         );
-        add_rows(d_gates_hidden, &mut rest[b_hh_at - b_ih_at..]);
+        add_rows(d_gates_hidden, gb_hh);
         // Input weights and biases, and the inputs' gradient, over the whole sequence.
         matmul(
-            &mut grads[w_ih_at..w_hh_at],
+            gw_ih,
             View::new(xs, rows, self.input).t(),
             View::new(d_gates_in, rows, g),
             true,
         );
-        add_rows(d_gates_in, &mut grads[b_ih_at..b_hh_at]);
+        add_rows(d_gates_in, gb_ih);
         d_xs.resize(rows * self.input, 0.0);
         matmul(
             d_xs,

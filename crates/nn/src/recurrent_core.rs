@@ -7,13 +7,19 @@
 
 use rand::Rng;
 
+use crate::branches::{add_branch_gradient, join};
 use crate::network::NetworkConfig;
+use crate::params::{cut, cut_mut, ParamBlocks};
 use crate::recurrent::{CellKind, Recurrent, RecurrentCache};
 
 /// Stacked recurrent layers, each with its cache.
 pub(crate) struct CoreStack {
     layers: Vec<Recurrent>,
     caches: Vec<RecurrentCache>,
+    /// Layer `l`'s tensors as `{l}.*`.
+    layout: ParamBlocks,
+    /// Where each layer's parameters lie.
+    spans: Vec<std::ops::Range<usize>>,
     /// One layer's initial states gathered from the model's state rows.
     state0: Vec<f32>,
     /// Gradient scratch between layers.
@@ -24,15 +30,17 @@ impl CoreStack {
     /// `layers` layers of `hidden` units on inputs of `input` values.
     pub(crate) fn new(kind: CellKind, input: usize, hidden: usize, layers: usize) -> Self {
         let layers: Vec<Recurrent> = (0..layers)
-            .map(|l| Recurrent {
-                kind,
-                input: if l == 0 { input } else { hidden },
-                hidden,
-            })
+            .map(|l| Recurrent::new(kind, if l == 0 { input } else { hidden }, hidden))
+            .collect();
+        let mut layout = ParamBlocks::new();
+        let spans = (layers.iter().enumerate())
+            .map(|(l, layer)| layout.push_blocks(&l.to_string(), layer.layout()))
             .collect();
         CoreStack {
             caches: vec![RecurrentCache::default(); layers.len()],
             layers,
+            layout,
+            spans,
             state0: Vec::new(),
             d_between: Vec::new(),
         }
@@ -40,12 +48,12 @@ impl CoreStack {
 
     /// Output width.
     pub(crate) fn hidden(&self) -> usize {
-        self.layers[0].hidden
+        self.layers[0].hidden()
     }
 
-    /// Number of parameters.
-    pub(crate) fn num_params(&self) -> usize {
-        self.layers.iter().map(Recurrent::num_params).sum()
+    /// Where each layer's parameters lie, and their names.
+    pub(crate) fn layout(&self) -> &ParamBlocks {
+        &self.layout
     }
 
     /// Values of one env's state across the stack.
@@ -88,17 +96,17 @@ impl CoreStack {
         (steps, batch): (usize, usize),
     ) -> &'c [f32] {
         let mut input = xs;
-        let (mut p, mut s) = (0, at);
-        for (layer, cache) in self.layers.iter().zip(self.caches.iter_mut()) {
+        let mut s = at;
+        let layers = self.layers.iter().zip(&self.spans);
+        for ((layer, span), cache) in layers.zip(self.caches.iter_mut()) {
             let size = layer.state_size();
             self.state0.clear();
             for b in 0..batch {
                 let row = b * row_width + s;
                 self.state0.extend_from_slice(&state_in[row..row + size]);
             }
-            let n = layer.num_params();
             layer.forward(
-                &params[p..p + n],
+                &params[span.clone()],
                 input,
                 starts,
                 &self.state0,
@@ -112,7 +120,6 @@ impl CoreStack {
                 }
             }
             input = cache.outputs();
-            p += n;
             s += size;
         }
         input
@@ -127,19 +134,10 @@ impl CoreStack {
         grads: &mut [f32],
         d_xs: &mut Vec<f32>,
     ) {
-        let offsets: Vec<usize> = self
-            .layers
-            .iter()
-            .scan(0, |p, l| {
-                let at = *p;
-                *p += l.num_params();
-                Some(at)
-            })
-            .collect();
         d_xs.clear();
         d_xs.extend_from_slice(d_outputs);
         for (l, layer) in self.layers.iter().enumerate().rev() {
-            let range = offsets[l]..offsets[l] + layer.num_params();
+            let range = self.spans[l].clone();
             std::mem::swap(d_xs, &mut self.d_between);
             layer.backward(
                 &params[range.clone()],
@@ -152,37 +150,15 @@ impl CoreStack {
     }
 }
 
-impl CoreStack {
-    /// Checkpoint tensors `{prefix}.{layer}.weight_ih` (`input x gates`, PyTorch's
-    /// transposed), `weight_hh` (`hidden x gates`), `bias_ih`, `bias_hh`.
-    pub(crate) fn tensors(&self, prefix: &str, params: &[f32]) -> Vec<crate::NamedTensor> {
-        let mut out = Vec::new();
-        let mut p = 0;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let g = layer.gates();
-            for (name, shape) in [
-                ("weight_ih", vec![layer.input, g]),
-                ("weight_hh", vec![layer.hidden, g]),
-                ("bias_ih", vec![g]),
-                ("bias_hh", vec![g]),
-            ] {
-                let n: usize = shape.iter().product();
-                out.push(crate::NamedTensor {
-                    name: format!("{prefix}.{l}.{name}"),
-                    shape,
-                    data: params[p..p + n].to_vec(),
-                });
-                p += n;
-            }
-        }
-        out
-    }
-}
-
 /// A model's recurrent core: the actor's stack, and the critic's own unless shared.
 pub(crate) struct CoreSide {
     actor: CoreStack,
     critic: Option<CoreStack>,
+    /// Checkpoint tensors `{policy|value|shared}.{layer}.weight_ih` (`input x gates`,
+    /// PyTorch's transposed), `weight_hh` (`hidden x gates`), `bias_ih`, `bias_hh`.
+    layout: ParamBlocks,
+    /// Where the actor's and the critic's parameters lie (the critic's empty when shared).
+    spans: [std::ops::Range<usize>; 2],
     d_xs: Vec<f32>,
     d_xs_critic: Vec<f32>,
 }
@@ -192,9 +168,23 @@ impl CoreSide {
     pub(crate) fn new(config: &NetworkConfig, input: usize) -> Option<Self> {
         let kind = config.core.cell()?;
         let stack = || CoreStack::new(kind, input, config.core_size, config.core_layers.max(1));
+        let (actor, critic) = (stack(), (!config.core_shared).then(stack));
+        let mut layout = ParamBlocks::new();
+        let spans = match &critic {
+            None => {
+                let shared = layout.push_blocks("shared", actor.layout());
+                [shared.clone(), shared.end..shared.end]
+            }
+            Some(c) => [
+                layout.push_blocks("policy", actor.layout()),
+                layout.push_blocks("value", c.layout()),
+            ],
+        };
         Some(CoreSide {
-            actor: stack(),
-            critic: (!config.core_shared).then(stack),
+            actor,
+            critic,
+            layout,
+            spans,
             d_xs: Vec::new(),
             d_xs_critic: Vec::new(),
         })
@@ -224,11 +214,11 @@ impl CoreSide {
     pub(crate) fn describe(&self) -> String {
         let one = |stack: &CoreStack| {
             let l = stack.layers();
-            let kind = match l[0].kind {
+            let kind = match l[0].kind() {
                 CellKind::Lstm => "lstm",
                 CellKind::Gru => "gru",
             };
-            format!("{kind} {}x{}", l[0].hidden, l.len())
+            format!("{kind} {}x{}", l[0].hidden(), l.len())
         };
         match &self.critic {
             None => format!("{} (shared)", one(&self.actor)),
@@ -253,9 +243,8 @@ impl CoreSide {
         let width = self.state_len();
         let batch = starts.len() / steps;
         assert_eq!(state_in.len(), batch * width, "recurrent state length");
-        let split = self.actor.num_params();
         let actor_states = self.actor.state_size();
-        let (actor_params, critic_params) = params.split_at(split);
+        let [actor_params, critic_params] = cut(params, self.spans.clone());
         let CoreSide { actor, critic, .. } = self;
         let Some(critic) = critic else {
             let a = actor.forward(
@@ -268,8 +257,9 @@ impl CoreSide {
             );
             return (a, a);
         };
-        if parallel && state_out.is_none() {
-            return rayon::join(
+        if state_out.is_none() {
+            return join(
+                parallel,
                 || {
                     actor.forward(
                         actor_params,
@@ -322,48 +312,31 @@ impl CoreSide {
         grads: &mut [f32],
         parallel: bool,
     ) -> &[f32] {
-        let split = self.actor.num_params();
-        let (actor_grads, critic_grads) = grads.split_at_mut(split);
+        let [actor_params, critic_params] = cut(params, self.spans.clone());
+        let [actor_grads, critic_grads] = cut_mut(grads, self.spans.clone());
         match &mut self.critic {
             None => {
-                // Both networks read the same outputs: their gradients add.
-                for (p, v) in d_policy.iter_mut().zip(d_value) {
-                    *p += v;
-                }
+                // Both networks read the same outputs.
+                add_branch_gradient(d_policy, d_value);
                 self.actor
-                    .backward(&params[..split], d_policy, actor_grads, &mut self.d_xs);
+                    .backward(actor_params, d_policy, actor_grads, &mut self.d_xs);
             }
             Some(critic) => {
                 let (actor, d_xs, d_xs_critic) =
                     (&mut self.actor, &mut self.d_xs, &mut self.d_xs_critic);
-                let (actor_params, critic_params) = params.split_at(split);
-                let mut run_actor = || actor.backward(actor_params, d_policy, actor_grads, d_xs);
-                let mut run_critic =
-                    || critic.backward(critic_params, d_value, critic_grads, d_xs_critic);
-                if parallel {
-                    rayon::join(run_actor, run_critic);
-                } else {
-                    run_actor();
-                    run_critic();
-                }
-                for (a, c) in self.d_xs.iter_mut().zip(&self.d_xs_critic) {
-                    *a += c;
-                }
+                join(
+                    parallel,
+                    || actor.backward(actor_params, d_policy, actor_grads, d_xs),
+                    || critic.backward(critic_params, d_value, critic_grads, d_xs_critic),
+                );
+                add_branch_gradient(&mut self.d_xs, &self.d_xs_critic);
             }
         }
         &self.d_xs
     }
 
-    /// Checkpoint tensors `core.{policy|value|shared}.{layer}.*`.
-    pub(crate) fn tensors(&self, params: &[f32]) -> Vec<crate::NamedTensor> {
-        let split = self.actor.num_params();
-        match &self.critic {
-            None => self.actor.tensors("core.shared", params),
-            Some(c) => {
-                let mut out = self.actor.tensors("core.policy", &params[..split]);
-                out.extend(c.tensors("core.value", &params[split..]));
-                out
-            }
-        }
+    /// Where the stacks' parameters lie, and their names (`{policy|value|shared}.*`).
+    pub(crate) fn layout(&self) -> &ParamBlocks {
+        &self.layout
     }
 }

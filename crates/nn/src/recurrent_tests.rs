@@ -19,11 +19,7 @@ struct Case {
 
 impl Case {
     fn new(kind: CellKind) -> Self {
-        let layer = Recurrent {
-            kind,
-            input: 3,
-            hidden: 4,
-        };
+        let layer = Recurrent::new(kind, 3, 4);
         let mut rng = Rng64::seed_from_u64(5);
         let mut params = layer.init_orthogonal(&mut rng);
         for p in &mut params {
@@ -138,7 +134,7 @@ fn an_episode_start_runs_as_a_fresh_sequence_from_a_zero_state() {
             )
             .to_vec();
         // Env 1 from its start at step 3, alone, from a zero state.
-        let (h, i) = (case.layer.hidden, case.layer.input);
+        let (h, i) = (case.layer.hidden(), case.layer.input());
         let xs: Vec<f32> = (3..STEPS)
             .flat_map(|t| case.xs[(t * BATCH + 1) * i..(t * BATCH + 2) * i].to_vec())
             .collect();

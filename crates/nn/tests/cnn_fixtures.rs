@@ -21,35 +21,37 @@ fn params_from_torch_layout(cnn: &Cnn) -> Vec<f32> {
     let mut params = vec![0.0; cnn.num_params()];
     for (l, conv) in cnn.convs().iter().enumerate() {
         let (k, c, o) = (conv.kernel, conv.input.channels, conv.out_channels);
-        let off = cnn.conv_offset(l);
+        let (weights, biases) = (cnn.layout().range(2 * l), cnn.layout().range(2 * l + 1));
         for oc in 0..o {
             for ic in 0..c {
                 for ky in 0..k {
                     for kx in 0..k {
                         let torch = ((oc * c + ic) * k + ky) * k + kx;
                         let ours = oc * conv.patch_len() + (ky * k + kx) * c + ic;
-                        params[off + ours] = weight(l, torch, c * k * k);
+                        params[weights.start + ours] = weight(l, torch, c * k * k);
                     }
                 }
             }
-            params[off + conv.patch_len() * o + oc] = bias(l, oc);
+            params[biases.start + oc] = bias(l, oc);
         }
     }
     let l = cnn.convs().len();
     let last = cnn.convs()[l - 1].output().unwrap();
     let (h, w, c, f) = (last.height, last.width, last.channels, cnn.features());
-    let (off, flat) = (cnn.fc_offset(), cnn.flat_size());
+    let (weights, biases) = (cnn.layout().range(2 * l), cnn.layout().range(2 * l + 1));
+    let flat = cnn.flat_size();
     for out in 0..f {
         for ch in 0..c {
             for y in 0..h {
                 for x in 0..w {
                     let torch_in = (ch * h + y) * w + x;
                     let ours_in = (y * w + x) * c + ch;
-                    params[off + ours_in * f + out] = weight(l, out * flat + torch_in, flat);
+                    params[weights.start + ours_in * f + out] =
+                        weight(l, out * flat + torch_in, flat);
                 }
             }
         }
-        params[off + flat * f + out] = bias(l, out);
+        params[biases.start + out] = bias(l, out);
     }
     params
 }

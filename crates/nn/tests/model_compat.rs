@@ -11,7 +11,7 @@
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use strata_nn::{
-    ActorCritic, Core, Encoder, Evaluation, Head, ImageInput, ImageShape, Memory, MlpActorCritic,
+    ActorCritic, ActorCriticNet, Core, Encoder, Evaluation, Head, ImageInput, ImageShape, Memory,
     NetworkConfig, PixelScale, SampleRng,
 };
 
@@ -135,7 +135,7 @@ fn fingerprint(values: &[f32]) -> String {
 /// The model of `kind` from a fixed seed after one training step, and what it records.
 fn record(kind: &Kind) -> Value {
     let mut rng = SampleRng::seed_from_u64(7);
-    let mut model = MlpActorCritic::with_images(
+    let mut model = ActorCriticNet::with_images(
         kind.obs_dim,
         &kind.images,
         kind.head,
@@ -246,7 +246,7 @@ fn tensors_saved_by_one_model_load_into_a_fresh_one_and_act_the_same() {
     for kind in kinds() {
         let build = |seed| {
             let mut rng = SampleRng::seed_from_u64(seed);
-            MlpActorCritic::with_images(
+            ActorCriticNet::with_images(
                 kind.obs_dim,
                 &kind.images,
                 kind.head,
@@ -263,7 +263,7 @@ fn tensors_saved_by_one_model_load_into_a_fresh_one_and_act_the_same() {
         let obs: Vec<f32> = (0..ROWS * kind.obs_dim)
             .map(|_| rng.random_range(0.0..1.0))
             .collect();
-        let act = |model: &mut MlpActorCritic| {
+        let act = |model: &mut ActorCriticNet| {
             let mut state = vec![0.0; ROWS * model.state_len()];
             let mut out = vec![0.0; ROWS * kind.head.action_dim()];
             let starts = vec![true; if state.is_empty() { 0 } else { ROWS }];

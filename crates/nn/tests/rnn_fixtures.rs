@@ -26,11 +26,7 @@ fn replay(kind: CellKind, name: &str) {
     let f = fixture(name);
     let n = |k: &str| f[k].as_u64().unwrap() as usize;
     let (steps, batch, input, hidden) = (n("steps"), n("batch"), n("input"), n("hidden"));
-    let layer = Recurrent {
-        kind,
-        input,
-        hidden,
-    };
+    let layer = Recurrent::new(kind, input, hidden);
     let g = layer.gates();
     let p = &f["params"];
     // PyTorch's `gates x in` matrices, transposed into Strata's `in x gates`.

@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use strata_algo::PpoConfig;
 use strata_env::{make_vec_env, StepBatch};
-use strata_nn::{ActorCritic, Evaluation, Head, Memory, MlpActorCritic, NetworkConfig, SampleRng};
+use strata_nn::{ActorCritic, ActorCriticNet, Evaluation, Head, Memory, NetworkConfig, SampleRng};
 use strata_runtime::{preset, Inference, Mode, RunConfig, Summary, Trainer};
 
 use super::Report;
@@ -226,7 +226,7 @@ fn env_stepping(steps: usize) -> Result<f64> {
 
 fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
     let mut rng = SampleRng::seed_from_u64(0);
-    let mut model = MlpActorCritic::new(
+    let mut model = ActorCriticNet::new(
         4,
         Head::Categorical { n: 2 },
         &NetworkConfig::default(),

@@ -18,7 +18,7 @@ impl LossProbe {
     /// Acts on `obs` (sampling the actions), draws the weights, and checks that evaluating
     /// gives back the log-probs and values of acting; then back-propagates the loss and
     /// returns the analytic gradient.
-    fn new(model: &mut MlpActorCritic, obs: Vec<f32>, rng: &mut SampleRng) -> (Self, Vec<f32>) {
+    fn new(model: &mut ActorCriticNet, obs: Vec<f32>, rng: &mut SampleRng) -> (Self, Vec<f32>) {
         let batch = obs.len() / model.obs_dim();
         let (mut actions, mut lp, mut v) = (
             vec![0.0; batch * model.head().action_dim()],
@@ -56,7 +56,7 @@ impl LossProbe {
         (probe, analytic)
     }
 
-    fn loss(&self, model: &mut MlpActorCritic) -> f64 {
+    fn loss(&self, model: &mut ActorCriticNet) -> f64 {
         let mut e = Evaluation::default();
         model.evaluate(&self.obs, &self.actions, &mut e);
         (0..self.wl.len())
@@ -71,7 +71,7 @@ impl LossProbe {
     }
 
     /// The loss's central finite difference in parameter `i`.
-    fn numeric(&self, model: &mut MlpActorCritic, i: usize) -> f64 {
+    fn numeric(&self, model: &mut ActorCriticNet, i: usize) -> f64 {
         let orig = model.params[i];
         model.params[i] = orig + 1e-2;
         let up = self.loss(model);
@@ -96,7 +96,7 @@ fn check_model_gradients(head: Head, sde: bool) {
         sde,
         ..NetworkConfig::default()
     };
-    let mut model = MlpActorCritic::new(3, head, &config, &mut rng);
+    let mut model = ActorCriticNet::new(3, head, &config, &mut rng);
     // Larger head gains than PPO's init, so every gradient is well above f32 noise.
     for p in model.params.iter_mut() {
         *p += rng.random_range(-0.3..0.3);
@@ -138,14 +138,14 @@ fn sde_noise_held_fixed_gives_actions_linear_in_the_features() {
         ..NetworkConfig::default()
     };
     let head = Head::Gaussian { dim: 1 };
-    let mut model = MlpActorCritic::new(2, head, &config, &mut rng);
+    let mut model = ActorCriticNet::new(2, head, &config, &mut rng);
     assert_eq!(config.sde_noise_len(2, head), 4);
     assert_eq!(model.log_std().len(), 4);
     // The same observation and exploration matrix give the same action; a fresh
     // matrix per call (empty noise) does not.
     let obs = [0.3_f32, -0.7];
     let noise = [0.5_f32, -1.0, 2.0, 0.1];
-    let act = |m: &mut MlpActorCritic, noise: &[f32], rng: &mut SampleRng| {
+    let act = |m: &mut ActorCriticNet, noise: &[f32], rng: &mut SampleRng| {
         let (mut a, mut lp, mut v) = ([0.0], [0.0], [0.0]);
         m.act(&obs, Memory::none(), rng, noise, &mut a, &mut lp, &mut v);
         a[0]
@@ -168,10 +168,10 @@ fn sde_noise_held_fixed_gives_actions_linear_in_the_features() {
 fn tensors_round_trip_and_bad_shapes_are_named() {
     let mut rng = SampleRng::seed_from_u64(1);
     let config = NetworkConfig::default();
-    let mut a = MlpActorCritic::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
+    let mut a = ActorCriticNet::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
     a.grads.fill(0.1);
     a.optimizer_step(1e-3, Some(0.5));
-    let mut b = MlpActorCritic::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
+    let mut b = ActorCriticNet::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
     assert_ne!(a.flat_params(), b.flat_params());
     b.load_tensors(&a.tensors()).unwrap();
     assert_eq!(a.flat_params(), b.flat_params());
@@ -200,7 +200,7 @@ fn split_acting_equals_acting_on_each_part_with_its_rng() {
             sde,
             ..NetworkConfig::default()
         };
-        let mut m = MlpActorCritic::new(3, head, &config, &mut rng);
+        let mut m = ActorCriticNet::new(3, head, &config, &mut rng);
         let obs: Vec<f32> = (0..15).map(|i| (i as f32 * 0.37).sin()).collect();
         let per_row = config.sde_noise_len(3, head);
         let noise: Vec<f32> = (0..5 * per_row).map(|i| (i as f32 * 0.11).cos()).collect();
@@ -249,7 +249,7 @@ fn split_acting_equals_acting_on_each_part_with_its_rng() {
 #[test]
 fn ppo_initialisation_gives_near_uniform_policy() {
     let mut rng = SampleRng::seed_from_u64(2);
-    let mut m = MlpActorCritic::new(
+    let mut m = ActorCriticNet::new(
         4,
         Head::Categorical { n: 2 },
         &NetworkConfig::default(),
@@ -318,7 +318,7 @@ fn image_model_gradients_match_finite_differences() {
         ..NetworkConfig::default()
     };
     let head = Head::Categorical { n: 3 };
-    let mut model = MlpActorCritic::with_images(obs_dim, &images, head, &config, &mut rng).unwrap();
+    let mut model = ActorCriticNet::with_images(obs_dim, &images, head, &config, &mut rng).unwrap();
     assert_eq!(model.obs_dim(), obs_dim);
     assert_eq!(
         model.encoders(),
@@ -329,7 +329,7 @@ fn image_model_gradients_match_finite_differences() {
     }
     let obs = mixed_rows(&mut rng, &images, obs_dim, 3);
     let (probe, analytic) = LossProbe::new(&mut model, obs, &mut rng);
-    let encoder_start = model.split().log_std;
+    let encoder_start = model.spans.encoder.start;
     // Every head parameter, and a spread of the encoders' (a probe whose interval crosses
     // a ReLU kink disagrees; a few may).
     let probes: Vec<usize> = (0..encoder_start)
@@ -361,7 +361,7 @@ fn byte_images_are_scaled_and_image_models_round_trip() {
     let config = NetworkConfig::default();
     let head = Head::Gaussian { dim: 2 };
     let mut rng = SampleRng::seed_from_u64(3);
-    let mut bytes = MlpActorCritic::with_images(obs_dim, &images, head, &config, &mut rng).unwrap();
+    let mut bytes = ActorCriticNet::with_images(obs_dim, &images, head, &config, &mut rng).unwrap();
     // The same model reading the byte image as values already divided by 255.
     let unit: Vec<ImageInput> = images
         .iter()
@@ -370,7 +370,7 @@ fn byte_images_are_scaled_and_image_models_round_trip() {
             ..*i
         })
         .collect();
-    let mut scaled = MlpActorCritic::with_images(obs_dim, &unit, head, &config, &mut rng).unwrap();
+    let mut scaled = ActorCriticNet::with_images(obs_dim, &unit, head, &config, &mut rng).unwrap();
     scaled.load_tensors(&bytes.tensors()).unwrap();
     let obs = mixed_rows(&mut rng, &images, obs_dim, 4);
     let mut divided = obs.clone();
@@ -395,7 +395,7 @@ fn byte_images_are_scaled_and_image_models_round_trip() {
         encoder: crate::network::Encoder::Mlp,
         ..NetworkConfig::default()
     };
-    let mut flat = MlpActorCritic::with_images(obs_dim, &images, head, &nature, &mut rng).unwrap();
+    let mut flat = ActorCriticNet::with_images(obs_dim, &images, head, &nature, &mut rng).unwrap();
     assert!(flat.encoders().is_empty());
     let err = flat.load_tensors(&bytes.tensors()).unwrap_err();
     assert!(err.to_string().contains("policy.0.weight"), "{err}");
@@ -409,7 +409,7 @@ fn an_image_too_small_for_its_encoder_is_refused_by_name() {
         ..NetworkConfig::default()
     };
     let mut rng = SampleRng::seed_from_u64(3);
-    let err = MlpActorCritic::with_images(
+    let err = ActorCriticNet::with_images(
         obs_dim,
         &images,
         Head::Categorical { n: 2 },

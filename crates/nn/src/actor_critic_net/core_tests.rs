@@ -34,7 +34,7 @@ struct Rollout {
     values: Vec<f32>,
 }
 
-fn act_through(model: &mut MlpActorCritic, rng: &mut SampleRng) -> Rollout {
+fn act_through(model: &mut ActorCriticNet, rng: &mut SampleRng) -> Rollout {
     let (s, ad) = (model.state_len(), model.head().action_dim());
     let obs: Vec<f32> = (0..STEPS * ENVS * OBS)
         .map(|_| rng.random_range(-1.0..1.0))
@@ -88,7 +88,7 @@ fn acting_step_by_step_agrees_with_evaluating_the_sequence() {
         (Core::Lstm, true, 2, Head::Gaussian { dim: 2 }),
     ] {
         let mut rng = SampleRng::seed_from_u64(7);
-        let mut model = MlpActorCritic::new(OBS, head, &config(core, shared, layers), &mut rng);
+        let mut model = ActorCriticNet::new(OBS, head, &config(core, shared, layers), &mut rng);
         assert_eq!(model.state_len(), config(core, shared, layers).state_len());
         let per_stack = layers * if core == Core::Lstm { 8 } else { 4 };
         assert_eq!(model.state_len(), per_stack * if shared { 1 } else { 2 });
@@ -122,7 +122,7 @@ fn acting_step_by_step_agrees_with_evaluating_the_sequence() {
 /// central finite differences of every parameter.
 fn check_sequence_gradients(core: Core, shared: bool, head: Head) {
     let mut rng = SampleRng::seed_from_u64(11);
-    let mut model = MlpActorCritic::new(OBS, head, &config(core, shared, 2), &mut rng);
+    let mut model = ActorCriticNet::new(OBS, head, &config(core, shared, 2), &mut rng);
     for p in model.params.iter_mut() {
         *p += rng.random_range(-0.3..0.3);
     }
@@ -131,7 +131,7 @@ fn check_sequence_gradients(core: Core, shared: bool, head: Head) {
     let mut weights = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
     let (wl, we, wv) = (weights(), weights(), weights());
     let mut e = Evaluation::default();
-    let mut loss = |model: &mut MlpActorCritic| -> f64 {
+    let mut loss = |model: &mut ActorCriticNet| -> f64 {
         model.evaluate_sequences(&r.obs, &r.actions, r.sequences(), &mut e);
         (0..n)
             .map(|i| f64::from(wl[i] * e.log_probs[i] + we[i] * e.entropy[i] + wv[i] * e.values[i]))
@@ -141,7 +141,7 @@ fn check_sequence_gradients(core: Core, shared: bool, head: Head) {
     model.zero_grad();
     model.backward(&wl, &we, &wv, &[]);
     let analytic = model.grads.clone();
-    let core_start = model.split().encoder;
+    let core_start = model.spans.core.start;
     assert!(
         analytic[core_start..]
             .iter()
@@ -178,7 +178,7 @@ fn shared_gru_model_gradients_through_time_match_finite_differences() {
 fn core_tensors_round_trip_under_their_names() {
     let mut rng = SampleRng::seed_from_u64(2);
     let head = Head::Categorical { n: 2 };
-    let model = MlpActorCritic::new(OBS, head, &config(Core::Lstm, false, 2), &mut rng);
+    let model = ActorCriticNet::new(OBS, head, &config(Core::Lstm, false, 2), &mut rng);
     let tensors = model.tensors();
     let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     for name in [
@@ -193,7 +193,7 @@ fn core_tensors_round_trip_under_their_names() {
         .find(|t| t.name == "core.value.0.weight_ih")
         .unwrap();
     assert_eq!(w.shape, [OBS, 16], "input x 4 gates of 4 units");
-    let mut other = MlpActorCritic::new(
+    let mut other = ActorCriticNet::new(
         OBS,
         head,
         &config(Core::Lstm, false, 2),
@@ -216,7 +216,7 @@ fn images_go_through_their_cnn_then_the_core() {
     let network = config(Core::Gru, false, 1);
     let head = Head::Categorical { n: 3 };
     let mut model =
-        MlpActorCritic::with_images(obs_dim, &images, head, &network, &mut rng).unwrap();
+        ActorCriticNet::with_images(obs_dim, &images, head, &network, &mut rng).unwrap();
     assert_eq!(model.encoders().len(), 2);
     let s = model.state_len();
     let obs = mixed_rows(&mut rng, &images, obs_dim, STEPS * ENVS);
@@ -260,7 +260,6 @@ fn images_go_through_their_cnn_then_the_core() {
     model.zero_grad();
     let ones = vec![1.0; STEPS * ENVS];
     model.backward(&ones, &ones, &ones, &[]);
-    let split = model.split();
-    let encoder_grads = &model.grads[split.log_std..split.encoder];
+    let encoder_grads = &model.grads[model.spans.encoder.clone()];
     assert!(encoder_grads.iter().filter(|g| g.abs() > 1e-6).count() > 100);
 }

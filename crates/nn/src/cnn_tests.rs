@@ -1,0 +1,184 @@
+//! Checks of the convolutional encoder: architectures by image size, gradients against
+//! finite differences, and results independent of the thread count.
+
+use super::*;
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+fn shape(height: usize, width: usize, channels: usize) -> ImageShape {
+    ImageShape {
+        height,
+        width,
+        channels,
+    }
+}
+
+#[test]
+fn the_default_encoder_follows_the_image_size() {
+    assert_eq!(CnnArch::for_image(shape(84, 84, 4)), CnnArch::NatureCnn);
+    assert_eq!(CnnArch::for_image(shape(36, 40, 3)), CnnArch::NatureCnn);
+    assert_eq!(CnnArch::for_image(shape(10, 10, 7)), CnnArch::MinatarCnn);
+    assert_eq!(CnnArch::for_image(shape(84, 35, 1)), CnnArch::MinatarCnn);
+    // NatureCNN on 84x84x4: 3136 flat values, 1.68M parameters as in SB3.
+    let nature = Cnn::new(CnnArch::NatureCnn, shape(84, 84, 4)).unwrap();
+    assert_eq!(nature.flat_size(), 3136);
+    assert_eq!(nature.num_params(), 1_684_128);
+    let err = Cnn::new(CnnArch::NatureCnn, shape(30, 84, 4)).unwrap_err();
+    assert!(err.to_string().contains("30x84"), "{err}");
+    assert_eq!(
+        Cnn::new(CnnArch::MinatarCnn, shape(10, 10, 4))
+            .unwrap()
+            .num_params(),
+        16 * 36 + 16 + 1024 * 128 + 128
+    );
+}
+
+/// A small three-layer encoder built like NatureCNN, for gradient checks.
+fn small_nature() -> Cnn {
+    Cnn::new(CnnArch::NatureCnn, shape(36, 37, 2)).unwrap()
+}
+
+/// Random pixels for `batch` images and a random gradient for their features.
+fn random_batch(cnn: &Cnn, batch: usize, rng: &mut Xoshiro256PlusPlus) -> (Vec<u8>, Vec<f32>) {
+    let pixels = (0..batch * cnn.input().len())
+        .map(|_| rng.random_range(0..=255))
+        .collect();
+    let dl = (0..batch * cnn.features())
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    (pixels, dl)
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
+    let cnn = small_nature();
+    let mut params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
+    for p in params.iter_mut() {
+        *p += rng.random_range(-0.02..0.02); // non-zero biases too
+    }
+    // Two forward tasks, the second partial; one backward task of two steps.
+    let batch = SAMPLES_PER_TASK + 1;
+    let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
+    // A ReLU network with a linear loss is multilinear in each parameter while no unit
+    // changes sign, so a probe whose interval keeps every unit's sign must match
+    // tightly; one whose interval crosses a kink is skipped (and counted).
+    let signs = |cache: &CnnCache| -> Vec<bool> {
+        let units = cache.outputs.iter().flatten().chain(&cache.features);
+        units.map(|v| *v > 0.0).collect()
+    };
+    let loss = |params: &[f32], cache: &mut CnnCache| -> f64 {
+        let y = cnn.forward(params, Pixels::U8(&pixels), batch, cache);
+        y.iter()
+            .zip(&dl)
+            .map(|(a, b)| f64::from(*a) * f64::from(*b))
+            .sum()
+    };
+    let mut cache = CnnCache::default();
+    loss(&params, &mut cache);
+    let base = signs(&cache);
+    let mut grads = vec![0.0; cnn.num_params()];
+    cnn.backward(&params, &mut cache, &dl, &mut grads);
+    // Every layer's weights and biases, a sample of each.
+    let mut probes = Vec::new();
+    let slots = cnn.layout().slots();
+    let fc = slots.len() / 2 - 1;
+    for (i, slot) in slots.iter().enumerate() {
+        let n = slot.range.len();
+        let step = match (i / 2 == fc, i % 2) {
+            (false, 0) => n / 40 + 1,
+            (false, _) => 3,
+            (true, 0) => n / 60 + 1,
+            (true, _) => 37,
+        };
+        probes.extend(slot.range.clone().step_by(step));
+    }
+    let h = 1e-3_f32;
+    let (mut checked, mut kinks) = (0, 0);
+    let (mut up_cache, mut down_cache) = (CnnCache::default(), CnnCache::default());
+    for &i in &probes {
+        let orig = params[i];
+        params[i] = orig + h;
+        let up = loss(&params, &mut up_cache);
+        params[i] = orig - h;
+        let down = loss(&params, &mut down_cache);
+        params[i] = orig;
+        if signs(&up_cache) != base || signs(&down_cache) != base {
+            kinks += 1;
+            continue;
+        }
+        let numeric = (up - down) / (2.0 * f64::from(h));
+        let analytic = f64::from(grads[i]);
+        assert!(
+            (numeric - analytic).abs() <= 2e-3 + 1e-2 * numeric.abs(),
+            "param {i}: numeric {numeric} analytic {analytic}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked * 2 > probes.len(),
+        "{kinks} of {} probes hit a kink",
+        probes.len()
+    );
+}
+
+/// Tasks are fixed groups of images and their partials are summed in task order, so
+/// the pool's size changes nothing, bit for bit.
+#[test]
+fn gradients_do_not_depend_on_the_thread_count() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+    let cnn = small_nature();
+    let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
+    let batch = 2 * BACKWARD_SAMPLES_PER_TASK + SAMPLES_PER_TASK + 1;
+    let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
+    let results: Vec<(Vec<f32>, Vec<f32>)> = [1, 2, 3]
+        .into_iter()
+        .map(|threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut cache = CnnCache::default();
+                let features = cnn
+                    .forward(&params, Pixels::U8(&pixels), batch, &mut cache)
+                    .to_vec();
+                let mut grads = vec![0.0; cnn.num_params()];
+                cnn.backward(&params, &mut cache, &dl, &mut grads);
+                (features, grads)
+            })
+        })
+        .collect();
+    assert!(results[0].1.iter().all(|g| g.is_finite()));
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "depends on the thread count"
+    );
+}
+
+#[test]
+fn u8_and_scaled_f32_pixels_give_the_same_features_and_gradients() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
+    let cnn = Cnn::new(CnnArch::MinatarCnn, shape(10, 10, 4)).unwrap();
+    let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
+    let bytes: Vec<u8> = (0..2 * 400).map(|i| (i * 7 % 256) as u8).collect();
+    let floats: Vec<f32> = bytes.iter().map(|b| f32::from(*b) / 255.0).collect();
+    let (mut a, mut b) = (CnnCache::default(), CnnCache::default());
+    let fa = cnn.forward(&params, Pixels::U8(&bytes), 2, &mut a).to_vec();
+    let fb = cnn.forward(&params, Pixels::F32(&floats), 2, &mut b);
+    // Equal up to rounding: bytes meet weights divided by 255, floats arrive divided.
+    for (x, y) in fa.iter().zip(fb) {
+        assert!((x - y).abs() <= 1e-6 + 1e-5 * y.abs(), "{x} vs {y}");
+    }
+    assert!(fa.iter().any(|v| *v > 0.0));
+    // The first layer's weight gradient is divided by 255 after its product.
+    let dl: Vec<f32> = (0..fa.len()).map(|i| (i as f32 * 0.37).sin()).collect();
+    let (mut ga, mut gb) = (vec![0.0; cnn.num_params()], vec![0.0; cnn.num_params()]);
+    cnn.backward(&params, &mut a, &dl, &mut ga);
+    cnn.backward(&params, &mut b, &dl, &mut gb);
+    let first = cnn.convs()[0].patch_len() * cnn.convs()[0].out_channels;
+    assert!(ga[..first].iter().any(|g| g.abs() > 1e-3));
+    for (x, y) in ga.iter().zip(&gb) {
+        assert!((x - y).abs() <= 1e-6 + 1e-4 * y.abs(), "{x} vs {y}");
+    }
+}
