@@ -1,3 +1,6 @@
+//! PPO's hyperparameters, their validation, and the rule that picks a recurrent
+//! policy's sequence length.
+
 use serde::{Deserialize, Serialize};
 
 /// PPO hyperparameters. Names follow Stable-Baselines3 / rl-zoo3 so their tuned presets

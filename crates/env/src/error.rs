@@ -1,3 +1,5 @@
+//! What can go wrong in an environment call.
+
 use thiserror::Error;
 
 /// What went wrong in an environment call.

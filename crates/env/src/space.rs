@@ -1,3 +1,5 @@
+//! Observation and action spaces, and an environment's static description.
+
 use serde::{Deserialize, Serialize};
 
 /// An observation or action space.

@@ -438,6 +438,23 @@ impl Cnn {
         params
     }
 
+    /// PyTorch's default initialisation of `Conv2d` and `Linear`: every weight and bias
+    /// uniform in `+-1 / sqrt(fan_in)` (what SB3's CNN policies start from with
+    /// `ortho_init=False`).
+    pub fn init_uniform<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+        let mut params = vec![0.0; self.num_params()];
+        let fan_ins = self.convs.iter().map(Conv2d::patch_len);
+        for (layer, fan_in) in fan_ins.chain([self.flat]).enumerate() {
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            for tensor in [2 * layer, 2 * layer + 1] {
+                for p in &mut params[self.layout.range(tensor)] {
+                    *p = rng.random_range(-bound..bound);
+                }
+            }
+        }
+        params
+    }
+
     /// Runs `batch` images through the encoder; returns the features (`batch x features`),
     /// keeping what [`Cnn::backward`] needs in `cache`.
     ///

@@ -138,11 +138,16 @@ impl SharedEncoder {
         &self.layout
     }
 
-    /// Orthogonal initial parameters: each CNN with gain sqrt 2, as SB3 and CleanRL do.
-    pub(crate) fn init_orthogonal<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<f32> {
+    /// Initial parameters: each CNN orthogonal with gain sqrt 2 (`orthogonal`, as SB3 and
+    /// CleanRL do), else PyTorch's default (as SB3 with `ortho_init=False`).
+    pub(crate) fn init<R: Rng + ?Sized>(&self, orthogonal: bool, rng: &mut R) -> Vec<f32> {
         let mut params = Vec::with_capacity(self.num_params());
         for image in &self.images {
-            params.extend(image.cnn.init_orthogonal(2f32.sqrt(), rng));
+            params.extend(if orthogonal {
+                image.cnn.init_orthogonal(2f32.sqrt(), rng)
+            } else {
+                image.cnn.init_uniform(rng)
+            });
         }
         params
     }

@@ -25,8 +25,10 @@ pub struct NetworkConfig {
     pub activation: Activation,
     /// Initial log standard deviation of a Gaussian policy.
     pub log_std_init: f64,
-    /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head);
-    /// otherwise the same with gain 1 everywhere.
+    /// Orthogonal initialisation (gain sqrt 2 hidden, 0.01 policy head, 1 value head; an
+    /// image encoder's CNNs gain sqrt 2, a recurrent core gain 1 with zero biases);
+    /// otherwise the MLPs the same with gain 1 everywhere, and an encoder and a core
+    /// PyTorch's default initialisation (uniform in +-1/sqrt(fan in)), as SB3 has them.
     pub ortho_init: bool,
     /// Generalised state-dependent exploration (gSDE, as SB3 has it) for a Gaussian
     /// policy: the noise is the policy's last hidden features times an exploration matrix

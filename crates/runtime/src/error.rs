@@ -1,3 +1,5 @@
+//! What can stop a run, and how the config's and the learner's errors become it.
+
 use std::path::PathBuf;
 
 use strata_algo::InvalidConfig;

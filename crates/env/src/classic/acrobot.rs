@@ -1,3 +1,5 @@
+//! Acrobot-v1, step for step as Gymnasium computes it.
+
 use std::f64::consts::PI;
 
 use rand::Rng;

@@ -1,3 +1,5 @@
+//! MountainCarContinuous-v0, step for step as Gymnasium computes it.
+
 use rand::Rng;
 
 use crate::{check_state, Env, EnvError, EnvRng, EnvSpec, Space, Transition};

@@ -156,7 +156,7 @@ impl ActorCriticNet {
         params.extend(value.init_orthogonal(hidden_gain, value_gain, rng));
         params.extend(std::iter::repeat_n(config.log_std_init as f32, log_std_len));
         if let Some(encoder) = &encoder {
-            params.extend(encoder.init_orthogonal(rng));
+            params.extend(encoder.init(config.ortho_init, rng));
         }
         if let Some(core) = &core {
             params.extend(core.init(config.ortho_init, rng));

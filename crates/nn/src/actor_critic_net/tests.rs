@@ -420,3 +420,47 @@ fn an_image_too_small_for_its_encoder_is_refused_by_name() {
     .unwrap();
     assert!(err.to_string().contains("6x5"), "{err}");
 }
+
+#[test]
+fn the_encoder_follows_ortho_init_as_sb3_does() {
+    let (obs_dim, images) = mixed_images();
+    let head = Head::Categorical { n: 3 };
+    let build = |ortho_init| {
+        let config = NetworkConfig {
+            encoder: crate::network::Encoder::MinatarCnn,
+            ortho_init,
+            ..NetworkConfig::default()
+        };
+        let mut rng = SampleRng::seed_from_u64(11);
+        ActorCriticNet::with_images(obs_dim, &images, head, &config, &mut rng).unwrap()
+    };
+    let (orthogonal, uniform) = (build(true), build(false));
+    let slots = |model: &ActorCriticNet| -> Vec<(String, Vec<f32>)> {
+        let params = model.flat_params();
+        (model.layout().slots().iter())
+            .filter(|s| s.name.starts_with("encoder.0."))
+            .map(|s| (s.name.clone(), params[s.range.clone()].to_vec()))
+            .collect()
+    };
+    for ((name, ortho), (_, torch)) in slots(&orthogonal).iter().zip(&slots(&uniform)) {
+        if name.ends_with(".bias") {
+            // Orthogonal init zeroes biases; PyTorch's default draws them.
+            assert!(ortho.iter().all(|b| *b == 0.0), "{name}");
+            assert!(
+                torch.iter().filter(|b| **b != 0.0).count() > torch.len() / 2,
+                "{name}"
+            );
+        }
+    }
+    // PyTorch's bound: 1 / sqrt(fan_in), weights and biases alike.
+    let conv0 = uniform
+        .layout()
+        .slots()
+        .iter()
+        .find(|s| s.name == "encoder.0.conv0.weight")
+        .unwrap();
+    let bound = 1.0 / (conv0.shape[1] as f32).sqrt();
+    let weights = &uniform.flat_params()[conv0.range.clone()];
+    assert!(weights.iter().all(|w| w.abs() <= bound));
+    assert!(weights.iter().any(|w| w.abs() > 0.8 * bound));
+}
