@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fails on a broken link in the README or the book (docs/): a relative link whose file is
-missing, or an anchor (`file.md#heading`, `#heading`) that no heading of its page makes.
+missing, an anchor (`file.md#heading`, `#heading`) that no heading of its page makes, or a
+book page's link out of docs/ (the rendered book holds only docs/, so it would be dead there).
 Also fails on a chapter that docs/SUMMARY.md does not list, which the book would leave out.
 
     python3 scripts/check_links.py            # from anywhere in the repository
@@ -57,8 +58,11 @@ def check(page, errors):
             path, _, anchor = target.partition("#")
             where = f"{page.relative_to(ROOT)}:{number}: {target}"
             dest = (page.parent / path).resolve() if path else page
+            docs = ROOT / "docs"
             if not dest.exists():
                 errors.append(f"{where}: no such file")
+            elif docs in page.parents and docs not in dest.parents and dest != docs:
+                errors.append(f"{where}: leaves docs/, which the rendered book does not hold")
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 errors.append(f"{where}: no heading makes #{anchor}")
 

@@ -229,7 +229,8 @@ impl PpoConfig {
                     "; ppo.sequence_length = 0 (automatic) finds no length of \
                      {AUTO_SEQUENCE_MIN}-{AUTO_SEQUENCE_MAX} steps dividing both ppo.n_steps = {} \
                      and the minibatch: set ppo.sequence_length (e.g. {fits}, which divides \
-                     both) or a ppo.batch_size that is a multiple of {AUTO_SEQUENCE_MAX}",
+                     both), or a ppo.n_steps and a ppo.batch_size that are multiples of \
+                     {AUTO_SEQUENCE_MAX}",
                     self.n_steps
                 )
             } else {

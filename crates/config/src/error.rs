@@ -17,7 +17,9 @@ pub enum ConfigError {
     /// A config file could not be read.
     #[error("cannot read config file {path}: {source}")]
     ConfigFile {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// A config value is out of range.
@@ -29,7 +31,9 @@ pub enum ConfigError {
     /// Python could not make or describe a `gym:` env.
     #[error("env `{env}`: {source}")]
     GymEnv {
+        /// The env as asked for (`gym:...`).
         env: String,
+        /// What Python said.
         source: strata_env::gym::GymError,
     },
     /// Model tensors do not fit the architecture.

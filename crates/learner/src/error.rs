@@ -19,7 +19,12 @@ pub enum LearnerError {
     Config(#[from] ConfigError),
     /// A checkpoint is missing, unreadable or does not fit.
     #[error("checkpoint {path}: {reason}")]
-    Checkpoint { path: PathBuf, reason: String },
+    Checkpoint {
+        /// The checkpoint (or the file in it).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// Model tensors do not fit the architecture.
     #[error("model: {0}")]
     Model(#[from] NnError),
@@ -29,13 +34,17 @@ pub enum LearnerError {
     /// The learner's threads could not be started.
     #[error("cannot start {what}: {source}")]
     Thread {
+        /// Which threads.
         what: String,
+        /// Why the OS refused.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The OS's error.
         source: std::io::Error,
     },
 }

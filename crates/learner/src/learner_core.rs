@@ -124,7 +124,8 @@ impl LearnerCore {
     /// pinned from `pin_cpus[first_pin]` on when pins are given.
     ///
     /// # Errors
-    /// [`LearnerError::InvalidConfig`] naming the key, or the threads cannot start.
+    /// [`LearnerError::Config`] naming the key, or [`LearnerError::Thread`] when the threads
+    /// cannot start.
     pub fn new(config: &RunConfig, first_pin: usize) -> Result<Self, LearnerError> {
         let r = &config.runtime;
         Ok(LearnerCore {

@@ -169,8 +169,8 @@ impl Ledger {
 
     /// As [`Ledger::append_samples_durable`] without waiting, for a caller that must not
     /// block (an async request handler): `then` is called once, on the writer's thread,
-    /// when the samples are durable or with why they are not, and must only hand the
-    /// outcome on. Never waits for room in the queue: a full queue hands the batch back
+    /// when the samples are durable or with why they are not (at once on the caller's
+    /// thread for an empty batch), and must only hand the outcome on. Never waits for room in the queue: a full queue hands the batch back
     /// ([`Queued::Full`]) and `then` is dropped uncalled, as it is when the writer stops
     /// before answering.
     ///
@@ -194,7 +194,10 @@ impl Ledger {
         match tx.try_send(message) {
             Ok(()) => Ok(Queued::Queued),
             Err(TrySendError::Full(Message::DurableSamples(batch, _))) => Ok(Queued::Full(batch)),
-            Err(_) => Err(LedgerError::Writer("the writer thread stopped".into())),
+            Err(TrySendError::Full(_)) => unreachable!("the message sent is a durable append"),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(LedgerError::Writer("the writer thread stopped".into()))
+            }
         }
     }
 

@@ -76,7 +76,7 @@ impl PolicyHead {
     pub(crate) fn new(kind: Head, sde: bool) -> Self {
         PolicyHead {
             kind,
-            sde: sde && kind.log_std_len(true, 1) > 0,
+            sde: sde && matches!(kind, Head::Gaussian { .. }),
             actions: Vec::new(),
             d_log_std_scratch: Vec::new(),
         }

@@ -82,9 +82,9 @@ pub struct BenchArgs {
     /// `runs/soak-<time>`).
     #[arg(long = "dir", alias = "soak-dir", value_name = "DIR")]
     soak_dir: Option<PathBuf>,
-    /// Agents of the soak's fleet.
-    #[arg(long = "agents", alias = "soak-agents", default_value_t = 16)]
-    soak_agents: usize,
+    /// Agents of the soak's fleet (default 16).
+    #[arg(long = "agents", alias = "soak-agents")]
+    soak_agents: Option<usize>,
     /// Old spellings of the suites, kept for a release: `--ledger-only` is `ledger`, and so
     /// on; `--soak MINUTES` is `soak --minutes MINUTES`.
     #[command(flatten)]
@@ -137,6 +137,15 @@ impl BenchArgs {
         if let Some(suite) = self.suite {
             let name = suite.to_possible_value().expect("a named suite");
             chosen.push((suite, name.get_name().to_string()));
+        }
+        let soak_only = [
+            (self.minutes.is_some(), "--minutes"),
+            (self.soak_dir.is_some(), "--dir"),
+            (self.soak_agents.is_some(), "--agents"),
+        ];
+        let is_soak = chosen.first().is_some_and(|(s, _)| *s == Suite::Soak);
+        if let (false, Some((_, flag))) = (is_soak, soak_only.iter().find(|(on, _)| *on)) {
+            bail!("{flag} is the soak's: `strata bench soak {flag} ...`");
         }
         match chosen.as_slice() {
             [] => Ok(None),
@@ -212,7 +221,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let soak = soak::run(&soak::SoakOptions {
                 minutes,
                 dir: dir.clone(),
-                agents: args.soak_agents,
+                agents: args.soak_agents.unwrap_or(16),
             })?;
             soak::print(&soak);
             println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());

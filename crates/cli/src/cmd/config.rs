@@ -1,5 +1,6 @@
 //! `strata config show`: the effective config as TOML, with what made it (the preset, the
-//! image encoders, the recurrent core, the config's hash) as comments.
+//! image encoders, the recurrent core and its sequence length, the config's hash) as
+//! comments.
 
 use anyhow::Result;
 

@@ -53,6 +53,8 @@ pub struct GatewayArgs {
 }
 
 impl GatewayArgs {
+    /// The gateway's settings: these arguments over the config they name, serving from
+    /// `dir` at `addr`.
     pub(super) fn settings(&self, dir: &Path, addr: SocketAddr) -> Result<GatewaySettings> {
         self.settings_on(build_config(&self.config)?, dir, addr)
     }

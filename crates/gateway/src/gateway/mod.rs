@@ -114,6 +114,9 @@ pub struct Gateway {
     snapshot_bytes: AtomicU64,
     /// With several gateways of one run: the shared serving pointer.
     shared: std::sync::OnceLock<shared::Shared>,
+    /// The HTTP server's report tasks, each run to its end even when its agent hangs up:
+    /// a stopping server waits for them before it journals a clean stop.
+    pub(crate) report_tasks: tokio_util::task::TaskTracker,
     /// This process's hold on the gateway directory (dropped last, after the ledger).
     _lock: strata_dirlock::DirLock,
 }

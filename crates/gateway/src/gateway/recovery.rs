@@ -105,6 +105,7 @@ impl Gateway {
             tokens,
             learner_tx: Mutex::new(None),
             inbox: LearnerInbox::default(),
+            report_tasks: tokio_util::task::TaskTracker::new(),
             active_rules: Mutex::new(active_rules),
             counters: Counters::default(),
             snapshot_bytes: AtomicU64::new(0),

@@ -8,12 +8,18 @@ use super::*;
 /// How a report goes on after its checks: answered already, a retry whose duplicate
 /// record must be made durable, or a sample to make durable and then remember.
 pub(super) enum Begun<'g> {
+    /// Nothing to store: the answer.
     Answered(ReportResponse),
+    /// A retry of a stored report: its duplicate record to make durable.
     Duplicate {
+        /// The agent's idempotency key.
         key: String,
+        /// The sample the first report stored.
         sample: u64,
+        /// Its canary bucket.
         bucket: Bucket,
     },
+    /// A new sample to make durable, then remember.
     Store(Box<ToStore<'g>>),
 }
 
@@ -72,6 +78,11 @@ impl Gateway {
         action: u64,
         req: ReportRequest,
     ) -> Result<ReportResponse, RequestError> {
+        if req.outcome == Outcome::Timeout {
+            // A timeout may invalidate and restart the episode, which waits for durable
+            // writes: in place, as the blocking path does.
+            return tokio::task::block_in_place(|| self.report(caller, action, req));
+        }
         match self.begin_report(caller, action, req)? {
             Begun::Answered(answer) => Ok(answer),
             // A retry's durable record (rare): waited for in place.

@@ -17,6 +17,10 @@ use std::thread::JoinHandle;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::settings::GatewaySettings;
+use std::time::Duration;
+
+/// How long a stopping server waits for report tasks still making their samples durable.
+const REPORT_DRAIN: Duration = Duration::from_secs(10);
 
 pub use routes::router;
 pub use spec::OPENAPI;
@@ -93,6 +97,7 @@ impl Server {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(gateway.clone());
         let maintained = gateway.clone();
+        let maintained_reports = gateway.clone();
         let http = std::thread::Builder::new()
             .name("strata-gateway".into())
             .spawn(move || {
@@ -100,6 +105,20 @@ impl Server {
                     // They end with the runtime, when serving stops.
                     maintenance::spawn(maintained);
                     crate::connections::serve(listener, app, limits, rx).await;
+                    // Reports whose agents hung up still finish (remembered, journalled)
+                    // before the runtime and its tasks are dropped.
+                    let reports = &maintained_reports.report_tasks;
+                    reports.close();
+                    if tokio::time::timeout(REPORT_DRAIN, reports.wait())
+                        .await
+                        .is_err()
+                    {
+                        tracing::error!(
+                            component = "gateway",
+                            left = reports.len(),
+                            "report tasks still running after {REPORT_DRAIN:?} at stop"
+                        );
+                    }
                 })
             })
             .map_err(|e| GatewayError::io("gateway thread", e))?;

@@ -78,7 +78,8 @@ async fn report(State(g): Gw, Path(a): Path<String>, headers: HeaderMap, body: B
     let (a, req) = (id(&a, "action")?, parse_required(&body)?);
     // Its own task: it runs to its end even if the agent hangs up while the sample is
     // being made durable (the action is then remembered as reported).
-    let task = tokio::spawn(async move { g.report_async(&c, a, req).await });
+    let tasks = g.report_tasks.clone();
+    let task = tasks.spawn(async move { g.report_async(&c, a, req).await });
     let answer = task
         .await
         .map_err(|e| RequestError::unavailable(format!("report task failed: {e}")))?;
