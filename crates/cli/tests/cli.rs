@@ -683,7 +683,10 @@ fn a_bench_suite_runs_by_name_or_by_its_old_flag_and_two_suites_are_refused() {
         "positive number of minutes",
     );
     fails_with(&["bench", "no-such-suite"], "invalid value 'no-such-suite'");
-    fails_with(&["bench", "gateway", "--agents", "4"], "--agents is the soak's");
+    fails_with(
+        &["bench", "gateway", "--agents", "4"],
+        "--agents is the soak's",
+    );
     fails_with(
         &["bench", "ledger-reads", "--ledger-rows", "2000"],
         "--ledger-rows: each size must be at least 10000 rows, got 2000",

@@ -11,6 +11,7 @@ mod gateway;
 mod gym;
 mod ledger;
 mod ledger_reads;
+mod pixels;
 mod python_program;
 mod soak;
 mod training;
@@ -44,6 +45,11 @@ pub enum Suite {
     /// Convolutional encoders (NatureCNN, the MinAtar encoder) on uint8 batches, 1 and 2
     /// threads, against PyTorch's when `STRATA_PYTHON` has torch.
     Cnn,
+    /// Pixel presets (Atari Breakout, MinAtar Breakout and SpaceInvaders): one update's
+    /// learning alone and one rollout's collection alone, the ceilings they imply in turns
+    /// and overlapped, the preset's run and async at lag 1 against them. Needs Python with
+    /// Gymnasium, ale-py and MinAtar (`STRATA_PYTHON`).
+    Pixels,
     /// Learner and worker processes over NATS JetStream against one process. Needs
     /// nats-server (`STRATA_NATS_SERVER`, or on the PATH).
     Cluster,
@@ -190,6 +196,8 @@ struct Report {
     gym: Option<gym::GymReport>,
     cluster: Option<cluster::ClusterReport>,
     cnn: Option<cnn::CnnReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pixels: Option<pixels::PixelsReport>,
     core: Option<core::CoreReport>,
     soak: Option<soak::SoakReport>,
 }
@@ -236,6 +244,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(Suite::Gateway) => r.gateway = Some(gateway(args.gateway_rate, gateway_seconds)?),
         Some(Suite::Gym) => r.gym = Some(gym::run(quick)?),
         Some(Suite::Cnn) => r.cnn = Some(cnn::run(quick)?),
+        Some(Suite::Pixels) => r.pixels = Some(pixels::run(quick)?),
         Some(Suite::Core) => r.core = Some(core::run(quick)?),
         Some(Suite::Cluster) => r.cluster = Some(cluster::run(quick)?),
         Some(Suite::Training) => training::run(quick, args.skip_runtime, &mut r)?,
