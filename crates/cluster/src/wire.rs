@@ -44,8 +44,8 @@ pub(crate) struct Header {
     pub(crate) episodes: Vec<EpisodeEnd>,
     pub(crate) stats_delta: NormalizerStats,
     pub(crate) end_state: Option<WorkerState>,
-    pub(crate) env_seconds: f64,
-    pub(crate) inference_seconds: f64,
+    #[serde(flatten)]
+    pub(crate) time: strata_runtime::FillTime,
     pub(crate) recorded: bool,
 }
 
@@ -125,8 +125,7 @@ pub(crate) fn encode(
         episodes: f.episodes.clone(),
         stats_delta: f.stats_delta.clone(),
         end_state: f.end_state.clone(),
-        env_seconds: f.env_seconds,
-        inference_seconds: f.inference_seconds,
+        time: f.time,
         recorded: f.provenance.recorded,
     };
     let state = header.state_len;
@@ -325,8 +324,7 @@ pub(crate) fn decode_into(
     f.episodes.clone_from(&header.episodes);
     f.stats_delta = header.stats_delta.clone();
     f.end_state.clone_from(&header.end_state);
-    f.env_seconds = header.env_seconds;
-    f.inference_seconds = header.inference_seconds;
+    f.time = header.time;
     Ok(())
 }
 
@@ -383,7 +381,7 @@ mod tests {
             f.starts[6] = true;
             f.version = 40;
             f.index = 12;
-            f.env_seconds = 0.5;
+            f.time.env = 0.5;
         }
         let origin = Origin {
             config_hash: "cafe",
@@ -422,7 +420,7 @@ mod tests {
         );
         assert_eq!((&x.states, &x.starts), (&y.states, &y.starts));
         assert_eq!(y.states[19], -4.75);
-        assert_eq!((y.version, y.index, y.env_seconds), (40, 12, 0.5));
+        assert_eq!((y.version, y.index, y.time.env), (40, 12, 0.5));
         drop((x, y));
         // Cut short, it is refused naming the column; a wrong shape is named too.
         let cut = &message[..message.len() - 3];

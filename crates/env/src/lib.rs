@@ -48,7 +48,8 @@ pub use seeds::Stream;
 pub use space::{EnvSpec, ImageSpan, Space};
 pub use tasks::{ArmReach, UiForm};
 pub use vector::{
-    derive_seed, EnvRng, EpisodeEnd, SlotSnapshot, StepBatch, VecEnv, VecEnvSnapshot, Vectorized,
+    derive_seed, EnvRng, EpisodeEnd, SlotSnapshot, StepBatch, StepTiming, VecEnv, VecEnvSnapshot,
+    Vectorized,
 };
 
 /// What one environment step produced, besides the observation written in place.

@@ -100,13 +100,37 @@ impl Progress {
     }
 }
 
-/// Where the time went, in seconds.
+/// Where the time went, in seconds: the learner's parts (waiting, rollout, learning,
+/// publish, eval, other) add up to the run's wall clock; the workers' (startup, env,
+/// frames, summaries, inference, copies, provenance) to their busy time, summed over
+/// workers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeBreakdown {
-    /// Stepping environments (wrappers included).
+    /// Workers stepping environments: the envs themselves (for Gymnasium envs, their
+    /// processes, Python wrappers included).
     pub env_step: f64,
-    /// Policy and value inference while collecting.
+    /// Workers turning the env processes' observations (frames as bytes) into rows.
+    #[serde(default)]
+    pub frames: f64,
+    /// Workers checking observations and rewards and summarising what each env observed
+    /// (the ledger's hashes and summaries).
+    #[serde(default)]
+    pub summaries: f64,
+    /// Workers choosing actions (policy and value inference while collecting).
     pub inference: f64,
+    /// Workers copying observations into fragments and on to the next step, and adopting
+    /// policy versions.
+    #[serde(default)]
+    pub copies: f64,
+    /// Workers recording each step's outcome and provenance.
+    #[serde(default)]
+    pub provenance: f64,
+    /// Workers starting: building their envs (starting env processes) and models.
+    #[serde(default)]
+    pub startup: f64,
+    /// The learner taking fragments into the training batch (and their ledger rows).
+    #[serde(default)]
+    pub rollout: f64,
     /// PPO forward passes.
     pub forward: f64,
     /// PPO loss and backward passes.
@@ -125,24 +149,50 @@ pub struct TimeBreakdown {
 }
 
 impl TimeBreakdown {
-    /// Each part as a share of the total, in words (`env 12%, inference 8%, ...`).
-    pub fn describe(&self) -> String {
+    /// The learner's parts as shares of the run's `wall` seconds (what no part timed is
+    /// "other"), then the workers' as shares of their time (`workers x wall`, the rest
+    /// idle), in words: `learner: waiting 42%, ..., other 1%; workers: env 22%, ...`.
+    pub fn describe(&self, wall: f64, workers: usize) -> String {
         let learning = self.forward + self.backward + self.optimizer;
-        let parts = [
-            ("env", self.env_step),
-            ("inference", self.inference),
-            ("learner waiting", self.buffer_wait),
+        let timed = self.buffer_wait + self.rollout + learning + self.publish + self.eval;
+        let wall = wall.max(timed + self.other).max(1e-9);
+        let learner = [
+            ("waiting", self.buffer_wait),
+            ("rollout", self.rollout),
             ("learning", learning),
             ("publish", self.publish),
             ("eval", self.eval),
-            ("other", self.other),
+            ("other", wall - timed),
         ];
-        let total = parts.iter().map(|(_, s)| s).sum::<f64>().max(1e-9);
-        parts
-            .iter()
-            .map(|(name, s)| format!("{name} {:.0}%", 100.0 * s / total))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let busy = self.worker_parts().iter().map(|(_, s)| s).sum::<f64>();
+        let worker_time = (workers.max(1) as f64 * wall).max(busy).max(1e-9);
+        let mut worker = self.worker_parts().to_vec();
+        worker.push(("idle", worker_time - busy));
+        let shares = |parts: &[(&str, f64)], total: f64| {
+            parts
+                .iter()
+                .map(|(name, s)| format!("{name} {:.0}%", 100.0 * s / total))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "learner: {}; workers: {}",
+            shares(&learner, wall),
+            shares(&worker, worker_time)
+        )
+    }
+
+    /// The workers' parts, named.
+    fn worker_parts(&self) -> [(&'static str, f64); 7] {
+        [
+            ("startup", self.startup),
+            ("env", self.env_step),
+            ("frames", self.frames),
+            ("summaries", self.summaries),
+            ("inference", self.inference),
+            ("copies", self.copies),
+            ("provenance", self.provenance),
+        ]
     }
 }
 
@@ -163,4 +213,40 @@ pub struct InvalidFragment {
     pub reason: String,
     /// Env steps trained on when it was lost.
     pub at_step: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_learners_parts_add_up_to_the_wall_clock_and_the_workers_to_their_time() {
+        let t = TimeBreakdown {
+            buffer_wait: 4.0,
+            forward: 2.0,
+            backward: 2.0,
+            optimizer: 1.0,
+            rollout: 0.5,
+            env_step: 6.0,
+            frames: 1.0,
+            summaries: 1.0,
+            inference: 4.0,
+            startup: 2.0,
+            ..TimeBreakdown::default()
+        };
+        // 10 s of wall: 0.5 s no part timed is "other"; two workers have 20 s, 14 busy.
+        assert_eq!(
+            t.describe(10.0, 2),
+            "learner: waiting 40%, rollout 5%, learning 50%, publish 0%, eval 0%, other 5%; \
+             workers: startup 10%, env 30%, frames 5%, summaries 5%, inference 20%, copies 0%, \
+             provenance 0%, idle 30%"
+        );
+        // A wall clock shorter than its timed parts (a resumed run's first line) is taken
+        // as their sum: no share above 100%, none negative.
+        let line = t.describe(1.0, 1);
+        assert!(
+            line.contains("other 0%") && line.contains("idle 0%"),
+            "{line}"
+        );
+    }
 }

@@ -9,6 +9,47 @@ use strata_algo::ObsRows;
 use strata_env::{EpisodeEnd, NormalizerStats};
 pub use strata_learner::WorkerState;
 
+/// Where a worker's time went while filling a fragment, in seconds: together, the
+/// worker's busy time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FillTime {
+    /// Stepping envs: the envs themselves (for Gymnasium envs, their processes: the
+    /// simulator or emulator with its Python wrappers, and the hand-over).
+    #[serde(rename = "env_seconds")]
+    pub env: f64,
+    /// Turning the env processes' observations (frames as bytes) into observation rows.
+    #[serde(default, rename = "frames_seconds")]
+    pub frames: f64,
+    /// Checking observations and rewards, and the ledger's hashes and summaries of what
+    /// each env observed.
+    #[serde(default, rename = "summaries_seconds")]
+    pub summaries: f64,
+    /// Choosing actions (in the worker, or waiting for the central inference thread).
+    #[serde(rename = "inference_seconds")]
+    pub inference: f64,
+    /// Copying observations into the fragment and on to the next step, and adopting the
+    /// policy version it is collected with.
+    #[serde(default, rename = "copy_seconds")]
+    pub copies: f64,
+    /// Recording each step's outcome and provenance into the fragment.
+    #[serde(default, rename = "provenance_seconds")]
+    pub provenance: f64,
+    /// Building the envs (starting their processes) and the model, before the worker's
+    /// first fragment (reported with it).
+    #[serde(default, rename = "startup_seconds")]
+    pub startup: f64,
+}
+
+impl FillTime {
+    /// Adds one env step's `elapsed` seconds, split by what the vector says it did beside
+    /// the envs.
+    pub fn add_step(&mut self, elapsed: f64, beside: strata_env::StepTiming) {
+        self.frames += beside.frames;
+        self.summaries += beside.summaries;
+        self.env += (elapsed - beside.frames - beside.summaries).max(0.0);
+    }
+}
+
 /// One fragment: `steps` consecutive steps of a worker's `envs` envs under one policy
 /// version, time-major (`row = t * envs + env`).
 pub struct Fragment {
@@ -48,10 +89,8 @@ pub struct Fragment {
     pub stats_delta: NormalizerStats,
     /// The worker's state right after this fragment.
     pub end_state: Option<WorkerState>,
-    /// Seconds stepping envs.
-    pub env_seconds: f64,
-    /// Seconds in inference.
-    pub inference_seconds: f64,
+    /// Where the worker's time went while filling it.
+    pub time: FillTime,
     /// Per-step provenance for the ledger (filled when the run keeps one).
     pub provenance: StepProvenance,
 }
@@ -165,8 +204,7 @@ impl Fragment {
             episodes: Vec::with_capacity(rows),
             stats_delta: NormalizerStats::default(),
             end_state: None,
-            env_seconds: 0.0,
-            inference_seconds: 0.0,
+            time: FillTime::default(),
             provenance: StepProvenance::new(rows, widths.summary),
         }
     }

@@ -96,7 +96,8 @@ impl Collector {
         for w in 0..config.runtime.workers {
             let t0 = Instant::now();
             let slot = self.wait_fragment(w, index, books)?;
-            waited += t0.elapsed();
+            let taken = Instant::now();
+            waited += taken - t0;
             let buffer = Arc::clone(&self.wiring.buffer);
             let mut f = buffer.lock(slot);
             let r = &mut *rollout;
@@ -161,12 +162,19 @@ impl Collector {
             } else {
                 delta.merge(&f.stats_delta);
             }
-            books.progress.time.env_step += f.env_seconds;
-            books.progress.time.inference += f.inference_seconds;
+            let (time, done) = (&mut books.progress.time, &f.time);
+            time.env_step += done.env;
+            time.frames += done.frames;
+            time.summaries += done.summaries;
+            time.inference += done.inference;
+            time.copies += done.copies;
+            time.provenance += done.provenance;
+            time.startup += done.startup;
             self.worker_states[w] = f.end_state.take();
             drop(f);
             // The worker holds at most its other slots: this hand-back cannot block.
             self.wiring.give_back(slot)?;
+            books.progress.time.rollout += taken.elapsed().as_secs_f64();
         }
         books.progress.time.buffer_wait += waited.as_secs_f64();
         normalizer.merge(&delta);

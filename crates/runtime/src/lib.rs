@@ -64,7 +64,7 @@ mod video;
 mod wiring;
 mod worker;
 
-pub use buffer::{ExperienceBuffer, Fragment, RowWidths, SlotId, StepProvenance};
+pub use buffer::{ExperienceBuffer, FillTime, Fragment, RowWidths, SlotId, StepProvenance};
 pub use error::RuntimeError;
 pub use eval::{evaluate, evaluate_recorded, EvalResult, Recording};
 pub use live::{BufferView, ComponentView, LedgerView, LiveHandle, LiveSnapshot};

@@ -190,7 +190,7 @@ pub(crate) fn run_training(args: TrainArgs, command: &str, make: &MakeTrainer<'_
             let line = format!(
                 "step {}: {} (policy lag {}..{})",
                 r.global_step,
-                r.time.describe(),
+                r.time.describe(r.wall_seconds, c.runtime.workers),
                 r.policy_lag_min,
                 r.policy_lag_max
             );

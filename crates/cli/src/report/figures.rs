@@ -132,12 +132,18 @@ impl Figures {
         let time = run.updates.last().map(|u| {
             let t = &u.time;
             let parts = [
+                ("startup", t.startup),
                 ("env step", t.env_step),
+                ("frames", t.frames),
+                ("summaries", t.summaries),
                 ("inference", t.inference),
+                ("copies", t.copies),
+                ("provenance", t.provenance),
                 ("forward", t.forward),
                 ("backward", t.backward),
                 ("optimizer", t.optimizer),
                 ("learner waiting", t.buffer_wait),
+                ("rollout", t.rollout),
                 ("publish", t.publish),
                 ("eval", t.eval),
                 ("other", t.other),

@@ -1,7 +1,7 @@
 //! [`GymVecEnv`]: a vector of Gymnasium envs spread over worker processes.
 
 use super::protocol::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::{RngCore, SeedableRng};
 
@@ -11,8 +11,8 @@ use super::rows::RowSplit;
 use super::{GymError, GymLayout, GymTarget};
 use crate::vector::{check_actions, clip_action};
 use crate::{
-    derive_seed, EnvError, EnvRng, EnvSpec, EpisodeEnd, FaultPlan, SlotSnapshot, StepBatch, VecEnv,
-    VecEnvSnapshot,
+    derive_seed, EnvError, EnvRng, EnvSpec, EpisodeEnd, FaultPlan, SlotSnapshot, StepBatch,
+    StepTiming, VecEnv, VecEnvSnapshot,
 };
 
 /// Spinning relies on x86's store order for what the worker (Python, no fences) writes
@@ -363,6 +363,7 @@ impl VecEnv for GymVecEnv {
         }
         self.round(Command::Step)?;
         out.episodes.clear();
+        out.timing = StepTiming::default();
         let d = self.obs_dim;
         let (fw, bw) = (self.split.float_width(), self.split.byte_width());
         for mi in 0..self.members.len() {
@@ -370,8 +371,11 @@ impl VecEnv for GymVecEnv {
             let region = self.members[mi].region();
             let view = region.step_view();
             let rows = first * d..(first + k) * d;
+            let joined = Instant::now();
             self.split
                 .join(view.obs, view.obs_pixels, &mut out.obs[rows.clone()]);
+            let checked = Instant::now();
+            out.timing.frames += (checked - joined).as_secs_f64();
             let mut bad = None;
             for j in 0..k {
                 let i = first + j;
@@ -440,6 +444,7 @@ impl VecEnv for GymVecEnv {
                     self.episode_return[i] = 0.0;
                 }
             }
+            out.timing.summaries += checked.elapsed().as_secs_f64();
             if let Some((i, what, value)) = bad {
                 return Err(self.non_finite(i, what, value));
             }

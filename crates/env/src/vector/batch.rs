@@ -43,6 +43,18 @@ fn counted_default() -> bool {
     true
 }
 
+/// Seconds of one step's work on this side of the env boundary, beside the envs' own
+/// (set by the vectors that do such work, Gymnasium's; zero otherwise).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTiming {
+    /// Turning the env processes' observations (frames as bytes, values as floats) into
+    /// observation rows.
+    pub frames: f64,
+    /// Checking each observation and reward, and summarising what each env observed (the
+    /// ledger's hashes and summaries).
+    pub summaries: f64,
+}
+
 /// The outputs of one vectorised step, preallocated once and reused.
 #[derive(Clone, Debug)]
 pub struct StepBatch {
@@ -64,6 +76,8 @@ pub struct StepBatch {
     pub clock: Vec<u64>,
     /// When set, filled with what each env observed while executing its action.
     pub exec: Option<ExecSummary>,
+    /// Where this step's time went beside the envs themselves.
+    pub timing: StepTiming,
 }
 
 impl StepBatch {
@@ -79,6 +93,7 @@ impl StepBatch {
             episodes: Vec::with_capacity(num_envs),
             clock: vec![0; num_envs],
             exec: None,
+            timing: StepTiming::default(),
         }
     }
 

@@ -11,7 +11,7 @@ use strata_nn::{ActorCritic, SampleRng};
 use super::exploration::SdeSchedule;
 use super::memory::EnvMemory;
 use super::{exit_requested, WorkerCommand, WorkerError};
-use crate::buffer::{ExperienceBuffer, Fragment};
+use crate::buffer::{ExperienceBuffer, FillTime, Fragment};
 use crate::inference::InferenceClient;
 use crate::telemetry::{Activity, Heartbeat};
 use strata_learner::MemoryPolicyStore;
@@ -111,7 +111,7 @@ pub(super) fn fill_local(
     (rng, sde_noise): (&mut SampleRng, &mut [f32]),
     memory: &mut EnvMemory,
     steps: usize,
-    timing: &mut (f64, f64),
+    timing: &mut FillTime,
 ) -> Result<bool, WorkerError> {
     let (m, ad) = (ctx.m, ctx.ad);
     for t in 0..steps {
@@ -123,6 +123,7 @@ pub(super) fn fill_local(
         let t0 = Instant::now();
         f.obs.write(rows.start, obs);
         ctx.buffer.check_obs_write(&f.obs, rows.start, obs);
+        let written = Instant::now();
         let lent = memory.record(f, t);
         model.act(
             obs,
@@ -139,9 +140,12 @@ pub(super) fn fill_local(
         ctx.sde.after_step(t, batch, sde_noise, rng);
         let t2 = Instant::now();
         record_step(ctx, f, (t, 0), (t1, t2), batch);
+        let t3 = Instant::now();
         obs.copy_from_slice(&batch.obs);
-        timing.0 += (t1 - t0).as_secs_f64();
-        timing.1 += (t2 - t1).as_secs_f64();
+        timing.copies += (written - t0 + t3.elapsed()).as_secs_f64();
+        timing.inference += (t1 - written).as_secs_f64();
+        timing.add_step((t2 - t1).as_secs_f64(), batch.timing);
+        timing.provenance += (t3 - t2).as_secs_f64();
     }
     Ok(true)
 }
@@ -161,7 +165,7 @@ pub(super) fn fill_central(
     steps: usize,
     version: u64,
     wait_timeout: Duration,
-    timing: &mut (f64, f64),
+    timing: &mut FillTime,
 ) -> Result<bool, WorkerError> {
     let (m, gm, ad) = (ctx.m, ctx.gm, ctx.ad);
     let write_obs = |f: &mut Fragment, t: usize, g: usize, o: &[f32]| {
@@ -202,14 +206,20 @@ pub(super) fn fill_central(
                 .after_step(t, &batches[g], &mut sde_noise[g], &mut rngs[g]);
             let t2 = Instant::now();
             record_step(ctx, f, (t, g), (t1, t2), &batches[g]);
+            let t3 = Instant::now();
             obs[g].copy_from_slice(&batches[g].obs);
             if t + 1 < steps {
                 write_obs(f, t + 1, g, &obs[g]);
+            }
+            let t4 = Instant::now();
+            if t + 1 < steps {
                 let sent = memory.record_group(f, t + 1, (g * gm, gm));
                 client.request(g, &obs[g], version, &rngs[g], &sde_noise[g], sent)?;
             }
-            timing.0 += (t1 - t0).as_secs_f64();
-            timing.1 += (t2 - t1).as_secs_f64();
+            timing.inference += (t1 - t0 + t4.elapsed()).as_secs_f64();
+            timing.add_step((t2 - t1).as_secs_f64(), batches[g].timing);
+            timing.provenance += (t3 - t2).as_secs_f64();
+            timing.copies += (t4 - t3).as_secs_f64();
         }
     }
     Ok(true)

@@ -11,12 +11,13 @@ mod protocol;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use rand::SeedableRng;
 use strata_env::{derive_seed, StepBatch, Stream, VecEnv};
 use strata_nn::{ActorCritic, SampleRng};
 
-use crate::buffer::WorkerState;
+use crate::buffer::{FillTime, WorkerState};
 use crate::inference::InferenceClient;
 use crate::telemetry::Activity;
 use exploration::Exploration;
@@ -98,6 +99,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         first_fragment,
         inference,
     } = setup;
+    let started = Instant::now();
     let pins = &config.runtime.pin_cpus;
     if !pins.is_empty() {
         strata_learner::pin_current_thread(pins[id % pins.len()], "worker");
@@ -209,6 +211,9 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         wall: WallClock::now(),
         sde: exploration.schedule(),
     };
+    // Building the envs (for Gymnasium envs, starting their processes) and the model:
+    // reported with the first fragment.
+    let mut startup = Some(started.elapsed().as_secs_f64());
     loop {
         if exit_requested(&commands) {
             return Ok(Stop::Exit);
@@ -239,14 +244,20 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         // Adopted once the slot is in hand: the learner may have published while it was on
         // its way, and the newest is the freshest policy this fragment can have.
         let policy = if exact { policy } else { store.latest() };
+        let adopting = Instant::now();
         adopt(&policy, &mut adopted, &mut actor, &mut envs, &store, id)?;
+        let adopting = adopting.elapsed().as_secs_f64();
         let mut f = buffer.lock(slot);
         f.version = policy.version;
         f.index = fragments;
         f.episodes.clear();
         f.provenance.recorded = record_provenance;
         exploration.begin_fragment(&mut rngs);
-        let mut timing = (0.0, 0.0);
+        let mut timing = FillTime {
+            startup: startup.take().unwrap_or(0.0),
+            copies: adopting,
+            ..FillTime::default()
+        };
         let outcome = match &mut actor {
             Actor::Local(model) => fill_local(
                 &ctx,
@@ -337,7 +348,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             starts: memory.starts.clone(),
             fragments,
         });
-        (f.inference_seconds, f.env_seconds) = timing;
+        f.time = timing;
         drop(f);
         holding.set(None);
         buffer.mark_ready(slot);
