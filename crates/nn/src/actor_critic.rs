@@ -1,12 +1,8 @@
 //! What PPO needs from a model ([`ActorCritic`]), and the values it exchanges with one.
 
-use rand_xoshiro::Xoshiro256PlusPlus;
-
+pub use crate::distribution::SampleRng;
 use crate::head::Head;
 use crate::NnError;
-
-/// The RNG actions are sampled with.
-pub type SampleRng = Xoshiro256PlusPlus;
 
 /// A named block of parameters or optimiser state, for checkpoints.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,6 +5,10 @@
 
 use rand::Rng;
 use rand_distr::StandardNormal;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+/// The RNG actions are sampled with.
+pub type SampleRng = Xoshiro256PlusPlus;
 
 /// `0.5 * ln(2 pi)`.
 const HALF_LN_2PI: f32 = 0.918_938_5;

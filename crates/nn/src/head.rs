@@ -6,10 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::actor_critic::SampleRng;
 use crate::distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,
-    gaussian_sample, sde_eval, sde_sample, standard_normals,
+    gaussian_sample, sde_eval, sde_sample, standard_normals, SampleRng,
 };
 
 /// Which distribution the policy outputs parameterise.
