@@ -153,21 +153,7 @@ impl TimeBreakdown {
     /// "other"), then the workers' as shares of their time (`workers x wall`, the rest
     /// idle), in words: `learner: waiting 42%, ..., other 1%; workers: env 22%, ...`.
     pub fn describe(&self, wall: f64, workers: usize) -> String {
-        let learning = self.forward + self.backward + self.optimizer;
-        let timed = self.buffer_wait + self.rollout + learning + self.publish + self.eval;
-        let wall = wall.max(timed + self.other).max(1e-9);
-        let learner = [
-            ("waiting", self.buffer_wait),
-            ("rollout", self.rollout),
-            ("learning", learning),
-            ("publish", self.publish),
-            ("eval", self.eval),
-            ("other", wall - timed),
-        ];
-        let busy = self.worker_parts().iter().map(|(_, s)| s).sum::<f64>();
-        let worker_time = (workers.max(1) as f64 * wall).max(busy).max(1e-9);
-        let mut worker = self.worker_parts().to_vec();
-        worker.push(("idle", worker_time - busy));
+        let ((learner, wall), (worker, worker_time)) = self.accounts(wall, workers);
         let shares = |parts: &[(&str, f64)], total: f64| {
             parts
                 .iter()
@@ -180,6 +166,37 @@ impl TimeBreakdown {
             shares(&learner, wall),
             shares(&worker, worker_time)
         )
+    }
+
+    /// The two accounts [`TimeBreakdown::describe`] words: the learner's parts in seconds
+    /// with the wall clock they add up to (what no part timed is "other"; a wall clock
+    /// shorter than the timed parts is taken as their sum), and the workers' parts with
+    /// their time (`workers x wall`, the rest "idle"; at least their busy time).
+    #[allow(clippy::type_complexity)]
+    pub fn accounts(
+        &self,
+        wall: f64,
+        workers: usize,
+    ) -> (
+        (Vec<(&'static str, f64)>, f64),
+        (Vec<(&'static str, f64)>, f64),
+    ) {
+        let learning = self.forward + self.backward + self.optimizer;
+        let timed = self.buffer_wait + self.rollout + learning + self.publish + self.eval;
+        let wall = wall.max(timed + self.other).max(1e-9);
+        let learner = vec![
+            ("waiting", self.buffer_wait),
+            ("rollout", self.rollout),
+            ("learning", learning),
+            ("publish", self.publish),
+            ("eval", self.eval),
+            ("other", wall - timed),
+        ];
+        let busy = self.worker_parts().iter().map(|(_, s)| s).sum::<f64>();
+        let worker_time = (workers.max(1) as f64 * wall).max(busy).max(1e-9);
+        let mut worker = self.worker_parts().to_vec();
+        worker.push(("idle", worker_time - busy));
+        ((learner, wall), (worker, worker_time))
     }
 
     /// The workers' parts, named.
@@ -241,8 +258,8 @@ mod tests {
              workers: startup 10%, env 30%, frames 5%, summaries 5%, inference 20%, copies 0%, \
              provenance 0%, idle 30%"
         );
-        // A wall clock shorter than its timed parts (a resumed run's first line) is taken
-        // as their sum: no share above 100%, none negative.
+        // A wall clock shorter than its timed parts is taken as their sum: no share above
+        // 100%, none negative.
         let line = t.describe(1.0, 1);
         assert!(
             line.contains("other 0%") && line.contains("idle 0%"),

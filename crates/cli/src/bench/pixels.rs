@@ -10,6 +10,7 @@
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use strata_ledger::{Ledger, LedgerConfig};
 use strata_runtime::{preset, Mode, RunConfig, Trainer, UpdateRecord};
 
 use crate::bench::ledger::median;
@@ -153,7 +154,15 @@ struct Update {
 fn run_updates(mut config: RunConfig, updates: usize) -> Result<Vec<Update>> {
     let steps = (config.env.num_envs * config.ppo.n_steps) as u64;
     config.train.total_steps = steps * (updates as u64 + 1);
+    let ledgered = config.ledger.enabled;
     let mut trainer = Trainer::new(config)?;
+    // A ledger as `strata train` keeps one, in a directory of its own.
+    let dir = tempfile::tempdir()?;
+    if ledgered {
+        trainer.attach_ledger(Ledger::open(&LedgerConfig::new(
+            dir.path().to_string_lossy(),
+        ))?)?;
+    }
     let mut previous: Option<UpdateRecord> = None;
     let mut out = Vec::with_capacity(updates);
     while !trainer.finished() {
@@ -167,7 +176,7 @@ fn run_updates(mut config: RunConfig, updates: usize) -> Result<Vec<Update>> {
             out.push(Update {
                 learn,
                 collect,
-                rest: (wall - learn - collect).max(0.0),
+                rest: wall - learn - collect,
                 wall,
             });
         }

@@ -69,10 +69,15 @@ pub(crate) struct LagFigure {
     pub(crate) bins: Vec<(u64, u64)>,
 }
 
-/// Where the time went, seconds per part.
+/// Where the time went, seconds per part, each a share of the whole it belongs to (the
+/// learner's parts of the wall clock, the workers' of their time).
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct TimeFigure {
     pub(crate) parts: Vec<(String, f64)>,
+    /// Per part, the seconds it is a share of.
+    pub(crate) of: Vec<f64>,
+    /// The run's wall clock.
+    pub(crate) wall: f64,
 }
 
 /// Every figure the data allows.
@@ -129,27 +134,23 @@ impl Figures {
         let lag = run.ledger.as_ref().map(|data| LagFigure {
             bins: strata_ledger::lag_histogram(data, &bucket),
         });
+        let workers = run.config.as_ref().map_or(1, |c| c.runtime.workers);
         let time = run.updates.last().map(|u| {
-            let t = &u.time;
-            let parts = [
-                ("startup", t.startup),
-                ("env step", t.env_step),
-                ("frames", t.frames),
-                ("summaries", t.summaries),
-                ("inference", t.inference),
-                ("copies", t.copies),
-                ("provenance", t.provenance),
-                ("forward", t.forward),
-                ("backward", t.backward),
-                ("optimizer", t.optimizer),
-                ("learner waiting", t.buffer_wait),
-                ("rollout", t.rollout),
-                ("publish", t.publish),
-                ("eval", t.eval),
-                ("other", t.other),
-            ];
+            let ((learner, wall), (worker, worker_time)) = u.time.accounts(u.wall_seconds, workers);
+            let named = |who: &str, parts: Vec<(&str, f64)>, of: f64| {
+                parts
+                    .into_iter()
+                    .map(move |(n, s)| (format!("{who} {n}"), s, of))
+                    .collect::<Vec<_>>()
+            };
+            let all: Vec<_> = named("learner", learner, wall)
+                .into_iter()
+                .chain(named("workers", worker, worker_time))
+                .collect();
             TimeFigure {
-                parts: parts.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+                parts: all.iter().map(|(n, s, _)| (n.clone(), *s)).collect(),
+                of: all.iter().map(|p| p.2).collect(),
+                wall,
             }
         });
         Figures {
@@ -486,10 +487,11 @@ impl LagFigure {
 }
 
 impl TimeFigure {
-    /// Each part's share of the whole, in percent.
+    /// Each part's share of the whole it belongs to, in percent.
     fn shares(&self) -> Vec<f64> {
-        let total = self.parts.iter().map(|p| p.1).sum::<f64>().max(1e-9);
-        self.parts.iter().map(|p| 100.0 * p.1 / total).collect()
+        (self.parts.iter().zip(&self.of))
+            .map(|(p, of)| 100.0 * p.1 / of.max(1e-9))
+            .collect()
     }
 
     /// The share axis ends at the largest share rounded up to a multiple of ten: the axis
@@ -500,10 +502,12 @@ impl TimeFigure {
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        let total = self.parts.iter().map(|p| p.1).sum::<f64>().max(1e-9);
         let n = self.parts.len() as f64;
         let end = self.axis_end();
-        let caption = format!("Time breakdown ({total:.1} s in all)");
+        let caption = format!(
+            "Time breakdown: the learner's share of the wall clock ({:.1} s), the workers' of their time",
+            self.wall
+        );
         let mut chart = Axes {
             caption: &caption,
             x: 0.0..end,
@@ -543,12 +547,15 @@ mod tests {
     use super::*;
 
     fn figure(seconds: &[f64]) -> TimeFigure {
+        let total = seconds.iter().sum::<f64>();
         TimeFigure {
             parts: seconds
                 .iter()
                 .enumerate()
                 .map(|(i, s)| (format!("part {i}"), *s))
                 .collect(),
+            of: vec![total; seconds.len()],
+            wall: total,
         }
     }
 

@@ -211,9 +211,9 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         wall: WallClock::now(),
         sde: exploration.schedule(),
     };
-    // Building the envs (for Gymnasium envs, starting their processes) and the model:
-    // reported with the first fragment.
-    let mut startup = Some(started.elapsed().as_secs_f64());
+    // Building the envs (for Gymnasium envs, starting their processes) and the model, and
+    // restarting env processes after a failure: reported with the next fragment handed over.
+    let mut startup = started.elapsed().as_secs_f64();
     loop {
         if exit_requested(&commands) {
             return Ok(Stop::Exit);
@@ -254,7 +254,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
         f.provenance.recorded = record_provenance;
         exploration.begin_fragment(&mut rngs);
         let mut timing = FillTime {
-            startup: startup.take().unwrap_or(0.0),
+            startup,
             copies: adopting,
             ..FillTime::default()
         };
@@ -303,7 +303,10 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
                 }
                 .seed(config.train.seed);
                 heartbeat.beat(Activity::Starting);
-                if !revive_envs(&mut envs, &mut obs, seed, od)? {
+                let reviving = Instant::now();
+                let revived = revive_envs(&mut envs, &mut obs, seed, od)?;
+                startup += reviving.elapsed().as_secs_f64();
+                if !revived {
                     holding.set(None);
                     return Err(WorkerError::Env(error));
                 }
@@ -330,6 +333,7 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             let _ = events.try_send(WorkerEvent::Abandoned { slot, incarnation });
             return Ok(Stop::Exit);
         }
+        let closing = Instant::now();
         for (dst, o) in f.next_obs.chunks_exact_mut(gm * od).zip(&obs) {
             dst.copy_from_slice(o);
         }
@@ -348,7 +352,10 @@ fn run(setup: WorkerSetup) -> Result<Stop, WorkerError> {
             starts: memory.starts.clone(),
             fragments,
         });
+        // The fragment's end: its next observations and the worker's state, as copies.
+        timing.copies += closing.elapsed().as_secs_f64();
         f.time = timing;
+        startup = 0.0;
         drop(f);
         holding.set(None);
         buffer.mark_ready(slot);
