@@ -395,6 +395,23 @@ mod tests {
             (h.session, h.worker, h.incarnation, h.index, h.version),
             (9, 3, 1, 12, 40)
         );
+        // A header from before the finer timing (env and inference seconds only) still
+        // reads, the new parts zero.
+        let mut old = serde_json::to_value(&h).unwrap();
+        for key in [
+            "frames_seconds",
+            "summaries_seconds",
+            "copy_seconds",
+            "provenance_seconds",
+            "startup_seconds",
+        ] {
+            assert!(old.as_object_mut().unwrap().remove(key).is_some(), "{key}");
+        }
+        let read: Header = serde_json::from_value(old).unwrap();
+        assert_eq!(
+            (read.time.env, read.time.frames, read.time.startup),
+            (0.5, 0.0, 0.0)
+        );
         assert_eq!(h.state_len, 2);
         let b = ExperienceBuffer::for_worker(3, 1, steps, envs, widths.clone(), false);
         decode_into(&message, &h, &mut b.lock(slot(&b))).unwrap();
