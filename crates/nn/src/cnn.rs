@@ -11,9 +11,9 @@
 //! a ReLU, the last one included, as in NatureCNN.
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
+pub use crate::cnn_arch::{CnnArch, ConvSpec};
 use crate::conv::{Conv2d, ImageShape};
 use crate::init::{orthogonal, orthogonal_transposed};
 use crate::kernels::{activation_backward, add_rows, bias_activation};
@@ -37,77 +37,6 @@ const SAMPLES_PER_TASK: usize = 4;
 /// a partial of its own, and the partials are summed in task order: more images a task,
 /// fewer partials to sum.
 const BACKWARD_SAMPLES_PER_TASK: usize = 16;
-
-/// A named encoder architecture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CnnArch {
-    /// Mnih et al. (2015) as SB3's and CleanRL's `NatureCNN`: 32 8x8/4, 64 4x4/2, 64 3x3/1,
-    /// a fully connected layer of 512.
-    NatureCnn,
-    /// The MinAtar reference agent's: one 16-channel 3x3/1 convolution, a fully connected
-    /// layer of 128.
-    MinatarCnn,
-}
-
-/// One convolution of an architecture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConvSpec {
-    /// Output channels.
-    pub out_channels: usize,
-    /// Kernel side.
-    pub kernel: usize,
-    /// Stride.
-    pub stride: usize,
-}
-
-impl CnnArch {
-    /// The smallest side NatureCNN accepts: its three layers need 36 pixels.
-    pub const NATURE_MIN_SIDE: usize = 36;
-
-    /// The default for an image: NatureCNN where both sides are at least
-    /// [`CnnArch::NATURE_MIN_SIDE`], the small MinAtar encoder below that.
-    pub fn for_image(shape: ImageShape) -> Self {
-        if shape.height.min(shape.width) >= Self::NATURE_MIN_SIDE {
-            CnnArch::NatureCnn
-        } else {
-            CnnArch::MinatarCnn
-        }
-    }
-
-    /// The configuration name (`nature_cnn`, `minatar_cnn`).
-    pub fn name(self) -> &'static str {
-        match self {
-            CnnArch::NatureCnn => "nature_cnn",
-            CnnArch::MinatarCnn => "minatar_cnn",
-        }
-    }
-
-    /// The convolutions, input first.
-    pub fn convs(self) -> &'static [ConvSpec] {
-        const fn c(out_channels: usize, kernel: usize, stride: usize) -> ConvSpec {
-            ConvSpec {
-                out_channels,
-                kernel,
-                stride,
-            }
-        }
-        const NATURE: [ConvSpec; 3] = [c(32, 8, 4), c(64, 4, 2), c(64, 3, 1)];
-        const MINATAR: [ConvSpec; 1] = [c(16, 3, 1)];
-        match self {
-            CnnArch::NatureCnn => &NATURE,
-            CnnArch::MinatarCnn => &MINATAR,
-        }
-    }
-
-    /// Width of the feature vector the encoder outputs.
-    pub fn features(self) -> usize {
-        match self {
-            CnnArch::NatureCnn => 512,
-            CnnArch::MinatarCnn => 128,
-        }
-    }
-}
 
 /// Pixels of a batch of channels-last images.
 #[derive(Clone, Copy, Debug)]

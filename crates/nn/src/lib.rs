@@ -41,6 +41,7 @@ mod actor_critic_net;
 mod adam;
 mod branches;
 mod cnn;
+mod cnn_arch;
 mod conv;
 mod distribution;
 mod encoder;
