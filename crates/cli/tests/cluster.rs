@@ -5,177 +5,21 @@
 //! cost nothing acknowledged and train nothing twice (counted by fragment id); Ctrl-C
 //! leaves no process.
 
+#[path = "support/nats.rs"]
+mod nats;
 #[path = "support/optional.rs"]
 mod optional;
 #[path = "support/procs.rs"]
 mod procs;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
+use nats::{gateway, operator, scenario, Nats, Strata};
 use procs::{alive, children_of, wait_until};
 use strata_ledger::{LedgerData, Storage};
-
-/// One scenario at a time: they time processes against each other on two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// What each scenario starts with: its turn, a directory, a server; none without a
-/// nats-server (the test is skipped, unless `STRATA_REQUIRE_NATS` is set).
-fn scenario() -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir, Nats)> {
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let server = optional::nats_server()?;
-    let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(&server, tmp.path());
-    Some((serial, tmp, nats))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A nats-server with JetStream on, its store on disk and synced at every write.
-struct Nats {
-    binary: String,
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Nats {
-    fn start(binary: &str, dir: &Path) -> Nats {
-        let mut nats = Nats {
-            binary: binary.into(),
-            port: free_port(),
-            dir: dir.to_path_buf(),
-            child: None,
-        };
-        nats.launch();
-        nats
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    fn launch(&mut self) {
-        let config = self.dir.join("nats.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "listen: 127.0.0.1:{}\nmax_payload: 8MB\njetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n",
-                self.port,
-                self.dir.join("store")
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(self.dir.join("nats.log")).unwrap();
-        let child = Command::new(&self.binary)
-            .args(["-c", config.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        wait_until("nats-server to listen", Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-        });
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// A `strata` process, killed if the test ends without it.
-struct Strata {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Strata {
-    fn start(args: &[&str], log: &Path) -> Strata {
-        use std::os::unix::process::CommandExt;
-        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args(args)
-            .args(["--log-level", "info"])
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).unwrap())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        Strata {
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY: signalling a process this test started.
-        unsafe { libc::kill(self.pid() as i32, signal) };
-    }
-
-    fn kill9(&mut self) {
-        let mut c = self.child.take().unwrap();
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
-
-    /// Waits for the exit; its status and stdout.
-    fn finish(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
-        let mut c = self.child.take().unwrap();
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = c.try_wait().unwrap() {
-                let mut out = String::new();
-                std::io::Read::read_to_string(c.stdout.as_mut().unwrap(), &mut out).unwrap();
-                return (status, out);
-            }
-            if Instant::now() >= deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!(
-                    "{} did not exit within {limit:?}:\n{}",
-                    self.log.display(),
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Strata {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn learner(nats: &Nats, run: &str, dir: &Path, extra: &[&str]) -> Strata {
     let url = nats.url();
@@ -323,7 +167,7 @@ fn pendulum_solves_with_two_worker_processes_and_reposts_are_dropped() {
     // A gateway joins the run while it trains.
     wait_for_step(&run, 4096);
     let gateway_dir = tmp.path().join("gateway");
-    let (_g, url) = gateway(&nats, "pendulum", &gateway_dir);
+    let (_g, url) = gateway(&nats, "pendulum", &gateway_dir, &[]);
     let op = operator(&gateway_dir, &url);
     let (status, _) = l.finish(Duration::from_secs(150));
     assert!(status.success(), "{}", l.log());
@@ -549,47 +393,6 @@ fn ctrl_c_stops_the_learner_and_its_workers_and_leaves_no_process() {
     });
 }
 
-/// A `strata serve --nats` gateway of run `run` in `dir`, and its URL.
-fn gateway(nats: &Nats, run: &str, dir: &Path) -> (Strata, String) {
-    std::fs::create_dir_all(dir).unwrap();
-    let url = nats.url();
-    let g = Strata::start(
-        &[
-            "serve",
-            "--nats",
-            &url,
-            "--run",
-            run,
-            "--release",
-            "manual",
-            "--cooldown-secs",
-            "0",
-            "--addr",
-            "127.0.0.1:0",
-            "--dir",
-            dir.to_str().unwrap(),
-        ],
-        &dir.join("serve.log"),
-    );
-    let address = dir.join("address");
-    wait_until("the gateway to listen", Duration::from_secs(60), || {
-        std::fs::read_to_string(&address).is_ok_and(|a| a.ends_with('\n'))
-    });
-    (
-        g,
-        std::fs::read_to_string(&address)
-            .unwrap()
-            .trim()
-            .to_string(),
-    )
-}
-
-fn operator(dir: &Path, url: &str) -> strata_gateway::Client {
-    let tokens: strata_gateway::TokensFile =
-        serde_json::from_slice(&std::fs::read(dir.join("tokens.json")).unwrap()).unwrap();
-    strata_gateway::Client::new(url, tokens.operator())
-}
-
 #[test]
 fn of_two_gateways_racing_to_promote_exactly_one_wins() {
     let Some((_serial, tmp, nats)) = scenario() else {
@@ -611,8 +414,8 @@ fn of_two_gateways_racing_to_promote_exactly_one_wins() {
     let _w = worker(&nats, "release", &tmp.path().join("w.log"), &[]);
     assert!(l.finish(Duration::from_secs(60)).0.success(), "{}", l.log());
     let (dir1, dir2) = (tmp.path().join("g1"), tmp.path().join("g2"));
-    let (_g1, url1) = gateway(&nats, "release", &dir1);
-    let (_g2, url2) = gateway(&nats, "release", &dir2);
+    let (_g1, url1) = gateway(&nats, "release", &dir1, &[]);
+    let (_g2, url2) = gateway(&nats, "release", &dir2, &[]);
     let (op1, op2) = (operator(&dir1, &url1), operator(&dir2, &url2));
     // Each has imported the run's 17 versions (0 to 16) once it has joined.
     for op in [&op1, &op2] {

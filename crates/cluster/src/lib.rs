@@ -34,6 +34,7 @@
 //! two-minute deduplication window and by the learner's proxies after it (a fragment
 //! number is taken once).
 
+mod deployed;
 mod learner;
 mod link;
 mod names;
@@ -53,6 +54,10 @@ use strata_runtime::{resolve_env, RunConfig, RuntimeError, StoreError, Trainer, 
 /// unset.
 pub const CHECKPOINT_UPDATES: u64 = 16;
 
+pub use deployed::{
+    deployed_messages, feed_run, run_deployed_learner, DeployedOptions, DeployedReport,
+    FeedCounters,
+};
 pub use learner::{RemoteWorkers, Traffic};
 pub use serving::{run_config, serve_run, NatsRelease};
 pub use stop::Stop;
@@ -97,6 +102,13 @@ pub enum ClusterError {
 impl From<strata_runtime::ConfigError> for ClusterError {
     /// A config that could not build what it asks for: as a run reports it.
     fn from(e: strata_runtime::ConfigError) -> Self {
+        ClusterError::Runtime(e.into())
+    }
+}
+
+impl From<strata_learner::LearnerError> for ClusterError {
+    /// A learner that could not be built or checkpointed: as a run reports it.
+    fn from(e: strata_learner::LearnerError) -> Self {
         ClusterError::Runtime(e.into())
     }
 }

@@ -30,7 +30,7 @@ const STREAM_BYTES: i64 = 1 << 30;
 /// A connection and the run's JetStream resources.
 pub(crate) struct Link {
     client: async_nats::Client,
-    js: jetstream::Context,
+    pub(crate) js: jetstream::Context,
     kv: kv::Store,
     objects: object_store::ObjectStore,
     pub(crate) names: Names,
@@ -46,11 +46,11 @@ pub(crate) struct Link {
 /// A fetched fragment message: its payload and the handle that acknowledges it.
 pub(crate) struct Delivery {
     pub(crate) payload: Bytes,
-    acker: jetstream::message::Acker,
+    pub(crate) acker: jetstream::message::Acker,
 }
 
 /// A delivered message kept only to be acknowledged later (its payload let go).
-pub(crate) struct Unacked(jetstream::message::Acker);
+pub(crate) struct Unacked(pub(crate) jetstream::message::Acker);
 
 impl Delivery {
     /// Keeps what acknowledging needs, and lets the payload go.
@@ -171,7 +171,7 @@ impl Link {
     }
 
     /// Runs `fut` to completion within the call timeout.
-    fn block<T, E: std::fmt::Display>(
+    pub(crate) fn block<T, E: std::fmt::Display>(
         &self,
         what: impl Fn() -> String,
         fut: impl Future<Output = Result<T, E>>,
@@ -216,7 +216,7 @@ impl Link {
     }
 
     /// Drops every message of JetStream stream `stream` (`what`, in errors).
-    fn purge(&self, stream: &str, what: &str) -> Result<(), ClusterError> {
+    pub(crate) fn purge(&self, stream: &str, what: &str) -> Result<(), ClusterError> {
         self.block(|| format!("purge {what}"), async {
             let stream = self
                 .js

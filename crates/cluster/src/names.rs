@@ -66,6 +66,27 @@ impl Names {
         format!("strata.{}.assigned", self.run)
     }
 
+    /// The stream of what deployed agents' gateways hand the run's learner: segments of
+    /// reported steps and invalidations.
+    pub(crate) fn deployed_stream(&self) -> String {
+        format!("STRATA_{}_DEPLOYED", self.run)
+    }
+
+    /// Where gateway `g` publishes the segments it cuts.
+    pub(crate) fn deployed_segments(&self, g: u16) -> String {
+        format!("strata.{}.deployed.g{g}.segments", self.run)
+    }
+
+    /// Where gateway `g` relays the invalidations it records.
+    pub(crate) fn deployed_invalidations(&self, g: u16) -> String {
+        format!("strata.{}.deployed.g{g}.invalidations", self.run)
+    }
+
+    /// Every gateway's segments and invalidations.
+    pub(crate) fn all_deployed(&self) -> String {
+        format!("strata.{}.deployed.>", self.run)
+    }
+
     /// The run's key-value bucket: config, newest version, assignments, claims, the
     /// serving pointer.
     pub(crate) fn bucket(&self) -> String {
@@ -106,6 +127,23 @@ pub(crate) fn state_object(session: u64, w: usize, incarnation: u64) -> String {
     format!("state-s{session}-w{w}-i{incarnation}")
 }
 
+/// The durable consumer of the deployed stream: the run's learner.
+pub(crate) const DEPLOYED_CONSUMER: &str = "deployed-learner";
+
+/// A segment's message id: its gateway and first sample id (unique across the run).
+pub(crate) fn segment_id(gateway: u16, first_sample: u64) -> String {
+    format!("g{gateway}.s{first_sample}")
+}
+
+/// An invalidation's message id: its gateway and target (invalidating the same target
+/// twice within the deduplication window is stored once; it means the same).
+pub(crate) fn invalidation_id(gateway: u16, target: &strata_ledger::Target) -> String {
+    match target {
+        strata_ledger::Target::Trajectory { id } => format!("g{gateway}.t{id}"),
+        strata_ledger::Target::Samples { first, last } => format!("g{gateway}.s{first}-{last}"),
+    }
+}
+
 /// A fragment's message id, for the stream's deduplication: unique per learner session,
 /// worker, incarnation and fragment number.
 pub(crate) fn fragment_id(session: u64, w: usize, incarnation: u64, index: u64) -> String {
@@ -125,5 +163,15 @@ mod tests {
             assert!(Names::new(bad).is_err(), "{bad:?}");
         }
         assert_eq!(fragment_id(7, 1, 0, 42), "s7.w1.i0.f42");
+        assert_eq!(
+            n.deployed_segments(3),
+            "strata.cheetah-3.deployed.g3.segments"
+        );
+        assert_eq!(n.all_deployed(), "strata.cheetah-3.deployed.>");
+        assert_eq!(segment_id(3, 9), "g3.s9");
+        assert_eq!(
+            invalidation_id(2, &strata_ledger::Target::Samples { first: 4, last: 6 }),
+            "g2.s4-6"
+        );
     }
 }

@@ -23,6 +23,13 @@ pub struct NatsRelease {
     link: Arc<Link>,
 }
 
+impl NatsRelease {
+    /// The pointer of the run `link` is connected to.
+    pub(crate) fn new(link: Arc<Link>) -> Self {
+        NatsRelease { link }
+    }
+}
+
 impl SharedRelease for NatsRelease {
     fn read(&self) -> Result<Option<(ServingPointer, u64)>, String> {
         match self.link.get(CURRENT_KEY).map_err(|e| e.to_string())? {

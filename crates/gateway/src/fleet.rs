@@ -240,7 +240,9 @@ impl<'a> SimAgent<'a> {
         let client = Client::new(&settings.server, token);
         Ok(SimAgent {
             settings,
-            name: format!("agent-{index}"),
+            // Keys of one fleet run are its own: a second run against the same gateway
+            // (same tokens) must not be answered with the first run's episodes.
+            name: format!("agent-{index}-{}", run_nonce()),
             operator: client.with_token(settings.tokens.operator()),
             client,
             env,
@@ -506,4 +508,13 @@ impl<'a> SimAgent<'a> {
         }
         Ok(Step::Continue)
     }
+}
+
+/// A number naming an agent apart from the agents of any other fleet run: the time it
+/// was made, in nanoseconds, in hexadecimal.
+fn run_nonce() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{now:x}")
 }

@@ -65,7 +65,10 @@ struct UpdateLine {
 ///
 /// # Errors
 /// The thread could not be spawned, or the starting parameters could not be loaded.
-pub fn spawn(gateway: Arc<Gateway>, rx: Receiver<Box<Segment>>) -> std::io::Result<JoinHandle<()>> {
+pub(crate) fn spawn(
+    gateway: Arc<Gateway>,
+    rx: Receiver<Box<Segment>>,
+) -> std::io::Result<JoinHandle<()>> {
     // The newest of Strata's own versions: an external one has no parameters to go on from.
     let latest = gateway.status().latest;
     let start = (0..=latest)
@@ -269,8 +272,9 @@ impl Learner {
 /// recurrent policy's each get a lane of `lane` steps (segments are cut at `ppo.n_steps`),
 /// filled up after the segment's end with rows that are never trained on: every sequence
 /// then lies within one segment and starts from the state stored at its first step, as a
-/// worker's fragment does.
-fn lay_out(
+/// worker's fragment does. A learner in another process (`strata learner
+/// --from-gateways`) lays its segments out with this too.
+pub fn lay_out(
     segments: &[Segment],
     obs_dim: usize,
     state_len: usize,

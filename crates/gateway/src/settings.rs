@@ -89,6 +89,10 @@ pub struct GatewaySettings {
     /// answered and before the learner starts from the newest version
     /// (`strata serve --checkpoint`), with the author recorded for them.
     pub serve_first: Option<(Vec<f32>, String)>,
+    /// This gateway's number among the gateways feeding one learner (1 to
+    /// [`crate::ids::MAX_GATEWAY_ID`]; 0: a gateway alone). Its sample and trajectory ids
+    /// are numbered from `gateway_id << 40`, apart from every other gateway's.
+    pub gateway_id: u16,
 }
 
 impl GatewaySettings {
@@ -132,6 +136,7 @@ impl GatewaySettings {
             http_threads: 2,
             journal_compact_bytes: 64 << 20,
             serve_first: None,
+            gateway_id: 0,
         })
     }
 
@@ -192,6 +197,16 @@ impl GatewaySettings {
         }
         if self.http_threads == 0 {
             return bad("http_threads", "must be at least 1".into());
+        }
+        if self.gateway_id > crate::ids::MAX_GATEWAY_ID {
+            return bad(
+                "gateway_id",
+                format!(
+                    "{} is not in 0..={}",
+                    self.gateway_id,
+                    crate::ids::MAX_GATEWAY_ID
+                ),
+            );
         }
         self.run.validate()?;
         Ok(())

@@ -26,6 +26,10 @@ pub struct LedgerConfig {
     /// left a sample log whose compaction at close outlasted the close's wait. `None`:
     /// only when closed or opened.
     pub compact_every: Option<Duration>,
+    /// The first sample id an empty ledger hands out (ids stay above it after). Gateways
+    /// that feed one learner number their samples from disjoint ranges, so an id names one
+    /// sample across all their ledgers.
+    pub first_sample_id: u64,
 }
 
 impl LedgerConfig {
@@ -39,6 +43,7 @@ impl LedgerConfig {
             send_timeout: Duration::from_secs(10),
             compact_on_open: true,
             compact_every: Some(Duration::from_secs(60)),
+            first_sample_id: 0,
         }
     }
 }

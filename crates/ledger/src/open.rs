@@ -158,7 +158,12 @@ impl Ledger {
             tx: Some(tx),
             handle: Some(handle),
             shared,
-            next_sample_id: AtomicU64::new(max_id.max(stranded_max).map_or(0, |m| m + 1)),
+            next_sample_id: AtomicU64::new(
+                max_id
+                    .max(stranded_max)
+                    .map_or(0, |m| m + 1)
+                    .max(config.first_sample_id),
+            ),
             registry: Mutex::new(registry),
             send_timeout: config.send_timeout,
             compactor: None,

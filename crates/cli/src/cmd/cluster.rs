@@ -4,7 +4,9 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use strata_cluster::{prepare_learner, run_worker_process, WorkerOptions};
+use strata_gateway::ReleaseMode;
 
+use crate::cmd::config_args::build_config;
 use crate::cmd::nats_args::NatsArgs;
 use crate::cmd::train::{run_training, TrainArgs};
 
@@ -14,6 +16,20 @@ pub(crate) struct LearnerArgs {
     nats: NatsArgs,
     #[command(flatten)]
     pub(crate) train: TrainArgs,
+    /// Train on what deployed agents report through the run's gateways (`strata serve
+    /// --nats URL --run NAME --gateway-id N`, any number) rather than on rollout workers.
+    /// Its directory (`--run-dir`, default runs/deployed-<run>) keeps checkpoints, a
+    /// ledger of decisions and learner.jsonl; started again on it, it resumes.
+    #[arg(long)]
+    from_gateways: bool,
+    /// With --from-gateways: `auto` (each version becomes the run's stable version after
+    /// the gateways' cooldown) or `canary` (each becomes the canary candidate; an
+    /// operator promotes through any gateway).
+    #[arg(long, default_value = "auto", requires = "from_gateways")]
+    release: ReleaseMode,
+    /// With --from-gateways: stop after this many updates in all (none: until Ctrl-C).
+    #[arg(long, value_name = "N", requires = "from_gateways")]
+    updates: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -37,6 +53,9 @@ pub(crate) struct WorkerArgs {
 /// `strata learner`: `strata train` with rollout workers in `strata worker` processes.
 pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
     let meeting = args.nats.required("strata learner")?;
+    if args.from_gateways {
+        return deployed_learner(args, &meeting);
+    }
     let command = format!(
         "strata learner --nats {} --run {}",
         meeting.url, meeting.run
@@ -49,6 +68,53 @@ pub(crate) fn learner(args: LearnerArgs) -> Result<()> {
             )
         })
     })
+}
+
+/// `strata learner --from-gateways`: trains on the segments of every gateway of the run
+/// until Ctrl-C / SIGTERM (or `--updates`).
+fn deployed_learner(args: LearnerArgs, meeting: &strata_cluster::Meeting) -> Result<()> {
+    let stop = strata_cluster::Stop::new();
+    let on_signal = stop.clone();
+    ctrlc::set_handler(move || on_signal.raise())
+        .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    let dir = args
+        .train
+        .run_dir
+        .clone()
+        .unwrap_or_else(|| format!("runs/deployed-{}", meeting.run).into());
+    let mut config = build_config(&args.train.config)?;
+    // Reward normalisation shapes only training; gateways report raw rewards.
+    config.env.normalize_reward = false;
+    if dir.join("checkpoints").is_dir() {
+        eprintln!(
+            "resuming the learner of run `{}` from {} (its checkpoint's config)",
+            meeting.run,
+            dir.display()
+        );
+    }
+    let options = strata_cluster::DeployedOptions {
+        dir: dir.clone(),
+        release: args.release,
+        max_updates: args.updates,
+    };
+    eprintln!(
+        "learner of run `{}` at {}: training on its gateways' segments (directory {})",
+        meeting.run,
+        meeting.url,
+        dir.display()
+    );
+    let report = strata_cluster::run_deployed_learner(meeting, config, &options, &stop)
+        .with_context(|| {
+            format!(
+                "learner of run `{}` at {} (from gateways)",
+                meeting.run, meeting.url
+            )
+        })?;
+    println!(
+        "{}",
+        serde_json::to_string(&report).expect("a report serialises")
+    );
+    Ok(())
 }
 
 /// `strata worker`: takes logical workers of the run and collects for its learner until

@@ -153,6 +153,12 @@ pub struct ServeArgs {
     /// the serving version shared with the run's other gateways.
     #[command(flatten)]
     nats: NatsArgs,
+    /// With --nats: feed the run's learner (`strata learner --from-gateways`) as gateway N
+    /// (1 or more, different for each gateway of the run): the segments this gateway's
+    /// agents report and the invalidations it records go to the learner; its sample and
+    /// trajectory ids are numbered from N << 40.
+    #[arg(long, value_name = "N", requires = "nats")]
+    gateway_id: Option<u16>,
     /// Serve this trained policy, stable at once: a run's `best/` (the one to deploy), a
     /// `checkpoint/`, or a run directory (its newest checkpoint). Its env and network are
     /// the gateway's (`--env` may be left out; `--set` still applies).
@@ -196,9 +202,19 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 args.gateway.config.env
             );
         }
-        if settings.release == ReleaseMode::Auto {
-            anyhow::bail!("with --nats the run's learner publishes the versions and operators choose the serving one: use --release canary (each new version becomes the candidate) or --release manual");
+        match args.gateway_id {
+            // The learner moves the run's serving pointer to each new version; this
+            // gateway follows it.
+            Some(_) if settings.release == ReleaseMode::Auto => {
+                settings.release = ReleaseMode::Manual
+            }
+            Some(_) => {}
+            None if settings.release == ReleaseMode::Auto => {
+                anyhow::bail!("with --nats the run's learner publishes the versions and operators choose the serving one: use --release canary (each new version becomes the candidate) or --release manual, or feed a learner that takes gateways' reports with --gateway-id N")
+            }
+            None => {}
         }
+        settings.gateway_id = args.gateway_id.unwrap_or(0);
         settings.run = run;
         settings.learner = false;
         settings.validate()?;
@@ -247,6 +263,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    let feed_stop = strata_cluster::Stop::new();
+    let feed = match (&meeting, args.gateway_id) {
+        (Some(m), Some(id)) => {
+            let (handle, _) = strata_cluster::feed_run(
+                m,
+                std::sync::Arc::clone(server.gateway()),
+                feed_stop.clone(),
+            )
+            .context("feeding the run's learner")?;
+            println!("gateway {id} of run `{}`: feeding its learner", m.run);
+            Some(handle)
+        }
+        _ => None,
+    };
     println!(
         "strata gateway serving {} (API: {}/openapi.json; tokens: {}, the operator's under \"operators\", agents' under \"agents\")",
         server.url(),
@@ -265,6 +295,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     drop(follow_stop);
     if let Some(f) = follower {
+        let _ = f.join();
+    }
+    feed_stop.raise();
+    if let Some(f) = feed {
         let _ = f.join();
     }
     server.stop().context("stopping the gateway")?;

@@ -17,10 +17,10 @@ use crate::cmd::config_args::{apply_overrides, build_config, ConfigArgs};
 #[derive(Args, Debug)]
 pub(crate) struct TrainArgs {
     #[command(flatten)]
-    config: ConfigArgs,
+    pub(crate) config: ConfigArgs,
     /// Run directory (default: runs/<env>-seed<seed>-<unix time>).
     #[arg(long)]
-    run_dir: Option<PathBuf>,
+    pub(crate) run_dir: Option<PathBuf>,
     /// Write the run summary as JSON here.
     #[arg(long)]
     summary_json: Option<PathBuf>,

@@ -12,6 +12,14 @@ impl Gateway {
         *self.learner_tx.lock() = Some(tx);
     }
 
+    /// Sends the segments this gateway cuts to `tx` (a feed to the run's learner in another
+    /// process, bounded: a full queue sheds them, counted) and queues its invalidations for
+    /// relaying ([`LearnerInbox::take_relay`]). The gateway then trains on nothing itself.
+    pub fn feed_learner_elsewhere(&self, tx: Sender<Box<Segment>>) {
+        self.inbox.start_relaying();
+        self.attach_learner(tx);
+    }
+
     /// Closes the learner's queue and stops the learner after the update it is in.
     pub(crate) fn detach_learner(&self) {
         self.inbox.stop();

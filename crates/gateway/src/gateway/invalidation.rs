@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// How long an operator's invalidation waits to reach the learner of a run that spans
+/// machines before the request is answered `unavailable`.
+const RELAY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Gateway {
     /// Records an operator's invalidation; returns once it is durable (and so in every
     /// read: the next admitted page leaves its samples out, a trainer's report of them is
@@ -53,14 +57,28 @@ impl Gateway {
             Target::Trajectory { id } => self.inbox.invalidate(id),
             Target::Samples { first, last } => self.inbox.invalidate_samples(first, last),
         }
+        let mark = self.inbox.relay_mark();
         pending.wait()?;
+        if self.inbox.is_relaying() && !self.inbox.wait_relayed(mark, RELAY_WAIT) {
+            return Err(RequestError::unavailable(format!(
+                "the invalidation is recorded in this gateway's ledger but did not reach the run's learner within {RELAY_WAIT:?} (is NATS up?); it is relayed when NATS answers: repeat the request to wait for that"
+            )));
+        }
         Ok(serde_json::json!({ "invalidated": target }))
     }
 
     /// Refuses a target this gateway never issued: trajectories are numbered from 1 in
     /// order (the journal keeps the counter across restarts), samples by the ledger.
     pub(super) fn require_known(&self, target: Target) -> Result<(), RequestError> {
+        // A trajectory or samples another gateway of the run issued: this gateway records
+        // the invalidation and relays it to the run's learner.
+        let foreign = |id: u64| {
+            self.inbox.is_relaying()
+                && crate::ids::gateway_of(id) != u64::from(self.settings.gateway_id)
+        };
         match target {
+            Target::Trajectory { id } if foreign(id) => {}
+            Target::Samples { first, last } if foreign(first) && foreign(last) => {}
             Target::Trajectory { id } => {
                 let next = self.state.lock().next_trajectory;
                 if id == 0 || id >= next {

@@ -122,6 +122,17 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// How this gateway runs.
+    pub fn settings(&self) -> &GatewaySettings {
+        &self.settings
+    }
+
+    /// What this gateway tells its learner besides segments (invalidations, rollbacks,
+    /// and, feeding a learner elsewhere, the invalidations to relay).
+    pub fn inbox(&self) -> &LearnerInbox {
+        &self.inbox
+    }
+
     /// The config hash of the served model.
     pub fn config_hash(&self) -> &str {
         &self.config_hash

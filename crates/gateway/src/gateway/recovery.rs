@@ -25,6 +25,7 @@ impl Gateway {
                     GatewayError::io(path, source)
                 }
             })?;
+        check_gateway_id(&dir, settings.gateway_id)?;
         let tokens = TokensFile::load_or_create(&dir.join("tokens.json"), settings.agent_tokens)?;
         let auth = Auth::new(&tokens, settings.rate_limit, settings.rate_burst);
         let run = &settings.run;
@@ -50,6 +51,8 @@ impl Gateway {
             std::time::Duration::from_secs_f64(run.ledger.flush_interval_secs);
         // A stop or restart compacts only the last half minute of reports.
         ledger_config.compact_every = Some(std::time::Duration::from_secs(30));
+        let id_base = crate::ids::id_base(settings.gateway_id);
+        ledger_config.first_sample_id = id_base;
         let ledger = Ledger::open(&ledger_config)?;
         let active_rules = match ledger.current() {
             Some((_, rules)) => rules.version,
@@ -63,6 +66,7 @@ impl Gateway {
         let journal_path = dir.join("journal.jsonl");
         let mut state = State::new(0, settings.cooldown_secs, settings.canary_fraction);
         Journal::replay(&journal_path, |e: Event| state.apply(e, keep))?;
+        state.next_trajectory = state.next_trajectory.max(id_base);
         let stopped_cleanly = std::mem::take(&mut state.stopped_cleanly);
         let journal = Journal::rewrite(
             &journal_path,
@@ -202,5 +206,45 @@ impl Gateway {
         self.snapshot_bytes
             .store(self.journal.size(), Ordering::Relaxed);
         Ok(true)
+    }
+}
+
+/// The gateway id a directory was opened with (file `gateway-id`), kept: reopened with
+/// another id, its new ids could fall in a range another gateway numbers from.
+fn check_gateway_id(dir: &std::path::Path, id: u16) -> Result<(), GatewayError> {
+    let path = dir.join("gateway-id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let kept: u16 = text.trim().parse().map_err(|_| {
+                GatewayError::Config(format!(
+                    "{}: {:?} is not a gateway id",
+                    path.display(),
+                    text.trim()
+                ))
+            })?;
+            if kept != id {
+                return Err(GatewayError::Config(format!(
+                    "this gateway directory ({}) belongs to gateway id {kept}, not {id}: pass --gateway-id {kept} (ids are numbered per gateway; another id would mix its records with another gateway's)",
+                    dir.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A directory used before ids existed is gateway 0's.
+            let used = dir.join("journal.jsonl").exists();
+            if used && id != 0 {
+                return Err(GatewayError::Config(format!(
+                    "this gateway directory ({}) was used by a gateway alone (id 0): start a gateway of a run that spans machines in a new directory",
+                    dir.display()
+                )));
+            }
+            let tmp = dir.join(".gateway-id.tmp");
+            std::fs::write(&tmp, format!("{id}\n"))
+                .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| GatewayError::io(&path, e))
+        }
+        Err(e) => Err(GatewayError::io(&path, e)),
     }
 }

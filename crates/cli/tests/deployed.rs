@@ -1,0 +1,247 @@
+//! Deployed agents beyond one machine, over a real NATS JetStream server: three gateways
+//! (`strata serve --nats --gateway-id N`) feed one learner (`strata learner
+//! --from-gateways`) while a simulated fleet reports through all three. The return
+//! improves over the learner's versions; every acknowledged report is in the union of the
+//! gateways' ledgers once and trained at most once; a gateway and the learner SIGKILLed
+//! and restarted change neither; an invalidation recorded by gateway 2 of a trajectory
+//! gateway 1 issued is honoured by the learner.
+
+#[path = "support/nats.rs"]
+mod nats;
+#[path = "support/optional.rs"]
+mod optional;
+#[path = "support/procs.rs"]
+mod procs;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use nats::{free_port, gateway, operator, scenario, Nats, Strata};
+use procs::wait_until;
+use strata_gateway::{ids, run_fleet, FleetReport, FleetSettings, TokensFile};
+use strata_ledger::{DecisionKind, LedgerData, Storage};
+
+const RUN: &str = "deployed";
+
+fn ledger(dir: &Path) -> LedgerData {
+    let storage = Storage::open(&dir.join("ledger").display().to_string()).unwrap();
+    LedgerData::read(&storage).unwrap()
+}
+
+fn learner(nats: &Nats, dir: &Path) -> Strata {
+    let url = nats.url();
+    Strata::start(
+        &[
+            "learner",
+            "--nats",
+            &url,
+            "--run",
+            RUN,
+            "--from-gateways",
+            "--env",
+            "cartpole",
+            "--run-dir",
+            dir.to_str().unwrap(),
+        ],
+        &dir.with_extension(format!("log{}", free_port())),
+    )
+}
+
+/// Gateway `id` of the run, in `dir`, on `port`.
+fn start_gateway(nats: &Nats, dir: &Path, id: u16, port: u16) -> (Strata, String) {
+    let id = id.to_string();
+    let addr = format!("127.0.0.1:{port}");
+    gateway(
+        nats,
+        RUN,
+        dir,
+        &["--gateway-id", &id, "--release", "auto", "--addr", &addr],
+    )
+}
+
+/// Runs `steps` env steps of `agents` agents through each gateway at once.
+fn fleets(
+    gateways: &[(std::path::PathBuf, String)],
+    agents: usize,
+    steps: u64,
+    seed: u64,
+) -> Vec<FleetReport> {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = gateways
+            .iter()
+            .enumerate()
+            .map(|(k, (dir, url))| {
+                s.spawn(move || {
+                    let tokens: TokensFile =
+                        serde_json::from_slice(&std::fs::read(dir.join("tokens.json")).unwrap())
+                            .unwrap();
+                    let mut f = FleetSettings::new(url, tokens, agents, "cartpole");
+                    f.steps = steps;
+                    f.seed = seed * 10 + k as u64;
+                    f.max_duration = Duration::from_secs(45);
+                    run_fleet(&f).unwrap()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
+}
+
+fn updates(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join("learner.jsonl"))
+        .map(|t| t.lines().count() as u64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
+    let Some((_serial, tmp, nats)) = scenario() else {
+        return;
+    };
+    let learner_dir = tmp.path().join("learner");
+    let mut l = learner(&nats, &learner_dir);
+    wait_until(
+        "the learner's first version",
+        Duration::from_secs(60),
+        || {
+            strata_cluster::deployed_messages(&strata_cluster::Meeting {
+                url: nats.url(),
+                run: RUN.into(),
+                timeout: Duration::from_secs(2),
+            })
+            .is_ok()
+        },
+    );
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let dirs: Vec<_> = (1..=3).map(|g| tmp.path().join(format!("g{g}"))).collect();
+    let mut procs = Vec::new();
+    let mut served = Vec::new();
+    for (k, dir) in dirs.iter().enumerate() {
+        let (p, url) = start_gateway(&nats, dir, k as u16 + 1, ports[k]);
+        procs.push(p);
+        served.push((dir.clone(), url));
+    }
+
+    // Gateway 2 invalidates a trajectory gateway 1 will issue: the learner trains none of
+    // it.
+    let foreign = ids::id_base(1) + 2;
+    operator(&dirs[1], &served[1].1)
+        .post::<_, serde_json::Value>(
+            "/v1/operator/invalidate",
+            &serde_json::json!({"trajectory": foreign, "text": "sensor fault at site 1"}),
+        )
+        .unwrap();
+
+    let first = fleets(&served, 2, 2_000, 1);
+    wait_until("the learner to train", Duration::from_secs(60), || {
+        updates(&learner_dir) >= 3
+    });
+
+    // SIGKILL the learner and gateway 2; both come back on their directories.
+    l.kill9();
+    procs[1].kill9();
+    let (p, url) = start_gateway(&nats, &dirs[1], 2, ports[1]);
+    procs[1] = p;
+    served[1].1 = url;
+    let mut l = learner(&nats, &learner_dir);
+    let before = updates(&learner_dir);
+    // Agents report while the learner trains: later episodes get later versions.
+    let second = fleets(&served, 1, 40_000, 2);
+    wait_until(
+        "the resumed learner to train",
+        Duration::from_secs(60),
+        || updates(&learner_dir) >= before + 3,
+    );
+    l.signal(libc::SIGTERM);
+    let (status, out) = l.finish(Duration::from_secs(60));
+    assert!(status.success(), "{}", l.log());
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for p in &procs {
+        p.signal(libc::SIGTERM);
+    }
+    for p in &mut procs {
+        assert!(p.finish(Duration::from_secs(60)).0.success(), "{}", p.log());
+    }
+
+    // Every acknowledged report, once, in the union of the gateways' ledgers.
+    let stored: u64 = first.iter().chain(&second).map(|r| r.stored).sum();
+    let mut seen = HashSet::new();
+    let mut trajectory_of = HashMap::new();
+    for (k, dir) in dirs.iter().enumerate() {
+        for b in &ledger(dir).samples {
+            for i in 0..b.len() {
+                let id = b.sample_id[i];
+                assert_eq!(
+                    ids::gateway_of(id),
+                    k as u64 + 1,
+                    "sample {id} in gateway {}'s ledger",
+                    k + 1
+                );
+                assert!(seen.insert(id), "sample {id} twice");
+                trajectory_of.insert(id, b.trajectory_id[i]);
+            }
+        }
+    }
+    assert!(
+        seen.len() as u64 >= stored,
+        "{} samples for {stored} acknowledged reports",
+        seen.len()
+    );
+
+    // Trained at most once; none of the invalidated trajectory.
+    let decisions = ledger(&learner_dir).decisions;
+    let mut trained = HashSet::new();
+    let mut by_gateway = BTreeMap::new();
+    for d in &decisions {
+        for id in d.first_sample..=d.last_sample {
+            assert!(
+                seen.contains(&id),
+                "a decision on sample {id}, which no gateway holds"
+            );
+            assert_ne!(
+                trajectory_of[&id], foreign,
+                "sample {id} of the invalidated trajectory decided"
+            );
+            if d.decision != DecisionKind::Dropped {
+                assert!(trained.insert(id), "sample {id} trained twice");
+            }
+            *by_gateway.entry(ids::gateway_of(id)).or_insert(0u64) += 1;
+        }
+    }
+    assert_eq!(
+        by_gateway.len(),
+        3,
+        "the learner trained on every gateway's samples: {by_gateway:?}"
+    );
+    assert!(
+        trajectory_of.values().any(|&t| t == foreign),
+        "gateway 1 issued trajectory {foreign}"
+    );
+    assert!(
+        report["segments_invalidated"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+
+    // The return improves over the learner's versions.
+    let mut by_version: BTreeMap<u64, (u64, f64)> = BTreeMap::new();
+    for r in first.iter().chain(&second) {
+        for (&v, &(n, mean)) in &r.returns_by_version {
+            let e = by_version.entry(v).or_insert((0, 0.0));
+            e.1 = (e.1 * e.0 as f64 + mean * n as f64) / (e.0 + n) as f64;
+            e.0 += n;
+        }
+    }
+    let start = by_version.get(&0).expect("episodes of version 0").1;
+    let late = by_version
+        .iter()
+        .rev()
+        .filter(|(_, (n, _))| *n >= 5)
+        .take(3)
+        .map(|(_, (_, m))| *m)
+        .fold(0.0f64, f64::max);
+    assert!(
+        late > start * 1.5,
+        "return {start:.1} at version 0, {late:.1} late: {by_version:?}"
+    );
+}

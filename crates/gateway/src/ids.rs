@@ -1,0 +1,36 @@
+//! Ids unique across the gateways of one run: gateway `g` (1 to [`MAX_GATEWAY_ID`])
+//! numbers its samples and trajectories from `g << ID_BITS`, so the top bits of an id say
+//! which gateway issued it and the union of every gateway's ledger never holds one id
+//! twice. A gateway alone is gateway 0 and numbers from 0 (from 1 for trajectories), as
+//! it always has.
+
+/// Bits of an id numbered within one gateway: about 1.1 trillion samples each.
+pub const ID_BITS: u32 = 40;
+
+/// The largest gateway id (ids stay below 2^53, exact in JSON numbers and doubles).
+pub const MAX_GATEWAY_ID: u16 = (1 << (53 - ID_BITS)) - 1;
+
+/// The first id of gateway `gateway`'s range.
+pub fn id_base(gateway: u16) -> u64 {
+    u64::from(gateway) << ID_BITS
+}
+
+/// The gateway whose range holds `id`.
+pub fn gateway_of(id: u64) -> u64 {
+    id >> ID_BITS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_disjoint_and_name_their_gateway() {
+        assert_eq!(id_base(0), 0);
+        assert_eq!(gateway_of(id_base(3) + 17), 3);
+        assert_eq!(gateway_of(id_base(3) - 1), 2);
+        let top = id_base(MAX_GATEWAY_ID) + (1 << ID_BITS) - 1;
+        assert!(top < 1 << 53, "ids stay exact as doubles");
+        assert_eq!(gateway_of(top), u64::from(MAX_GATEWAY_ID));
+    }
+}
