@@ -82,6 +82,16 @@ impl Names {
         format!("strata.{}.deployed.g{g}.invalidations", self.run)
     }
 
+    /// Every gateway's segments.
+    pub(crate) fn all_deployed_segments(&self) -> String {
+        format!("strata.{}.deployed.*.segments", self.run)
+    }
+
+    /// Every gateway's invalidations.
+    pub(crate) fn all_deployed_invalidations(&self) -> String {
+        format!("strata.{}.deployed.*.invalidations", self.run)
+    }
+
     /// Every gateway's segments and invalidations.
     pub(crate) fn all_deployed(&self) -> String {
         format!("strata.{}.deployed.>", self.run)
@@ -127,8 +137,11 @@ pub(crate) fn state_object(session: u64, w: usize, incarnation: u64) -> String {
     format!("state-s{session}-w{w}-i{incarnation}")
 }
 
-/// The durable consumer of the deployed stream: the run's learner.
-pub(crate) const DEPLOYED_CONSUMER: &str = "deployed-learner";
+/// The learner's durable consumer of the deployed stream's segments.
+pub(crate) const SEGMENTS_CONSUMER: &str = "deployed-segments";
+/// The learner's durable consumer of the deployed stream's invalidations: drained apart
+/// from segments before every update, however many segments wait.
+pub(crate) const INVALIDATIONS_CONSUMER: &str = "deployed-invalidations";
 
 /// A segment's message id: its gateway and first sample id (unique across the run).
 pub(crate) fn segment_id(gateway: u16, first_sample: u64) -> String {

@@ -96,6 +96,7 @@ fn deployed_learner(args: LearnerArgs, meeting: &strata_cluster::Meeting) -> Res
         dir: dir.clone(),
         release: args.release,
         max_updates: args.updates,
+        overwrite: args.train.overwrite,
     };
     eprintln!(
         "learner of run `{}` at {}: training on its gateways' segments (directory {})",

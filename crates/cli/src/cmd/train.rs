@@ -33,7 +33,7 @@ pub(crate) struct TrainArgs {
     /// `DIR.replaced-<time>`, nothing deleted) and start afresh. Without it such a
     /// directory is refused.
     #[arg(long)]
-    overwrite: bool,
+    pub(crate) overwrite: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,

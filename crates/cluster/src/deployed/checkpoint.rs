@@ -43,9 +43,6 @@ pub(crate) struct Side {
     pub(crate) decisions: Vec<DecisionRecord>,
     /// Invalidations in force.
     pub(crate) invalid: Invalid,
-    /// The version the learner went on from after an operator's rollback, and the
-    /// pointer revision that asked for it.
-    pub(crate) rolled_back: Option<(u64, u64)>,
 }
 
 /// Trajectories and sample ranges invalidated lately.

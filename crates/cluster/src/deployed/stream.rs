@@ -8,7 +8,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use crate::link::{Link, Unacked, DEDUPE_WINDOW};
-use crate::names::DEPLOYED_CONSUMER;
 use crate::stop::Stop;
 use crate::ClusterError;
 
@@ -23,9 +22,8 @@ const STREAM_BYTES: i64 = 1 << 30;
 /// Messages the learner may hold unacknowledged: enough for many updates of segments.
 const MAX_ACK_PENDING: i64 = 1 << 16;
 
-/// A message of the deployed stream: its subject, payload and acknowledgement handle.
+/// A message of the deployed stream: its payload and acknowledgement handle.
 pub(crate) struct Delivered {
-    pub(crate) subject: String,
     pub(crate) payload: Bytes,
     pub(crate) acker: Unacked,
 }
@@ -111,16 +109,26 @@ impl Link {
         })
     }
 
-    /// The learner's consumer of the deployed stream, created anew so that every message
-    /// a learner that died left unacknowledged is delivered at once.
-    pub(crate) fn fresh_deployed_consumer(&self) -> Result<consumer::PullConsumer, ClusterError> {
-        let name = self.names.deployed_stream();
-        self.block(|| format!("create consumer {DEPLOYED_CONSUMER}"), async {
-            let stream = self.js.get_stream(&name).await.map_err(|e| e.to_string())?;
-            let _ = stream.delete_consumer(DEPLOYED_CONSUMER).await;
+    /// The learner's consumer `name` of the deployed stream's subjects `filter`, created
+    /// anew so that every message a learner that died left unacknowledged is delivered at
+    /// once.
+    pub(crate) fn fresh_deployed_consumer(
+        &self,
+        name: &str,
+        filter: String,
+    ) -> Result<consumer::PullConsumer, ClusterError> {
+        let stream_name = self.names.deployed_stream();
+        self.block(|| format!("create consumer {name}"), async {
+            let stream = self
+                .js
+                .get_stream(&stream_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = stream.delete_consumer(name).await;
             stream
                 .create_consumer(consumer::pull::Config {
-                    durable_name: Some(DEPLOYED_CONSUMER.to_string()),
+                    durable_name: Some(name.to_string()),
+                    filter_subject: filter.clone(),
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: ACK_WAIT,
                     deliver_policy: consumer::DeliverPolicy::All,
@@ -155,7 +163,7 @@ impl Link {
         &self,
         consumer: &mut consumer::PullConsumer,
     ) -> Result<u64, ClusterError> {
-        self.block(|| format!("read consumer {DEPLOYED_CONSUMER}"), async {
+        self.block(|| "read a deployed consumer".to_string(), async {
             consumer.info().await.map(|i| i.num_pending)
         })
     }
@@ -188,7 +196,6 @@ async fn fetch_batch(
     while let Some(message) = batch.next().await {
         let (message, acker) = message.map_err(|e| e.to_string())?.split();
         out.push(Delivered {
-            subject: message.subject.to_string(),
             payload: message.payload,
             acker: Unacked(acker),
         });

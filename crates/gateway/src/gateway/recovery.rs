@@ -122,6 +122,11 @@ impl Gateway {
         if !stopped_cleanly {
             gateway.settle_reports_in_flight()?;
         }
+        // A gateway of a run that spans machines relays every invalidation from its
+        // first request on, before its feed to the learner is connected.
+        if gateway.settings.gateway_id > 0 {
+            gateway.inbox.start_relaying();
+        }
         Ok(gateway)
     }
 

@@ -9,34 +9,58 @@ use crate::names::segment_id;
 use crate::ClusterError;
 
 impl DeployedLearner<'_> {
-    /// Takes what one fetch brings; how many messages.
+    /// Takes the invalidations stored so far and, while fewer than two batches of rows
+    /// wait, what one fetch of segments brings (waiting at most `wait`); how many
+    /// messages.
     pub(super) fn take(&mut self, wait: Duration) -> Result<usize, ClusterError> {
+        let mut n = self.take_invalidations(Duration::from_millis(5))?;
+        let batch = self.config.ppo.n_steps * self.config.env.num_envs;
+        if self.rows_waiting < 2 * batch {
+            n += self.take_segments(wait)?;
+        }
+        Ok(n)
+    }
+
+    /// Invalidations of one fetch: in force from now on, acknowledged with the next
+    /// checkpoint (which keeps them).
+    fn take_invalidations(&mut self, wait: Duration) -> Result<usize, ClusterError> {
         let delivered = self
             .link
-            .fetch_deployed(&self.consumer, FETCH, wait, self.stop)?;
+            .fetch_deployed(&self.invalidations, FETCH, wait, self.stop)?;
         let n = delivered.len();
         for d in delivered {
-            if d.subject.ends_with(".invalidations") {
-                match decode_invalidation(&d.payload) {
-                    Ok(relayed) => {
-                        self.side.invalid.add(relayed.target);
-                        self.report.invalidations += 1;
-                    }
-                    Err(e) => self.unreadable(&e),
+            match decode_invalidation(&d.payload) {
+                Ok(relayed) => {
+                    self.side.invalid.add(relayed.target);
+                    self.report.invalidations += 1;
                 }
-                self.settled.push(d.acker);
-                continue;
+                Err(e) => self.unreadable(&e),
             }
+            self.settled.push(d.acker);
+        }
+        Ok(n)
+    }
+
+    /// Segments of one fetch: each waits for an update, or is acknowledged at once when it
+    /// will never be trained (unreadable, trained before, or invalidated; what invalidated
+    /// it is in the next checkpoint).
+    fn take_segments(&mut self, wait: Duration) -> Result<usize, ClusterError> {
+        let delivered = self
+            .link
+            .fetch_deployed(&self.segments, FETCH, wait, self.stop)?;
+        let n = delivered.len();
+        let mut done = Vec::new();
+        for d in delivered {
             let arrived = match decode_segment(&d.payload, &self.config_hash, &self.byte_spans) {
                 Ok(a) => a,
                 Err(e) => {
                     self.unreadable(&e);
-                    self.settled.push(d.acker);
+                    done.push(d.acker);
                     continue;
                 }
             };
             let Some(&first) = arrived.segment.sample_ids.first() else {
-                self.settled.push(d.acker);
+                done.push(d.acker);
                 continue;
             };
             let id = segment_id(arrived.gateway, first);
@@ -44,13 +68,13 @@ impl DeployedLearner<'_> {
                 || self.waiting.iter().any(|w| w.id == id);
             if trained_before {
                 self.report.segments_already_trained += 1;
-                self.settled.push(d.acker);
+                done.push(d.acker);
                 continue;
             }
             let seg = arrived.segment;
             if self.side.invalid.covers(seg.trajectory, &seg.sample_ids) {
                 self.left_out(seg.len());
-                self.settled.push(d.acker);
+                done.push(d.acker);
                 continue;
             }
             self.rows_waiting += seg.len();
@@ -60,6 +84,9 @@ impl DeployedLearner<'_> {
                 id,
                 ack: d.acker,
             });
+        }
+        if !done.is_empty() {
+            self.link.ack_all(&done)?;
         }
         Ok(n)
     }
@@ -74,11 +101,11 @@ impl DeployedLearner<'_> {
         self.skipped_since_update += rows as u64;
     }
 
-    /// Takes messages until the consumer has delivered everything stored.
+    /// Takes invalidations until their consumer has delivered every one stored.
     pub(super) fn drain(&mut self) -> Result<(), ClusterError> {
         loop {
-            let n = self.take(Duration::from_millis(20))?;
-            if n == 0 && self.link.undelivered(&mut self.consumer)? == 0 {
+            let n = self.take_invalidations(Duration::from_millis(20))?;
+            if n == 0 && self.link.undelivered(&mut self.invalidations)? == 0 {
                 return Ok(());
             }
         }

@@ -33,7 +33,7 @@ use strata_runtime::RunConfig;
 
 use crate::deployed::checkpoint::{Checkpoints, Side, TRAINED_UPDATES};
 use crate::link::{Link, Unacked};
-use crate::names::{CURRENT_KEY, LATEST_KEY};
+use crate::names::{CURRENT_KEY, INVALIDATIONS_CONSUMER, LATEST_KEY, SEGMENTS_CONSUMER};
 use crate::records;
 use crate::serving::NatsRelease;
 use crate::stop::Stop;
@@ -57,6 +57,11 @@ pub struct DeployedOptions {
     pub release: ReleaseMode,
     /// Stop after this many updates (none: until stopped).
     pub max_updates: Option<u64>,
+    /// Start the run afresh even though it has versions on the server (its versions,
+    /// serving pointer and unacknowledged segments are dropped). Without it a learner with
+    /// no checkpoint refuses a run that has versions: it is another learner's, or this
+    /// one's started on another directory.
+    pub overwrite: bool,
 }
 
 /// What a deployed learner did, when it stops.
@@ -130,8 +135,11 @@ pub fn run_deployed_learner(
     let _lock = strata_dirlock::DirLock::acquire(&options.dir, "learner directory")
         .map_err(|e| ClusterError::Config(e.to_string()))?;
     let mut learner = DeployedLearner::open(meeting, config, options, stop)?;
-    learner.run()?;
-    Ok(learner.report)
+    match learner.run() {
+        // Stopped mid-update: what its checkpoint holds is settled when it resumes.
+        Ok(()) | Err(ClusterError::Stopped) => Ok(learner.report),
+        Err(e) => Err(e),
+    }
 }
 
 struct DeployedLearner<'a> {
@@ -147,10 +155,14 @@ struct DeployedLearner<'a> {
     checkpoints: Checkpoints,
     side: Side,
     release: NatsRelease,
-    /// The pointer revision this learner last wrote or saw.
-    pointer_seen: Option<u64>,
+    /// The pointer revision this learner last wrote or saw, and the version it named.
+    pointer_seen: Option<(u64, u64)>,
     pointer_read_at: Instant,
-    consumer: PullConsumer,
+    /// The version an operator rolled the run back to, which the held parameters are,
+    /// until the next update.
+    rolled_back_to: Option<u64>,
+    segments: PullConsumer,
+    invalidations: PullConsumer,
     byte_spans: Vec<std::ops::Range<usize>>,
     waiting: Vec<Waiting>,
     rows_waiting: usize,
@@ -207,6 +219,16 @@ impl<'a> DeployedLearner<'a> {
         let link = Link::connect_until(&meeting.url, &meeting.run, meeting.timeout, stop)?;
         link.ensure_deployed_stream()?;
         let fresh = progress.updates == 0 && side.update == 0;
+        if fresh && !options.overwrite {
+            if let Some(v) = records::latest_version(&link)? {
+                return Err(ClusterError::Config(format!(
+                    "run `{}` already has versions (up to {v}) at {} and {} holds no checkpoint: start this learner on the directory of the learner that made them to resume it, or pass --overwrite to start the run afresh (its versions, serving pointer and unacknowledged segments are dropped)",
+                    meeting.run,
+                    meeting.url,
+                    options.dir.display()
+                )));
+            }
+        }
         if fresh {
             // A fresh run under a name used before: nothing of the earlier run may be
             // taken for this one's.
@@ -224,7 +246,12 @@ impl<'a> DeployedLearner<'a> {
         )?;
         let spec = strata_config::env_spec(&config)?;
         let release = NatsRelease::new(Arc::clone(&link));
-        let consumer = link.fresh_deployed_consumer()?;
+        let segments =
+            link.fresh_deployed_consumer(SEGMENTS_CONSUMER, link.names.all_deployed_segments())?;
+        let invalidations = link.fresh_deployed_consumer(
+            INVALIDATIONS_CONSUMER,
+            link.names.all_deployed_invalidations(),
+        )?;
         let log_path = options.dir.join("learner.jsonl");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -244,7 +271,9 @@ impl<'a> DeployedLearner<'a> {
             release,
             pointer_seen: None,
             pointer_read_at: Instant::now(),
-            consumer,
+            rolled_back_to: None,
+            segments,
+            invalidations,
             byte_spans: spec.image_ranges(),
             waiting: Vec::new(),
             rows_waiting: 0,
@@ -288,16 +317,22 @@ impl<'a> DeployedLearner<'a> {
         if published.is_none_or(|v| v < self.progress.policy_version) {
             self.publish()?;
         }
-        if self.release.read().map_err(ClusterError::Wire)?.is_none() {
-            let pointer = ServingPointer {
-                version: self.progress.policy_version,
-                rules_version: self.rules.version,
-                immediate: true,
-            };
-            self.pointer_seen = self
-                .release
-                .swap(None, &pointer)
-                .map_err(ClusterError::Wire)?;
+        match self.release.read().map_err(ClusterError::Wire)? {
+            // Where the run's pointer is now is where this learner starts from: a later
+            // move down from it is an operator's rollback.
+            Some((pointer, revision)) => self.pointer_seen = Some((revision, pointer.version)),
+            None => {
+                let pointer = ServingPointer {
+                    version: self.progress.policy_version,
+                    rules_version: self.rules.version,
+                    immediate: true,
+                };
+                self.pointer_seen = self
+                    .release
+                    .swap(None, &pointer)
+                    .map_err(ClusterError::Wire)?
+                    .map(|revision| (revision, pointer.version));
+            }
         }
         Ok(())
     }
@@ -323,7 +358,9 @@ impl<'a> DeployedLearner<'a> {
                 }
             }
             if self.pointer_read_at.elapsed() >= POINTER_EVERY {
-                self.follow_rollback()?;
+                if let Err(e) = self.follow_rollback() {
+                    tracing::warn!(component = "learner", error = %e, "reading the serving pointer: retrying");
+                }
             }
             if self.rows_waiting >= batch {
                 // Every invalidation stored before the update starts is in force for it.
@@ -389,7 +426,7 @@ impl<'a> DeployedLearner<'a> {
         self.side.update = update;
         self.side.version = version;
         self.side.decisions = admitted.decisions.clone();
-        self.side.rolled_back = None;
+        self.rolled_back_to = None;
         self.checkpoints.save(&self.state(), &self.side)?;
         self.write_decisions(admitted.decisions)?;
         self.publish()?;

@@ -18,11 +18,16 @@ impl DeployedLearner<'_> {
         let Some((pointer, revision)) = self.release.read().map_err(ClusterError::Wire)? else {
             return Ok(());
         };
-        if self.pointer_seen.is_some_and(|seen| seen >= revision) {
+        let Some((seen, seen_version)) = self.pointer_seen else {
+            self.pointer_seen = Some((revision, pointer.version));
+            return Ok(());
+        };
+        if seen >= revision {
             return Ok(());
         }
-        self.pointer_seen = Some(revision);
-        if pointer.version >= self.progress.policy_version {
+        self.pointer_seen = Some((revision, pointer.version));
+        // A promote (the pointer moving up, or staying) is not a rollback.
+        if pointer.version >= seen_version {
             return Ok(());
         }
         let policy = records::policy(&self.link, pointer.version)?;
@@ -30,7 +35,7 @@ impl DeployedLearner<'_> {
             .model_mut()
             .set_flat_params(&policy.params)
             .map_err(strata_runtime::RuntimeError::from)?;
-        self.side.rolled_back = Some((pointer.version, revision));
+        self.rolled_back_to = Some(pointer.version);
         tracing::info!(
             component = "learner",
             version = pointer.version,
@@ -41,10 +46,7 @@ impl DeployedLearner<'_> {
 
     /// The version whose parameters the learner holds (what decisions count ages from).
     pub(super) fn base_version(&self) -> u64 {
-        match self.side.rolled_back {
-            Some((v, _)) => v,
-            None => self.progress.policy_version,
-        }
+        self.rolled_back_to.unwrap_or(self.progress.policy_version)
     }
 
     /// Publishes the held parameters as the checkpointed version (retrying while NATS
@@ -74,7 +76,7 @@ impl DeployedLearner<'_> {
         let current = self.release.read().map_err(ClusterError::Wire)?;
         let (rules_version, expected) = match current {
             Some((p, revision)) => {
-                if self.pointer_seen.is_some_and(|seen| seen < revision) {
+                if self.pointer_seen.is_none_or(|(seen, _)| seen < revision) {
                     // Someone else moved it since this learner last did: look first.
                     return self.follow_rollback();
                 }
@@ -92,7 +94,7 @@ impl DeployedLearner<'_> {
             .swap(expected, &pointer)
             .map_err(ClusterError::Wire)?
         {
-            Some(revision) => self.pointer_seen = Some(revision),
+            Some(revision) => self.pointer_seen = Some((revision, version)),
             None => self.follow_rollback()?,
         }
         Ok(())
