@@ -7,6 +7,7 @@ metrics with and without invalidated samples.
     samples = lg.samples().to_pandas()          # everything, invalidated samples included
     clean = lg.samples(invalidated=False)       # without them
     lg.metrics()["all"], lg.metrics()["valid"]  # episodes with and without invalidated samples
+    fleet = strata.ledger("runs/gw1", "runs/gw2", "runs/fleet-learner")  # several, as one
 """
 from __future__ import annotations
 
@@ -31,12 +32,16 @@ class Ledger:
     """A ledger, read afresh at every call (a run that is still writing shows its newest
     durable rows)."""
 
-    def __init__(self, location: str):
-        self.location = location
+    def __init__(self, *locations: str):
+        if not locations:
+            raise ValueError("a Ledger needs at least one location")
+        self.locations = list(locations)
+        # The first (the only one, for a single ledger).
+        self.location = self.locations[0]
 
     def _table(self, name: str, invalidated: bool = True):
         pa = _pyarrow()
-        data = _strata.ledger_table(self.location, name, invalidated)
+        data = _strata.ledger_table(self.locations, name, invalidated)
         return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
     def samples(self, invalidated: bool = True):
@@ -64,7 +69,7 @@ class Ledger:
         return self._table("generations")
 
     def _report(self) -> Dict[str, Any]:
-        return json.loads(_strata.ledger_report(self.location))
+        return json.loads(_strata.ledger_report(self.locations))
 
     def summary(self) -> List[Dict[str, Any]]:
         """Per bucket and generation: samples, trained, down-weighted, dropped,
@@ -77,13 +82,38 @@ class Ledger:
         return self._report()["metrics"]
 
     def __repr__(self) -> str:
-        return f"Ledger({self.location!r})"
+        return "Ledger(" + ", ".join(repr(loc) for loc in self.locations) + ")"
 
 
-def ledger(path: Union[str, "os.PathLike[str]"]) -> Ledger:
+_TABLES = ("samples", "decisions", "invalidations", "generations", "rules")
+
+
+def _ledger_dir(path: Path):
+    """``path`` or its ``ledger/``, if it is a ledger."""
+    inner = path / "ledger"
+    d = inner if inner.is_dir() else path
+    return os.fspath(d) if any((d / t).exists() for t in _TABLES) else None
+
+
+def ledger(*paths: Union[str, "os.PathLike[str]"]) -> Ledger:
     """The ledger of a run directory (its ``ledger/``), or at a ledger location (a
-    directory or an object-store URL)."""
-    text = os.fspath(path)
-    if "://" not in text and (Path(text) / "ledger").is_dir():
-        text = os.fspath(Path(text) / "ledger")
-    return Ledger(text)
+    directory or an object-store URL); given several, or a directory of them (the
+    gateways and learner of a run that spans machines), all read as one."""
+    if not paths:
+        raise ValueError("strata.ledger needs at least one path")
+    locations = []
+    for path in paths:
+        text = os.fspath(path)
+        if "://" in text:
+            locations.append(text)
+            continue
+        found = _ledger_dir(Path(text))
+        if found is None and Path(text).is_dir():
+            inside = sorted(
+                d for d in (_ledger_dir(c) for c in Path(text).iterdir() if c.is_dir()) if d
+            )
+            if inside:
+                locations.extend(inside)
+                continue
+        locations.append(found or text)
+    return Ledger(*locations)

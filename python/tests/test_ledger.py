@@ -43,6 +43,21 @@ def test_a_runs_ledger_reads_into_pandas_with_and_without_invalidated_samples(tm
 def test_an_unknown_table_or_location_is_named(tmp_path):
     import pytest
     with pytest.raises(ValueError, match="unknown ledger table"):
-        strata._strata.ledger_table(str(tmp_path), "nope", True)
+        strata._strata.ledger_table([str(tmp_path)], "nope", True)
     empty = strata.ledger(tmp_path / "empty").samples()
     assert empty.num_rows == 0 and "sample_id" in empty.column_names
+
+
+def test_several_ledgers_read_as_one_and_overlapping_ones_are_refused(tmp_path):
+    import pytest
+    runs = tmp_path / "runs"
+    a = runs / "a"
+    strata.train("cartpole", run_dir=a, max_steps=1024, progress=False)
+    # A directory of ledgers reads as their union: here, the one run it holds.
+    assert strata.ledger(runs).samples().num_rows == strata.ledger(a).samples().num_rows
+    assert strata.ledger(a, a / "ledger").locations == [str(a / "ledger")] * 2
+    # Two training runs both number their samples from 0: not the ledgers of one run's
+    # gateways, and refused as such rather than counted twice.
+    strata.train("cartpole", run_dir=runs / "b", max_steps=1024, progress=False)
+    with pytest.raises(Exception, match="not ledgers of one run"):
+        strata.ledger(runs).summary()

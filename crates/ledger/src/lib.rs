@@ -55,6 +55,7 @@ mod samples;
 mod sched;
 mod schema;
 mod storage;
+mod union;
 mod writer;
 mod writer_shared;
 
@@ -84,6 +85,7 @@ pub use schema::{
     decisions_to_arrow, duplicates_to_arrow, generations_to_arrow, invalidations_to_arrow,
 };
 pub use storage::Storage;
+pub use union::union;
 pub use writer::WriterStats;
 
 pub use handle::{Ledger, Queued};

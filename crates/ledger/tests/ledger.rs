@@ -959,3 +959,62 @@ fn curves_follow_collection_order_and_mark_only_newer_versions_as_switches() {
     assert!(curves(&data, "canary").episodes.is_empty());
     assert_eq!(lag_histogram(&data, "train"), vec![(0, 2), (1, 4)]);
 }
+
+#[test]
+fn ledgers_of_several_gateways_read_as_one_and_overlapping_ones_are_refused() {
+    // Gateways 1 and 2 number their samples from N << 40; a learner elsewhere keeps a
+    // ledger of decisions only.
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let base = |n: u64| n << 40;
+    for (k, d) in dirs.iter().take(2).enumerate() {
+        let ledger = Ledger::open(&LedgerConfig {
+            first_sample_id: base(k as u64 + 1),
+            ..config(d.path())
+        })
+        .unwrap();
+        let first = ledger.reserve_sample_ids(8);
+        assert_eq!(
+            first,
+            base(k as u64 + 1),
+            "an empty ledger starts at its first id"
+        );
+        ledger.append_samples(episodes(first, 2, 4, 0)).unwrap();
+        ledger.close().unwrap();
+    }
+    let learner = Ledger::open(&config(dirs[2].path())).unwrap();
+    learner.register_rules(&AdmissionRules::default()).unwrap();
+    learner
+        .append_decisions(vec![
+            decision(base(1), base(1) + 7, 0, 0.0, DecisionKind::Trained),
+            decision(base(2), base(2) + 3, 0, 0.0, DecisionKind::Trained),
+        ])
+        .unwrap();
+    learner.close().unwrap();
+    let part = |k: usize| (dirs[k].path().display().to_string(), read(dirs[k].path()));
+    let all = strata_ledger::union(vec![part(0), part(1), part(2)]).unwrap();
+    let rows = summary(&all);
+    assert_eq!(rows.iter().map(|g| g.samples).sum::<u64>(), 16);
+    assert_eq!(
+        rows.iter().map(|g| g.trained).sum::<u64>(),
+        12,
+        "decisions join samples of both gateways"
+    );
+    assert_eq!(rows.iter().map(|g| g.undecided).sum::<u64>(), 4);
+
+    // A ledger numbered like gateway 1's (another directory under the same id) is refused.
+    let twin = Ledger::open(&LedgerConfig {
+        first_sample_id: base(1),
+        ..config(dirs[3].path())
+    })
+    .unwrap();
+    twin.append_samples(episodes(base(1) + 4, 1, 4, 0)).unwrap();
+    twin.close().unwrap();
+    let err = strata_ledger::union(vec![part(0), part(3)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&dirs[0].path().display().to_string())
+            && err.contains(&dirs[3].path().display().to_string()),
+        "{err}"
+    );
+}

@@ -17,11 +17,19 @@ const TABLES: &[&str] = &[
     "generations",
 ];
 
-/// Reads every table of the ledger at `location` (a directory or object-store URL).
-fn read(py: Python<'_>, location: &str) -> PyResult<LedgerData> {
+/// Reads every table of the ledgers at `locations` (directories or object-store URLs) as
+/// one: the gateways and learner of a run that spans machines.
+fn read(py: Python<'_>, locations: &[String]) -> PyResult<LedgerData> {
+    if locations.is_empty() {
+        return Err(PyValueError::new_err("no ledger location given"));
+    }
     py.detach(|| {
-        let storage = Storage::open(location)?;
-        LedgerData::read(&storage)
+        let mut parts = Vec::with_capacity(locations.len());
+        for location in locations {
+            let storage = Storage::open(location)?;
+            parts.push((location.clone(), LedgerData::read(&storage)?));
+        }
+        strata_ledger::union(parts)
     })
     .map_err(error)
 }
@@ -41,15 +49,15 @@ fn valid_only(batch: &RecordBatch) -> PyResult<RecordBatch> {
     arrow_select::filter::filter_record_batch(batch, &keep).map_err(error)
 }
 
-/// Table `table` of the ledger at `location` as an Arrow IPC stream: `samples` (every
+/// Table `table` of the ledgers at `locations` (read as one) as an Arrow IPC stream: `samples` (every
 /// sample's provenance with its decision and invalidation; without the invalidated ones
 /// when `include_invalidated` is false), `decisions`, `invalidations`, `duplicates` or
 /// `generations`.
 #[pyfunction]
-#[pyo3(signature = (location, table, include_invalidated=true))]
+#[pyo3(signature = (locations, table, include_invalidated=true))]
 pub(crate) fn ledger_table<'py>(
     py: Python<'py>,
-    location: &str,
+    locations: Vec<String>,
     table: &str,
     include_invalidated: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
@@ -59,7 +67,7 @@ pub(crate) fn ledger_table<'py>(
             TABLES.join(", ")
         )));
     }
-    let data = read(py, location)?;
+    let data = read(py, &locations)?;
     let mut batches = match table {
         "samples" => strata_ledger::manifest_batches(&data),
         "decisions" => vec![strata_ledger::decisions_to_arrow(&data.decisions)],
@@ -95,11 +103,11 @@ pub(crate) fn ledger_table<'py>(
     Ok(PyBytes::new(py, &out))
 }
 
-/// The ledger's per-generation summary and its metrics with and without invalidated
+/// The ledgers' (read as one) per-generation summary and their metrics with and without invalidated
 /// samples (what `strata ledger summary` and `metrics` print), as JSON.
 #[pyfunction]
-pub(crate) fn ledger_report(py: Python<'_>, location: &str) -> PyResult<String> {
-    let data = read(py, location)?;
+pub(crate) fn ledger_report(py: Python<'_>, locations: Vec<String>) -> PyResult<String> {
+    let data = read(py, &locations)?;
     let report = serde_json::json!({
         "summary": strata_ledger::summary(&data),
         "metrics": strata_ledger::metrics(&data),

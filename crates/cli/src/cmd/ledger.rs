@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+
+use super::ledger_read::{locate, read_all, read_each};
 use strata_ledger::{
     metrics, now_ns, recompute, summary, write_manifest, AdmissionRules, Invalidation, Ledger,
     LedgerConfig, LedgerData, ManifestFormat, ReasonCode, SideMetrics, Storage, Target,
@@ -23,9 +25,12 @@ pub enum LedgerCommand {
     Invalidate(InvalidateArgs),
     /// Show admission rules: a registered version, or the ones in force.
     Rules(RulesArgs),
+    /// Every invalidation: when, what it covers and which gateway issued that, why, who,
+    /// and the ledger (gateway) that recorded it.
+    Invalidations(ReadArgs),
     /// Sort sample log files into generation partitions (after a crash; never while a run
     /// writes to the same ledger).
-    Compact(ReadArgs),
+    Compact(OneLedgerArgs),
 }
 
 #[derive(Args, Debug)]
@@ -39,11 +44,20 @@ pub struct RulesArgs {
 
 #[derive(Args, Debug)]
 pub struct ReadArgs {
-    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
-    ledger: String,
+    /// One or more ledgers, read as one: each a ledger directory or object-store URL, a run
+    /// or gateway directory holding `ledger/`, or a directory of those (the gateways and
+    /// learner of a run that spans machines).
+    #[arg(value_name = "LEDGER", required = true)]
+    ledgers: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct OneLedgerArgs {
+    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
+    ledger: String,
 }
 
 #[derive(Args, Debug)]
@@ -57,8 +71,9 @@ pub struct RecomputeArgs {
 
 #[derive(Args, Debug)]
 pub struct ManifestArgs {
-    /// A ledger directory or object-store URL, or a run directory holding `ledger/`.
-    ledger: String,
+    /// One or more ledgers, read as one (as for `summary`).
+    #[arg(value_name = "LEDGER", required = true)]
+    ledgers: Vec<String>,
     /// `parquet`, `csv` or `json` (JSON lines). A recorded transition's `observation` and
     /// `next_observation` are the stored bytes in Parquet, their numbers (little-endian
     /// f32s read back) in JSON, and those numbers joined by `;` in CSV.
@@ -90,45 +105,6 @@ pub struct InvalidateArgs {
     author: String,
 }
 
-/// The ledger location for a path or URL: a run directory's `ledger/`, or the path itself.
-fn locate(ledger: &str) -> Result<String> {
-    if ledger.contains("://") {
-        return Ok(ledger.to_string());
-    }
-    let path = Path::new(ledger);
-    if !path.exists() {
-        bail!("{ledger}: no such directory");
-    }
-    let inner = path.join("ledger");
-    let dir = if inner.is_dir() {
-        inner
-    } else {
-        path.to_path_buf()
-    };
-    let known = [
-        "samples",
-        "decisions",
-        "invalidations",
-        "generations",
-        "rules",
-    ];
-    if !known.iter().any(|t| dir.join(t).exists()) {
-        bail!(
-            "{}: not a ledger (none of {} is there) and no ledger/ inside",
-            dir.display(),
-            known.join(", ")
-        );
-    }
-    Ok(dir.to_string_lossy().into_owned())
-}
-
-fn read(ledger: &str) -> Result<(String, LedgerData)> {
-    let location = locate(ledger)?;
-    let storage = Storage::open(&location)?;
-    let data = LedgerData::read(&storage)?;
-    Ok((location, data))
-}
-
 /// The worker faults a training run survived, from its metrics file's last line (`path`
 /// a run directory; none for a bare ledger, such as a gateway's).
 fn run_faults(path: &Path) -> Option<u64> {
@@ -142,7 +118,7 @@ fn run_faults(path: &Path) -> Option<u64> {
 pub fn run(command: LedgerCommand) -> Result<()> {
     match command {
         LedgerCommand::Summary(args) => {
-            let (_, data) = read(&args.ledger)?;
+            let data = read_all(&args.ledgers)?;
             let rows = summary(&data);
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -209,7 +185,11 @@ pub fn run(command: LedgerCommand) -> Result<()> {
                 "duplicates (repeated idempotency keys, not stored): {}",
                 data.duplicates.len()
             );
-            if let Some(faults) = run_faults(Path::new(&args.ledger)) {
+            let one = match args.ledgers.as_slice() {
+                [one] => Some(Path::new(one)),
+                _ => None,
+            };
+            if let Some(faults) = one.and_then(run_faults) {
                 println!(
                     "worker faults (fragments lost to a failed worker or env process, not stored): {faults}"
                 );
@@ -217,7 +197,7 @@ pub fn run(command: LedgerCommand) -> Result<()> {
             Ok(())
         }
         LedgerCommand::Metrics(args) => {
-            let (_, data) = read(&args.ledger)?;
+            let data = read_all(&args.ledgers)?;
             let m = metrics(&data);
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&m)?);
@@ -252,7 +232,7 @@ pub fn run(command: LedgerCommand) -> Result<()> {
                 .with_context(|| format!("reading {}", args.rules.display()))?;
             let rules = AdmissionRules::parse(&text)
                 .with_context(|| format!("rules in {}", args.rules.display()))?;
-            let (_, data) = read(&args.read.ledger)?;
+            let data = read_all(&args.read.ledgers)?;
             let rows = recompute(&data, &rules)?;
             if args.read.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -297,12 +277,15 @@ pub fn run(command: LedgerCommand) -> Result<()> {
         }
         LedgerCommand::Manifest(args) => {
             let format = ManifestFormat::parse(&args.format).map_err(anyhow::Error::msg)?;
-            let (_, data) = read(&args.ledger)?;
+            let data = read_all(&args.ledgers)?;
             let rows = write_manifest(&data, format, &args.out)?;
             println!("{rows} samples written to {}", args.out.display());
             Ok(())
         }
         LedgerCommand::Invalidate(args) => invalidate(args),
+        LedgerCommand::Invalidations(args) => {
+            super::ledger_invalidations::list(&read_each(&args.ledgers)?, args.json)
+        }
         LedgerCommand::Compact(args) => {
             let storage = Storage::open(&locate(&args.ledger)?)?;
             // Compaction moves a writer's files: never while one holds the ledger.

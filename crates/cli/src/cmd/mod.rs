@@ -9,6 +9,8 @@ pub mod env;
 pub mod eval;
 pub mod fleet;
 pub mod ledger;
+mod ledger_invalidations;
+mod ledger_read;
 pub mod nats_args;
 pub mod serve;
 pub mod train;
