@@ -4,7 +4,8 @@
 //! improves over the learner's versions; every acknowledged report is in the union of the
 //! gateways' ledgers once and trained at most once; a gateway and the learner SIGKILLed
 //! and restarted change neither; an invalidation recorded by gateway 2 of a trajectory
-//! gateway 1 issued is honoured by the learner.
+//! gateway 1 issued is honoured by the learner; `strata ledger` reads the four ledgers
+//! as one.
 
 #[path = "support/nats.rs"]
 mod nats;
@@ -109,6 +110,7 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
                 url: nats.url(),
                 run: RUN.into(),
                 timeout: Duration::from_secs(2),
+                access: Default::default(),
             })
             .is_ok()
         },
@@ -221,6 +223,50 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
     assert!(
         report["segments_invalidated"].as_u64().unwrap() >= 1,
         "{report}"
+    );
+
+    // One audit over the four ledgers: `strata ledger` reads them as one.
+    let strata = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap()
+    };
+    let mut args: Vec<&std::ffi::OsStr> = ["ledger", "summary", "--json"]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
+    args.extend(dirs.iter().map(|d| d.as_os_str()));
+    args.push(learner_dir.as_os_str());
+    let rows = strata(&args);
+    let column = |name: &str| rows.iter().map(|r| r[name].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(column("samples"), seen.len() as u64);
+    assert_eq!(
+        column("trained") + column("down_weighted"),
+        trained.len() as u64
+    );
+    // The run's invalidations, from the directory holding all its ledgers: gateway 2
+    // recorded the one of gateway 1's trajectory.
+    let listed = strata(&[
+        "ledger".as_ref(),
+        "invalidations".as_ref(),
+        "--json".as_ref(),
+        tmp.path().as_os_str(),
+    ]);
+    let cross = listed
+        .iter()
+        .find(|r| r["target"]["trajectory"]["id"] == foreign)
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    assert_eq!(cross["issued_by_gateway"], 1, "{cross}");
+    assert!(
+        cross["recorded_in"].as_str().unwrap().contains("g2"),
+        "{cross}"
     );
 
     // The return improves over the learner's versions.

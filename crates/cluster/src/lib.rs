@@ -34,6 +34,7 @@
 //! two-minute deduplication window and by the learner's proxies after it (a fragment
 //! number is taken once).
 
+mod access;
 mod deployed;
 mod learner;
 mod link;
@@ -54,6 +55,7 @@ use strata_runtime::{resolve_env, RunConfig, RuntimeError, StoreError, Trainer, 
 /// unset.
 pub const CHECKPOINT_UPDATES: u64 = 16;
 
+pub use access::{NatsAccess, NatsCredentials};
 pub use deployed::{
     deployed_messages, feed_run, run_deployed_learner, DeployedOptions, DeployedReport,
     FeedCounters,
@@ -131,6 +133,8 @@ pub struct Meeting {
     pub run: String,
     /// How long one NATS call may take.
     pub timeout: Duration,
+    /// TLS and credentials for the server.
+    pub access: NatsAccess,
 }
 
 /// Fragments in run `meeting.run`'s stream that the learner has not acknowledged yet
@@ -139,7 +143,7 @@ pub struct Meeting {
 /// # Errors
 /// [`ClusterError`] when the server cannot be reached or the run has no stream.
 pub fn pending_fragments(meeting: &Meeting) -> Result<u64, ClusterError> {
-    link::Link::connect(&meeting.url, &meeting.run, meeting.timeout)?.stream_messages()
+    link::Link::connect(meeting)?.stream_messages()
 }
 
 /// The config key's value: the run config and its hash, as the learner holds them.
@@ -207,7 +211,7 @@ pub fn prepare_learner_counted(
         Some(state) => state.config_hash.clone(),
         None => config.config_hash(),
     };
-    let link = link::Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
+    let link = link::Link::connect(meeting)?;
     link.ensure_stream()?;
     if resume.is_none() {
         // A fresh run under a name used before: nothing of the earlier run may be taken

@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::names::Names;
 use crate::stop::Stop;
-use crate::ClusterError;
+use crate::{ClusterError, Meeting};
 
 /// How long unconsumed fragments are remembered for deduplication of re-publishes.
 pub(crate) const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
@@ -66,22 +66,14 @@ impl Link {
     /// # Errors
     /// [`ClusterError::Timeout`] when no server answers in time; [`ClusterError::Nats`]
     /// when the server refuses (JetStream disabled, say).
-    pub(crate) fn connect(
-        url: &str,
-        run: &str,
-        timeout: Duration,
-    ) -> Result<Arc<Link>, ClusterError> {
-        Link::connect_until(url, run, timeout, &Stop::new())
+    pub(crate) fn connect(meeting: &Meeting) -> Result<Arc<Link>, ClusterError> {
+        Link::connect_until(meeting, &Stop::new())
     }
 
     /// [`Link::connect`], given up (with [`ClusterError::Stopped`]) when `stop` is raised,
     /// which also ends every later call of the link in flight.
-    pub(crate) fn connect_until(
-        url: &str,
-        run: &str,
-        timeout: Duration,
-        stop: &Stop,
-    ) -> Result<Arc<Link>, ClusterError> {
+    pub(crate) fn connect_until(meeting: &Meeting, stop: &Stop) -> Result<Arc<Link>, ClusterError> {
+        let (url, run, timeout) = (meeting.url.as_str(), meeting.run.as_str(), meeting.timeout);
         let names = Names::new(run)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -91,18 +83,20 @@ impl Link {
             .map_err(|e| ClusterError::nats("start the NATS client's runtime", e))?;
         let deadline = Instant::now() + timeout;
         let client = loop {
+            let options = rt.block_on(
+                meeting.access.apply(
+                    url,
+                    async_nats::ConnectOptions::new()
+                        .name(format!("strata {run}"))
+                        .connection_timeout(Duration::from_secs(2))
+                        // After a server restart the client keeps trying for as long as
+                        // the process lives; every call meanwhile times out on its own.
+                        .max_reconnects(None),
+                ),
+            )?;
             let attempt = rt.block_on(async {
                 tokio::select! {
-                    attempt = tokio::time::timeout(
-                        timeout,
-                        async_nats::ConnectOptions::new()
-                            .name(format!("strata {run}"))
-                            .connection_timeout(Duration::from_secs(2))
-                            // After a server restart the client keeps trying for as long as
-                            // the process lives; every call meanwhile times out on its own.
-                            .max_reconnects(None)
-                            .connect(url),
-                    ) => Some(attempt),
+                    attempt = tokio::time::timeout(timeout, options.connect(url)) => Some(attempt),
                     () = stop.raised() => None,
                 }
             });
@@ -116,7 +110,12 @@ impl Link {
                         return Err(ClusterError::Stopped);
                     }
                 }
-                Ok(Err(e)) => return Err(ClusterError::nats(format!("connect to {url}"), e)),
+                Ok(Err(e)) => {
+                    return Err(ClusterError::nats(
+                        format!("connect to {url}"),
+                        connect_hint(&e, meeting.access.uses_tls(url)),
+                    ))
+                }
                 Err(_) => {
                     return Err(ClusterError::Timeout {
                         what: format!("connecting to {url}"),
@@ -534,4 +533,23 @@ async fn open_or_create<T, E: std::fmt::Display, C: Future<Output = Result<T, E>
 /// A core NATS subscription, read through [`Link::next`].
 pub(crate) struct Subscription {
     inner: async_nats::Subscriber,
+}
+
+/// A refused connection's error, with what to check for the usual causes.
+fn connect_hint(e: &async_nats::ConnectError, tls: bool) -> String {
+    use async_nats::ConnectErrorKind as Kind;
+    let certificate = e.to_string().contains("certificate");
+    match e.kind() {
+        Kind::AuthorizationViolation => format!(
+            "{e} (the server refused the credentials: check --nats-user and its password, --nats-creds or --nats-nkey)"
+        ),
+        Kind::Tls | Kind::Io if certificate && tls => format!(
+            "{e} (the server's certificate is not trusted: check that --nats-ca names the CA that signed it)"
+        ),
+        Kind::Tls | Kind::Io if certificate => format!(
+            "{e} (the server speaks TLS with a certificate this machine does not trust: pass --nats-ca FILE, the CA that signed it)"
+        ),
+        Kind::Tls => format!("{e} (the server requires TLS: pass --nats-ca FILE or --nats-tls)"),
+        _ => e.to_string(),
+    }
 }

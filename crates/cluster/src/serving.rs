@@ -55,7 +55,7 @@ impl SharedRelease for NatsRelease {
 /// # Errors
 /// [`ClusterError::Config`] when no learner has started the run.
 pub fn run_config(meeting: &Meeting) -> Result<RunConfig, ClusterError> {
-    let link = Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
+    let link = Link::connect(meeting)?;
     let shared = records::shared_config(&link)?.ok_or_else(|| {
         ClusterError::Config(format!(
             "run `{}` has no config at {}: start its learner first",
@@ -77,7 +77,7 @@ pub fn serve_run(
     gateway: Arc<Gateway>,
     stop: std::sync::mpsc::Receiver<()>,
 ) -> Result<JoinHandle<()>, ClusterError> {
-    let link = Link::connect(&meeting.url, &meeting.run, meeting.timeout)?;
+    let link = Link::connect(meeting)?;
     // Every version published so far (an operator may promote or roll back to any), so
     // the pointer can be applied; later ones as they come.
     let newest = records::latest_version(&link)?.ok_or_else(|| {

@@ -44,16 +44,12 @@ pub const MACHINE_KEYS: &[&str] = &[
 /// What `strata worker` was asked.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
-    /// The NATS server (`nats://127.0.0.1:4222`).
-    pub url: String,
-    /// The run's name.
-    pub run: String,
+    /// Where the run meets: server, run name, call timeout, TLS and credentials.
+    pub meeting: crate::Meeting,
     /// Workers this process runs at once.
     pub threads: usize,
     /// `KEY=VALUE` settings for this machine, of [`MACHINE_KEYS`].
     pub sets: Vec<String>,
-    /// How long one NATS call may take.
-    pub timeout: Duration,
     /// Fault injection for tests: every this many fragments (0: never), publish the
     /// fragment twice more, once under its own message id (the stream must drop it) and
     /// once under another (the learner must drop it).
@@ -85,7 +81,7 @@ pub fn run_worker_process(
 ) -> Result<WorkerReport, ClusterError> {
     // Refused before anything starts (the run's own config is checked again on each claim).
     with_machine_settings(RunConfig::default(), &options.sets)?;
-    let link = Link::connect_until(&options.url, &options.run, options.timeout, stop)?;
+    let link = Link::connect_until(&options.meeting, stop)?;
     let process = format!(
         "{}:{}",
         std::fs::read_to_string("/proc/sys/kernel/hostname")

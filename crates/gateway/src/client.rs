@@ -46,16 +46,35 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `base` (`http://host:port`) using `token`.
+    /// A client for `base` (`http://host:port`, or `https://` checked against the
+    /// system's roots) using `token`.
     pub fn new(base: &str, token: &str) -> Self {
-        Client {
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(10))
-                .max_idle_connections_per_host(64)
-                .build(),
+        Self::build(base, token, None).expect("the system's roots need no file")
+    }
+
+    /// A client for `base` using `token` that trusts the CA certificates in `ca` (PEM) for
+    /// `https://` (a gateway whose certificate a private CA signed).
+    ///
+    /// # Errors
+    /// [`ClientError::Transport`] when the CA file cannot be read or holds no certificate.
+    pub fn with_ca(base: &str, token: &str, ca: &std::path::Path) -> Result<Self, ClientError> {
+        Self::build(base, token, Some(ca))
+    }
+
+    fn build(base: &str, token: &str, ca: Option<&std::path::Path>) -> Result<Self, ClientError> {
+        let mut agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(10))
+            .max_idle_connections_per_host(64);
+        if base.starts_with("https://") {
+            let tls =
+                crate::client_tls::RustlsConnector::new(ca).map_err(ClientError::Transport)?;
+            agent = agent.tls_connector(std::sync::Arc::new(tls));
+        }
+        Ok(Client {
+            agent: agent.build(),
             base: base.trim_end_matches('/').to_string(),
             auth: format!("Bearer {token}"),
-        }
+        })
     }
 
     /// The same server with another token.

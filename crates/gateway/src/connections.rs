@@ -15,7 +15,7 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -49,13 +49,15 @@ pub(crate) struct ConnectionLimits {
     pub header_read_timeout: Duration,
 }
 
-/// Serves `app` on `listener` until `stop` fires (or its sender is dropped), then lets
-/// open connections finish for up to [`DRAIN_TIMEOUT`].
+/// Serves `app` on `listener` (over TLS when `tls` is given: each connection's handshake
+/// must finish within the head deadline) until `stop` turns true (or its sender is
+/// dropped), then lets open connections finish for up to [`DRAIN_TIMEOUT`].
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
-    stop: tokio::sync::oneshot::Receiver<()>,
+    tls: Option<Arc<crate::tls::TlsSource>>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -67,10 +69,9 @@ pub(crate) async fn serve(
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT));
     let (drain_tx, drain_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
-    tokio::pin!(stop);
     loop {
         tokio::select! {
-            _ = &mut stop => break,
+            () = stopped(&mut stop) => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
@@ -86,21 +87,28 @@ pub(crate) async fn serve(
                 let _ = stream.set_nodelay(true);
                 match permits.clone().try_acquire_owned() {
                     Ok(permit) => {
-                        let (http, service, mut drain) = (http.clone(), service.clone(), drain_rx.clone());
+                        let (http, service, drain) = (http.clone(), service.clone(), drain_rx.clone());
+                        let tls = tls.as_ref().map(|t| t.acceptor());
+                        let deadline = limits.header_read_timeout;
                         connections.spawn(async move {
-                            let conn = http.serve_connection(TokioIo::new(stream), service);
-                            tokio::pin!(conn);
-                            tokio::select! {
-                                result = conn.as_mut() => log_end(peer, result),
-                                _ = drain.changed() => {
-                                    conn.as_mut().graceful_shutdown();
-                                    log_end(peer, conn.await);
+                            match tls {
+                                None => serve_one(&http, stream, service, drain, peer).await,
+                                Some(acceptor) => {
+                                    match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+                                        Ok(Ok(stream)) => serve_one(&http, stream, service, drain, peer).await,
+                                        Ok(Err(e)) => tracing::debug!(component = "gateway", %peer, error = %e, "TLS handshake failed"),
+                                        Err(_) => tracing::debug!(component = "gateway", %peer, "TLS handshake timed out"),
+                                    }
                                 }
                             }
                             drop(permit);
                         });
                     }
                     Err(_) => {
+                        // Over TLS the answer would need a handshake first: just close.
+                        if tls.is_some() {
+                            continue;
+                        }
                         if let Ok(slot) = refusals.clone().try_acquire_owned() {
                             tokio::spawn(async move {
                                 refuse(stream, limits.max_connections).await;
@@ -125,6 +133,38 @@ pub(crate) async fn serve(
             "connections still open after {DRAIN_TIMEOUT:?}; closing them"
         );
         connections.shutdown().await;
+    }
+}
+
+/// Returns once `stop` is true or its sender is gone.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow_and_update() {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Serves one connection (plain or TLS) until it ends, shutting it down gracefully when
+/// the server drains.
+async fn serve_one<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    http: &http1::Builder,
+    io: I,
+    service: TowerToHyperService<Router>,
+    mut drain: watch::Receiver<bool>,
+    peer: SocketAddr,
+) {
+    let conn = http.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => log_end(peer, result),
+        _ = drain.changed() => {
+            conn.as_mut().graceful_shutdown();
+            log_end(peer, conn.await);
+        }
     }
 }
 

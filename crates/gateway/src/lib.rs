@@ -18,6 +18,7 @@
 mod api;
 mod auth;
 mod client;
+mod client_tls;
 mod connections;
 mod error;
 mod fleet;
@@ -32,6 +33,7 @@ mod segment;
 mod server;
 mod settings;
 mod state;
+mod tls;
 
 pub use api::*;
 pub use auth::{Auth, Caller, Role, TokensFile};
@@ -45,3 +47,4 @@ pub use metrics::Metrics;
 pub use segment::Segment;
 pub use server::{router, Server, OPENAPI};
 pub use settings::{GatewaySettings, ReleaseMode};
+pub use tls::TlsFiles;

@@ -93,6 +93,12 @@ pub struct GatewaySettings {
     /// [`crate::ids::MAX_GATEWAY_ID`]; 0: a gateway alone). Its sample and trajectory ids
     /// are numbered from `gateway_id << 40`, apart from every other gateway's.
     pub gateway_id: u16,
+    /// Serve HTTPS with this certificate and key (reloaded by [`crate::Server::reload_tls`]);
+    /// none: plain HTTP.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// With `tls`: also serve plain HTTP here, a loopback address only (agents and checks
+    /// on the gateway's own machine).
+    pub plain_addr: Option<SocketAddr>,
 }
 
 impl GatewaySettings {
@@ -137,6 +143,8 @@ impl GatewaySettings {
             journal_compact_bytes: 64 << 20,
             serve_first: None,
             gateway_id: 0,
+            tls: None,
+            plain_addr: None,
         })
     }
 
@@ -197,6 +205,14 @@ impl GatewaySettings {
         }
         if self.http_threads == 0 {
             return bad("http_threads", "must be at least 1".into());
+        }
+        if let Some(p) = self.plain_addr {
+            if self.tls.is_none() {
+                return bad("plain_addr", "only beside HTTPS (give the TLS certificate and key); without TLS the gateway serves plain HTTP on its address".into());
+            }
+            if !p.ip().is_loopback() {
+                return bad("plain_addr", format!("{p} is not a loopback address: plain HTTP carries bearer tokens in the clear, so it is served to this machine only"));
+            }
         }
         if self.gateway_id > crate::ids::MAX_GATEWAY_ID {
             return bad(

@@ -166,6 +166,7 @@ pub fn run(quick: bool) -> Result<ClusterReport> {
                 url: server.url(),
                 run: run_name.clone(),
                 timeout: Duration::from_secs(10),
+                access: Default::default(),
             };
             let threads = (config.runtime.workers / processes).max(1).to_string();
             let _workers = Workers(

@@ -127,11 +127,9 @@ pub(crate) fn worker(args: WorkerArgs) -> Result<()> {
         .context("cannot install the Ctrl-C / SIGTERM handler")?;
     let meeting = args.nats.required("strata worker")?;
     let options = WorkerOptions {
-        url: meeting.url.clone(),
-        run: meeting.run.clone(),
+        meeting: meeting.clone(),
         threads: args.threads,
         sets: args.sets,
-        timeout: meeting.timeout,
         republish_every: args.inject_republish_every,
     };
     let report = run_worker_process(&options, &stop)

@@ -159,6 +159,17 @@ pub struct ServeArgs {
     /// trajectory ids are numbered from N << 40.
     #[arg(long, value_name = "N", requires = "nats")]
     gateway_id: Option<u16>,
+    /// Serve HTTPS with this certificate chain (PEM, the gateway's certificate first; with
+    /// --tls-key). SIGHUP reads both files again: renewed certificates need no restart.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With HTTPS: also serve plain HTTP on this loopback address (agents and checks on
+    /// this machine; its address goes to <dir>/plain-address).
+    #[arg(long, value_name = "ADDR", requires = "tls_cert")]
+    plain_addr: Option<SocketAddr>,
     /// Serve this trained policy, stable at once: a run's `best/` (the one to deploy), a
     /// `checkpoint/`, or a run directory (its newest checkpoint). Its env and network are
     /// the gateway's (`--env` may be left out; `--set` still applies).
@@ -219,14 +230,27 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         settings.learner = false;
         settings.validate()?;
     }
-    // The handler goes in before the gateway opens and binds: a signal that arrives while
+    settings.tls = args
+        .tls_cert
+        .clone()
+        .zip(args.tls_key.clone())
+        .map(|(cert, key)| strata_gateway::TlsFiles { cert, key });
+    settings.plain_addr = args.plain_addr;
+    settings.validate()?;
+    if settings.tls.is_none() && !settings.addr.ip().is_loopback() {
+        tracing::warn!(
+            component = "gateway",
+            addr = %settings.addr,
+            "serving plain HTTP beyond this machine: agents' bearer tokens travel in the clear (serve HTTPS with --tls-cert and --tls-key)"
+        );
+    }
+    // The handlers go in before the gateway opens and binds: a signal that arrives while
     // it recovers its state or as soon as the port accepts must still end in a clean stop
-    // with a final flush, not in death by the signal's default action.
-    let (signal_tx, signal) = std::sync::mpsc::sync_channel::<()>(1);
-    ctrlc::set_handler(move || {
-        let _ = signal_tx.try_send(());
-    })
-    .context("cannot install the Ctrl-C / SIGTERM handler")?;
+    // with a final flush, not in death by the signal's default action. SIGHUP reloads the
+    // TLS certificate rather than stopping.
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("cannot install the Ctrl-C / SIGTERM / SIGHUP handlers")?;
     if let Some((_, policy)) = &checkpoint {
         settings.serve_first = Some((
             policy.model.flat_params().to_vec(),
@@ -283,15 +307,24 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         server.url(),
         args.dir.join("tokens.json").display()
     );
-    loop {
-        match signal.recv_timeout(Duration::from_millis(200)) {
-            Ok(()) => {
-                tracing::info!(component = "gateway", "stop requested by a signal");
-                break;
+    'serving: loop {
+        for signal in signals.pending() {
+            if signal == SIGHUP {
+                match server.reload_tls() {
+                    Ok(()) => tracing::info!(component = "gateway", "TLS certificate reloaded"),
+                    Err(e) => {
+                        tracing::error!(component = "gateway", error = %e, "TLS certificate not reloaded; the one in use stays")
+                    }
+                }
+                continue;
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if server.is_running() => {}
-            Err(_) => break,
+            tracing::info!(component = "gateway", "stop requested by a signal");
+            break 'serving;
         }
+        if !server.is_running() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
     drop(follow_stop);
     if let Some(f) = follower {

@@ -37,6 +37,8 @@ pub fn free_port() -> u16 {
 /// A nats-server with JetStream on, its store on disk and synced at every write.
 pub struct Nats {
     binary: String,
+    /// More of the server's config (TLS, authorization), after the listener and JetStream.
+    extra: String,
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
@@ -44,8 +46,14 @@ pub struct Nats {
 
 impl Nats {
     pub fn start(binary: &str, dir: &Path) -> Nats {
+        Nats::start_with(binary, dir, "")
+    }
+
+    /// A server whose config also holds `extra` (a `tls {}` or `authorization {}` block).
+    pub fn start_with(binary: &str, dir: &Path, extra: &str) -> Nats {
         let mut nats = Nats {
             binary: binary.into(),
+            extra: extra.into(),
             port: free_port(),
             dir: dir.to_path_buf(),
             child: None,
@@ -63,9 +71,10 @@ impl Nats {
         std::fs::write(
             &config,
             format!(
-                "listen: 127.0.0.1:{}\nmax_payload: 8MB\njetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n",
+                "listen: 127.0.0.1:{}\nmax_payload: 8MB\njetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n{}\n",
                 self.port,
-                self.dir.join("store")
+                self.dir.join("store"),
+                self.extra
             ),
         )
         .unwrap();

@@ -53,7 +53,7 @@ pub fn feed_run(
             "a gateway that feeds a run's learner needs --gateway-id N (1 or more, different for each gateway of the run)".into(),
         ));
     }
-    let link = Link::connect_until(&meeting.url, &meeting.run, meeting.timeout, &stop)?;
+    let link = Link::connect_until(meeting, &stop)?;
     if !link.has_deployed_stream()? {
         return Err(ClusterError::Config(format!(
             "run `{}`'s learner does not take gateways' reports: start it with `strata learner --from-gateways`",

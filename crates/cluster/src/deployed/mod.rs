@@ -32,5 +32,5 @@ use crate::{ClusterError, Meeting};
 /// # Errors
 /// [`ClusterError`] when the server cannot be reached or the run has no deployed stream.
 pub fn deployed_messages(meeting: &Meeting) -> Result<u64, ClusterError> {
-    Link::connect(&meeting.url, &meeting.run, meeting.timeout)?.deployed_messages()
+    Link::connect(meeting)?.deployed_messages()
 }

@@ -29,7 +29,11 @@ pub use spec::OPENAPI;
 pub struct Server {
     addr: SocketAddr,
     gateway: Arc<Gateway>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The certificate HTTPS serves, when it does.
+    tls: Option<Arc<crate::tls::TlsSource>>,
+    /// The plain-HTTP loopback listener beside HTTPS, when there is one.
+    plain_addr: Option<SocketAddr>,
+    shutdown: Option<tokio::sync::watch::Sender<bool>>,
     http: Option<JoinHandle<()>>,
     learner: Option<JoinHandle<()>>,
 }
@@ -43,6 +47,13 @@ impl Server {
     pub fn start(settings: GatewaySettings) -> Result<Server, GatewayError> {
         let threads = settings.http_threads;
         let addr = settings.addr;
+        let tls = settings
+            .tls
+            .clone()
+            .map(crate::tls::TlsSource::load)
+            .transpose()?
+            .map(Arc::new);
+        let plain_addr = settings.plain_addr;
         let dir = settings.dir.clone();
         let serve_first = settings.serve_first.clone();
         let gateway = Arc::new(Gateway::open(settings)?);
@@ -94,7 +105,22 @@ impl Server {
         let bound = listener
             .local_addr()
             .map_err(|e| GatewayError::io(addr.to_string(), e))?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // Beside HTTPS, plain HTTP for this machine only (local agents, health checks).
+        let plain = match plain_addr {
+            Some(p) => {
+                let l = runtime
+                    .block_on(tokio::net::TcpListener::bind(p))
+                    .map_err(|e| GatewayError::io(p.to_string(), e))?;
+                let a = l
+                    .local_addr()
+                    .map_err(|e| GatewayError::io(p.to_string(), e))?;
+                Some((l, a))
+            }
+            None => None,
+        };
+        let plain_bound = plain.as_ref().map(|(_, a)| *a);
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let served_tls = tls.clone();
         let app = router(gateway.clone());
         let maintained = gateway.clone();
         let maintained_reports = gateway.clone();
@@ -104,7 +130,19 @@ impl Server {
                 runtime.block_on(async move {
                     // They end with the runtime, when serving stops.
                     maintenance::spawn(maintained);
-                    crate::connections::serve(listener, app, limits, rx).await;
+                    let plain = plain.map(|(l, _)| {
+                        tokio::spawn(crate::connections::serve(
+                            l,
+                            app.clone(),
+                            limits,
+                            None,
+                            rx.clone(),
+                        ))
+                    });
+                    crate::connections::serve(listener, app, limits, served_tls, rx).await;
+                    if let Some(p) = plain {
+                        let _ = p.await;
+                    }
                     // Reports whose agents hung up still finish (remembered, journalled)
                     // before the runtime and its tasks are dropped.
                     let reports = &maintained_reports.report_tasks;
@@ -122,13 +160,21 @@ impl Server {
                 })
             })
             .map_err(|e| GatewayError::io("gateway thread", e))?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        if let Some(p) = plain_bound {
+            let plain_file = dir.join("plain-address");
+            std::fs::write(&plain_file, format!("http://{p}\n"))
+                .map_err(|e| GatewayError::io(&plain_file, e))?;
+        }
         let address_file = dir.join("address");
-        std::fs::write(&address_file, format!("http://{bound}\n"))
+        std::fs::write(&address_file, format!("{scheme}://{bound}\n"))
             .map_err(|e| GatewayError::io(&address_file, e))?;
-        tracing::info!(component = "gateway", address = %bound, "serving");
+        tracing::info!(component = "gateway", address = %bound, scheme, "serving");
         Ok(Server {
             addr: bound,
             gateway,
+            tls,
+            plain_addr: plain_bound,
             shutdown: Some(tx),
             http: Some(http),
             learner,
@@ -140,9 +186,30 @@ impl Server {
         self.addr
     }
 
-    /// `http://addr`.
+    /// `https://addr` when it serves TLS, else `http://addr`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// `http://addr` of the plain-HTTP loopback listener beside HTTPS, if there is one.
+    pub fn plain_url(&self) -> Option<String> {
+        self.plain_addr.map(|a| format!("http://{a}"))
+    }
+
+    /// Reads the certificate and key files again; connections from now on get them
+    /// (`strata serve` does this on SIGHUP). A failed reload keeps the certificate in use.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`] when the gateway serves no TLS or a file cannot be used
+    /// (named).
+    pub fn reload_tls(&self) -> Result<(), GatewayError> {
+        match &self.tls {
+            Some(tls) => tls.reload(),
+            None => Err(GatewayError::Config(
+                "this gateway serves plain HTTP: there is no certificate to reload".into(),
+            )),
+        }
     }
 
     /// The gateway.
@@ -165,7 +232,7 @@ impl Server {
 
     fn shutdown_inner(&mut self) -> Result<(), GatewayError> {
         if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
         let mut result = Ok(());
         if let Some(h) = self.http.take() {

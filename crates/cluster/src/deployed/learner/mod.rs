@@ -216,7 +216,7 @@ impl<'a> DeployedLearner<'a> {
         let rules = ledger
             .register_rules(&config.admission)
             .map_err(|e| ClusterError::Config(format!("admission rules: {e}")))?;
-        let link = Link::connect_until(&meeting.url, &meeting.run, meeting.timeout, stop)?;
+        let link = Link::connect_until(meeting, stop)?;
         link.ensure_deployed_stream()?;
         let fresh = progress.updates == 0 && side.update == 0;
         if fresh && !options.overwrite {
