@@ -27,6 +27,7 @@ import asyncio
 import functools
 import http.client
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -239,12 +240,17 @@ class Client:
     operator's).
     Thread-safe: each thread keeps its own connection alive."""
 
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0):
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0,
+                 ca: Optional[str] = None):
+        """``url``: ``http://host:port``, or ``https://host:port`` (the gateway's certificate
+        checked against the system's roots, or the CA certificate file ``ca``)."""
         parsed = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise ValueError(f"gateway URL {url!r}: expected http://host:port")
-        self.url = f"http://{parsed.netloc}"
-        self._host, self._port = parsed.hostname, parsed.port or 80
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"gateway URL {url!r}: expected http://host:port or https://host:port")
+        self.url = f"{parsed.scheme}://{parsed.netloc}"
+        self._tls = ssl.create_default_context(cafile=ca) if parsed.scheme == "https" else None
+        self._host = parsed.hostname
+        self._port = parsed.port or (443 if self._tls else 80)
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.timeout, self.retry_for = timeout, retry_for
         self._local = threading.local()
@@ -258,7 +264,11 @@ class Client:
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            if self._tls is not None:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout,
+                                                   context=self._tls)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
             self._local.conn = conn
         with self._conns_lock:
             self._conns.add(conn)
@@ -593,8 +603,9 @@ class AsyncClient:
     client in a worker thread (each thread keeps its own connection alive), so one event
     loop drives many agents without blocking."""
 
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0):
-        self.sync = Client(url, token, timeout=timeout, retry_for=retry_for)
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0, retry_for: float = 60.0,
+                 ca: Optional[str] = None):
+        self.sync = Client(url, token, timeout=timeout, retry_for=retry_for, ca=ca)
 
     call = _awaitable(Client.call)
     start_episode = _awaitable(Client.start_episode)

@@ -30,10 +30,10 @@ def free_port() -> int:
 class Served:
     """`strata serve` on a fixed port in `dir`, restartable after a kill -9."""
 
-    def __init__(self, dir: Path, env: str = "cartpole"):
-        self.dir, self.env, self.port = dir, env, free_port()
+    def __init__(self, dir: Path, env: str = "cartpole", extra=(), scheme: str = "http"):
+        self.dir, self.env, self.port, self.extra = dir, env, free_port(), list(extra)
         dir.mkdir(parents=True, exist_ok=True)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.process = None
         self.start()
         tokens = json.loads((dir / "tokens.json").read_text())
@@ -47,7 +47,7 @@ class Served:
         log = open(self.dir / "serve.log", "ab")
         self.process = subprocess.Popen(
             [strata_bin(), "serve", "--env", self.env, "--addr", f"127.0.0.1:{self.port}",
-             "--cooldown-secs", "0", "--dir", str(self.dir)],
+             "--cooldown-secs", "0", "--dir", str(self.dir), *self.extra],
             stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 60
         while not (address.exists() and address.read_text().endswith("\n")):

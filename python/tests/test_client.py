@@ -184,3 +184,32 @@ def test_closing_an_async_client_closes_its_worker_threads_connections(served):
 
     conns = asyncio.run(main())
     assert all(c.sock is None for c in conns), "every thread's connection closed"
+
+
+def test_the_client_speaks_https_to_a_gateway_whose_certificate_a_private_ca_signed(tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+    import pytest
+    from conftest import Served
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=strata test CA")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "gw.key", "-out", "gw.csr", "-subj", "/CN=127.0.0.1")
+    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "gw.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "gw.pem", "-days", "2", "-extfile", "san.cnf")
+    served = Served(tmp_path / "gw", extra=["--tls-cert", str(tmp_path / "gw.pem"),
+                                            "--tls-key", str(tmp_path / "gw.key")],
+                    scheme="https")
+    try:
+        operator = strata.Client(served.url, served.operator, ca=str(tmp_path / "ca.pem"))
+        assert operator.url.startswith("https://") and operator.status().stable == 0
+        # The system's roots do not trust the private CA.
+        with pytest.raises((strata.GatewayError, ssl.SSLError, OSError)):
+            strata.Client(served.url, served.operator, retry_for=0).status()
+    finally:
+        served.stop()
