@@ -89,6 +89,59 @@ fn fleets(
     })
 }
 
+/// `strata fleet` with `agents` agents spread over `gateways`: its report (from
+/// `--summary-json`), after checking it printed a line per gateway and the table per
+/// generation across them.
+fn cli_fleet(
+    gateways: &[(std::path::PathBuf, String)],
+    agents: usize,
+    steps: u64,
+    summary: &Path,
+) -> FleetReport {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+    command.args([
+        "fleet",
+        "--env",
+        "cartpole",
+        "--agents",
+        &agents.to_string(),
+    ]);
+    command
+        .args(["--steps", &steps.to_string(), "--summary-json"])
+        .arg(summary);
+    for (dir, url) in gateways {
+        command
+            .args(["--server", url, "--tokens"])
+            .arg(dir.join("tokens.json"));
+    }
+    let out = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (_, url) in gateways {
+        assert!(stdout.contains(&format!("{url}: fleet:")), "{stdout}");
+    }
+    assert!(stdout.contains("generations"), "{stdout}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(summary).unwrap()).unwrap();
+    let fleet = &json["fleet"];
+    let mut report = FleetReport {
+        steps: fleet["steps"].as_u64().unwrap(),
+        stored: fleet["stored"].as_u64().unwrap(),
+        ..FleetReport::default()
+    };
+    assert!(report.steps >= steps, "{fleet}");
+    for (v, pair) in fleet["returns_by_version"].as_object().unwrap() {
+        report.returns_by_version.insert(
+            v.parse().unwrap(),
+            (pair[0].as_u64().unwrap(), pair[1].as_f64().unwrap()),
+        );
+    }
+    report
+}
+
 fn updates(dir: &Path) -> u64 {
     std::fs::read_to_string(dir.join("learner.jsonl"))
         .map(|t| t.lines().count() as u64)
@@ -135,7 +188,8 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         )
         .unwrap();
 
-    let first = fleets(&served, 2, 2_000, 1);
+    // The first phase through `strata fleet` over the three gateways.
+    let first = vec![cli_fleet(&served, 6, 6_000, &tmp.path().join("fleet.json"))];
     wait_until("the learner to train", Duration::from_secs(60), || {
         updates(&learner_dir) >= 3
     });

@@ -52,6 +52,9 @@ pub struct FleetSettings {
     pub crash_prob: f64,
     /// How long the person at the cell takes to confirm a held episode.
     pub confirm_delay: Duration,
+    /// The CA certificate (PEM) an `https://` server's certificate is checked against
+    /// (none: the system's roots).
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl FleetSettings {
@@ -72,6 +75,7 @@ impl FleetSettings {
             timeout_prob: 0.0005,
             crash_prob: 0.0001,
             confirm_delay: Duration::from_millis(20),
+            ca: None,
         }
     }
 }
@@ -101,6 +105,31 @@ pub struct FleetReport {
     pub seconds: f64,
     /// Per policy version: (episodes, mean return) of episodes completed with it.
     pub returns_by_version: BTreeMap<u64, (u64, f64)>,
+}
+
+impl FleetReport {
+    /// Adds `other` (another fleet's, run at the same time against another gateway):
+    /// counts add, the time is the longer, returns per version are pooled.
+    pub fn merge(&mut self, other: &FleetReport) {
+        self.steps += other.steps;
+        self.episodes += other.episodes;
+        self.stored += other.stored;
+        self.duplicates += other.duplicates;
+        self.aborts += other.aborts;
+        self.holds += other.holds;
+        self.timeouts += other.timeouts;
+        self.crashes += other.crashes;
+        self.retries += other.retries;
+        self.seconds = self.seconds.max(other.seconds);
+        for (&version, &(n, mean)) in &other.returns_by_version {
+            let e = self.returns_by_version.entry(version).or_insert((0, 0.0));
+            let total = e.0 + n;
+            if total > 0 {
+                e.1 = (e.1 * e.0 as f64 + mean * n as f64) / total as f64;
+            }
+            e.0 = total;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -237,7 +266,11 @@ impl<'a> SimAgent<'a> {
             .seed(settings.seed),
             &mut obs,
         )?;
-        let client = Client::new(&settings.server, token);
+        let client = match &settings.ca {
+            Some(ca) => Client::with_ca(&settings.server, token, ca)
+                .map_err(|e| FleetError::call("trust the CA", e))?,
+            None => Client::new(&settings.server, token),
+        };
         Ok(SimAgent {
             settings,
             // Keys of one fleet run are its own: a second run against the same gateway

@@ -100,3 +100,26 @@ fn ui_popups_trigger_human_holds_in_the_fleet() {
     );
     assert_eq!(seen["aborts"], 0, "{seen:?}");
 }
+
+#[test]
+fn fleets_of_several_gateways_add_up_and_pool_returns_per_version() {
+    let mut a = strata_gateway::FleetReport {
+        steps: 10,
+        stored: 9,
+        seconds: 2.0,
+        ..Default::default()
+    };
+    a.returns_by_version.insert(0, (2, 10.0));
+    let mut b = strata_gateway::FleetReport {
+        steps: 5,
+        stored: 5,
+        seconds: 3.0,
+        ..Default::default()
+    };
+    b.returns_by_version.insert(0, (1, 40.0));
+    b.returns_by_version.insert(1, (4, 50.0));
+    a.merge(&b);
+    assert_eq!((a.steps, a.stored, a.seconds), (15, 14, 3.0));
+    assert_eq!(a.returns_by_version[&0], (3, 20.0));
+    assert_eq!(a.returns_by_version[&1], (4, 50.0));
+}

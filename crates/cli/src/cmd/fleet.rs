@@ -17,11 +17,17 @@ use crate::cmd::serve::GatewayArgs;
 #[derive(Args, Debug)]
 pub struct FleetArgs {
     /// A running gateway (default: start one in this process on a free loopback port).
-    #[arg(long)]
-    server: Option<String>,
-    /// The gateway's tokens.json (required with --server).
-    #[arg(long)]
-    tokens: Option<PathBuf>,
+    /// Repeat it for several gateways (a run that spans machines): agents are spread over
+    /// them, each sticking to one, and the steps are shared out.
+    #[arg(long = "server", value_name = "URL")]
+    servers: Vec<String>,
+    /// Each --server's tokens.json, in the same order (required with --server).
+    #[arg(long = "tokens", value_name = "FILE")]
+    tokens: Vec<PathBuf>,
+    /// The CA certificate (PEM) that signed an https:// gateway's certificate (none: the
+    /// system's roots).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// Simulated agents.
     #[arg(long, default_value_t = 8)]
     agents: usize,
@@ -69,48 +75,87 @@ pub fn fleet(args: FleetArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| "cartpole".into());
     let mut local = None;
-    let (server, tokens) = match &args.server {
-        Some(url) => {
-            let path = args
-                .tokens
-                .as_ref()
-                .context("--server needs --tokens <the gateway's tokens.json>")?;
+    let targets: Vec<(String, TokensFile)> = if args.servers.is_empty() {
+        if !args.tokens.is_empty() {
+            anyhow::bail!("--tokens goes with --server (the in-process gateway makes its own)");
+        }
+        let dir = args.dir.clone().unwrap_or_else(|| {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            PathBuf::from(format!("runs/fleet-{env}-{t}"))
+        });
+        let mut settings = args
+            .gateway
+            .settings(&dir, SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        settings.agent_tokens = settings.agent_tokens.max(args.agents);
+        let server = Server::start(settings).context("starting the in-process gateway")?;
+        let url = server.url();
+        let tokens = server.gateway().tokens().clone();
+        println!("gateway {url} in {}", dir.display());
+        local = Some((server, dir));
+        vec![(url, tokens)]
+    } else {
+        if args.tokens.len() != args.servers.len() {
+            anyhow::bail!(
+                "{} --server and {} --tokens: give each gateway's tokens.json, in the same order",
+                args.servers.len(),
+                args.tokens.len()
+            );
+        }
+        let mut targets = Vec::new();
+        for (url, path) in args.servers.iter().zip(&args.tokens) {
             let text =
                 std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
             let tokens: TokensFile = serde_json::from_slice(&text)
                 .with_context(|| format!("{} is not a tokens file", path.display()))?;
-            (url.clone(), tokens)
+            targets.push((url.clone(), tokens));
         }
-        None => {
-            let dir = args.dir.clone().unwrap_or_else(|| {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                PathBuf::from(format!("runs/fleet-{env}-{t}"))
-            });
-            let mut settings = args
-                .gateway
-                .settings(&dir, SocketAddr::from(([127, 0, 0, 1], 0)))?;
-            settings.agent_tokens = settings.agent_tokens.max(args.agents);
-            let server = Server::start(settings).context("starting the in-process gateway")?;
-            let url = server.url();
-            let tokens = server.gateway().tokens().clone();
-            println!("gateway {url} in {}", dir.display());
-            local = Some((server, dir));
-            (url, tokens)
-        }
+        targets
     };
-    let mut fleet = FleetSettings::new(&server, tokens, args.agents, &env);
-    fleet.steps = args.steps;
-    fleet.max_duration = Duration::from_secs_f64(args.seconds.max(0.0));
-    fleet.latency_ticks = args.latency_ticks;
-    fleet.seed = args.gateway.config.seed.unwrap_or(1);
-    fleet.move_prob = args.move_prob;
-    fleet.popup_prob = args.popup_prob;
-    fleet.lost_report_prob = args.lost_report_prob;
-    fleet.timeout_prob = args.timeout_prob;
-    fleet.crash_prob = args.crash_prob;
-    let report = run_fleet(&fleet)?;
+    let n = targets.len();
+    if args.agents < n {
+        anyhow::bail!(
+            "{} agents for {n} gateways: give at least one agent each",
+            args.agents
+        );
+    }
+    let fleets: Vec<FleetSettings> = targets
+        .into_iter()
+        .enumerate()
+        .map(|(k, (server, tokens))| {
+            // Agent i goes to gateway i % n; steps are shared out the same way.
+            let share = |total: u64| total / n as u64 + u64::from((k as u64) < total % n as u64);
+            let agents = share(args.agents as u64) as usize;
+            let mut fleet = FleetSettings::new(&server, tokens, agents, &env);
+            fleet.steps = share(args.steps);
+            fleet.max_duration = Duration::from_secs_f64(args.seconds.max(0.0));
+            fleet.latency_ticks = args.latency_ticks;
+            // Each gateway's agents play their own envs.
+            fleet.seed = args.gateway.config.seed.unwrap_or(1) + 1000 * k as u64;
+            fleet.move_prob = args.move_prob;
+            fleet.popup_prob = args.popup_prob;
+            fleet.lost_report_prob = args.lost_report_prob;
+            fleet.timeout_prob = args.timeout_prob;
+            fleet.crash_prob = args.crash_prob;
+            fleet.ca = args.ca.clone();
+            fleet
+        })
+        .collect();
+    let reports: Vec<FleetReport> = std::thread::scope(|s| {
+        let runs: Vec<_> = fleets.iter().map(|f| s.spawn(|| run_fleet(f))).collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("a fleet thread panicked"))
+            .collect::<Result<_, _>>()
+    })?;
+    let mut report = FleetReport::default();
+    for (f, r) in fleets.iter().zip(&reports) {
+        if n > 1 {
+            print!("{}: ", f.server);
+            print_fleet(r);
+        }
+        report.merge(r);
+    }
     print_fleet(&report);
     let mut generations = serde_json::Value::Null;
     if let Some((server, dir)) = local.take() {
@@ -120,14 +165,20 @@ pub fn fleet(args: FleetArgs) -> Result<()> {
             "gateway: {} learner updates, stable version {}",
             status.updates, status.stable
         );
-        generations = print_generations(&dir.join("ledger"))?;
-    } else if let Some(ledger) = served_ledger(args.tokens.as_deref()) {
-        // A gateway on this machine: its tokens file sits in its directory, beside the
-        // ledger, which a reader may read while the gateway writes.
-        generations = print_generations(&ledger)?;
+        generations = print_generations(&[dir.join("ledger")])?;
+    } else if let Some(ledgers) = args
+        .tokens
+        .iter()
+        .map(|t| served_ledger(Some(t)))
+        .collect::<Option<Vec<_>>>()
+    {
+        // Gateways on this machine: each tokens file sits in its gateway's directory,
+        // beside the ledger, which a reader may read while the gateway writes; several
+        // read as one.
+        generations = print_generations(&ledgers)?;
     } else {
         println!(
-            "per generation: strata ledger summary <the gateway's directory>/ledger, on its machine"
+            "per generation: strata ledger summary <each gateway's directory> [<the learner's directory>], on a machine that holds them"
         );
     }
     if let Some(path) = &args.summary_json {
@@ -161,11 +212,16 @@ fn print_fleet(r: &FleetReport) {
     );
 }
 
-/// Per generation (policy version) from the ledger: samples, decisions, invalidations and
-/// episode returns; printed in up to 20 groups of consecutive versions.
-fn print_generations(ledger: &Path) -> Result<serde_json::Value> {
-    let storage = Storage::open(&ledger.display().to_string())?;
-    let data = LedgerData::read(&storage)?;
+/// Per generation (policy version) from the ledgers (read as one): samples, decisions,
+/// invalidations and episode returns; printed in up to 20 groups of consecutive versions.
+fn print_generations(ledgers: &[PathBuf]) -> Result<serde_json::Value> {
+    let mut parts = Vec::new();
+    for ledger in ledgers {
+        let location = ledger.display().to_string();
+        let data = LedgerData::read(&Storage::open(&location)?)?;
+        parts.push((location, data));
+    }
+    let data = strata_ledger::union(parts)?;
     let summary = strata_ledger::summary(&data);
     let metrics = strata_ledger::metrics(&data);
     #[derive(Default, Clone, serde::Serialize)]
