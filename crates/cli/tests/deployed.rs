@@ -189,7 +189,7 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         .unwrap();
 
     // The first phase through `strata fleet` over the three gateways.
-    let first = vec![cli_fleet(&served, 6, 6_000, &tmp.path().join("fleet.json"))];
+    let first = [cli_fleet(&served, 6, 6_000, &tmp.path().join("fleet.json"))];
     wait_until("the learner to train", Duration::from_secs(60), || {
         updates(&learner_dir) >= 3
     });
