@@ -4,8 +4,9 @@
 //! improves over the learner's versions; every acknowledged report is in the union of the
 //! gateways' ledgers once and trained at most once; a gateway and the learner SIGKILLed
 //! and restarted change neither; an invalidation recorded by gateway 2 of a trajectory
-//! gateway 1 issued is honoured by the learner; `strata ledger` reads the four ledgers
-//! as one.
+//! gateway 1 issued is honoured by the learner; an agent that brings an episode to
+//! another gateway is told where it belongs; `strata ledger` reads the four ledgers as
+//! one.
 
 #[path = "support/nats.rs"]
 mod nats;
@@ -193,6 +194,17 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
     wait_until("the learner to train", Duration::from_secs(60), || {
         updates(&learner_dir) >= 3
     });
+
+    // An agent that brings gateway 1's episode to gateway 2 is told where it belongs
+    // (episode ids are numbered per gateway too), never given gateway 2's own.
+    let tokens2: TokensFile =
+        serde_json::from_slice(&std::fs::read(dirs[1].join("tokens.json")).unwrap()).unwrap();
+    let agent2 = strata_gateway::Client::new(&served[1].1, &tokens2.agent_tokens()[0].1);
+    let moved = agent2
+        .get::<serde_json::Value>(&format!("/v1/episodes/{}", ids::id_base(1) + 1))
+        .unwrap_err();
+    assert_eq!(moved.status(), Some(404), "{moved}");
+    assert!(moved.to_string().contains("gateway 1 issued it"), "{moved}");
 
     // SIGKILL the learner and gateway 2; both come back on their directories.
     l.kill9();

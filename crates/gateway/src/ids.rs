@@ -20,6 +20,19 @@ pub fn gateway_of(id: u64) -> u64 {
     id >> ID_BITS
 }
 
+/// Why `kind` `id` is unknown to gateway `own`, naming the gateway that issued it when
+/// another did (an agent that moved gateways mid-episode).
+pub(crate) fn unknown(kind: &str, id: u64, own: u16) -> String {
+    let issuer = gateway_of(id);
+    if issuer != u64::from(own) {
+        format!(
+            "unknown {kind} {id}: gateway {issuer} issued it (its ids start at {issuer} << {ID_BITS}) and this is gateway {own}; an episode lives in the gateway that started it, pinned to its version there: go on through gateway {issuer}, or start a new episode here"
+        )
+    } else {
+        format!("unknown {kind} {id}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -32,5 +45,15 @@ mod tests {
         let top = id_base(MAX_GATEWAY_ID) + (1 << ID_BITS) - 1;
         assert!(top < 1 << 53, "ids stay exact as doubles");
         assert_eq!(gateway_of(top), u64::from(MAX_GATEWAY_ID));
+    }
+
+    #[test]
+    fn an_id_from_another_gateway_is_answered_with_where_it_belongs() {
+        assert_eq!(unknown("episode", 7, 0), "unknown episode 7");
+        let there = unknown("episode", id_base(2) + 7, 1);
+        assert!(
+            there.contains("gateway 2 issued it") && there.contains("gateway 1"),
+            "{there}"
+        );
     }
 }

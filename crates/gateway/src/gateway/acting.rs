@@ -423,10 +423,9 @@ impl Gateway {
         caller: &Caller,
         action: u64,
     ) -> Result<&'a mut ActionRec, RequestError> {
-        let a = state
-            .actions
-            .get(&action)
-            .ok_or_else(|| RequestError::not_found(format!("unknown action {action}")))?;
+        let a = state.actions.get(&action).ok_or_else(|| {
+            RequestError::not_found(crate::ids::unknown("action", action, state.gateway_id))
+        })?;
         let episode = a.episode;
         Self::own(state, caller, episode)?;
         Ok(state.actions.get_mut(&action).expect("checked"))

@@ -74,10 +74,10 @@ impl Gateway {
         caller: &Caller,
         id: u64,
     ) -> Result<&'a mut EpisodeRec, RequestError> {
-        let e = state
-            .episodes
-            .get_mut(&id)
-            .ok_or_else(|| RequestError::not_found(format!("unknown episode {id}")))?;
+        let gateway_id = state.gateway_id;
+        let e = state.episodes.get_mut(&id).ok_or_else(|| {
+            RequestError::not_found(crate::ids::unknown("episode", id, gateway_id))
+        })?;
         if e.agent != caller.name {
             return Err(RequestError::forbidden(format!(
                 "episode {id} belongs to another agent"
@@ -93,10 +93,9 @@ impl Gateway {
     pub fn episode(&self, caller: &Caller, id: u64) -> Result<EpisodeInfo, RequestError> {
         let mut state = self.state.lock();
         if caller.role == crate::auth::Role::Operator {
-            let e = state
-                .episodes
-                .get(&id)
-                .ok_or_else(|| RequestError::not_found(format!("unknown episode {id}")))?;
+            let e = state.episodes.get(&id).ok_or_else(|| {
+                RequestError::not_found(crate::ids::unknown("episode", id, state.gateway_id))
+            })?;
             return Ok(self.info(e));
         }
         let e = Self::own(&mut state, caller, id)?;
@@ -211,10 +210,10 @@ impl Gateway {
     pub fn confirm(&self, id: u64) -> Result<EpisodeInfo, RequestError> {
         let mut state = self.state.lock();
         let next = state.next_trajectory;
-        let e = state
-            .episodes
-            .get_mut(&id)
-            .ok_or_else(|| RequestError::not_found(format!("unknown episode {id}")))?;
+        let gateway_id = state.gateway_id;
+        let e = state.episodes.get_mut(&id).ok_or_else(|| {
+            RequestError::not_found(crate::ids::unknown("episode", id, gateway_id))
+        })?;
         if e.status != EpisodeStatus::AwaitingConfirmation {
             return Err(RequestError::conflict(format!(
                 "episode {id} is not awaiting confirmation ({:?})",

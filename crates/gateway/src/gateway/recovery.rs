@@ -66,7 +66,13 @@ impl Gateway {
         let journal_path = dir.join("journal.jsonl");
         let mut state = State::new(0, settings.cooldown_secs, settings.canary_fraction);
         Journal::replay(&journal_path, |e: Event| state.apply(e, keep))?;
+        // Episode, action and trajectory ids from this gateway's range too: an agent that
+        // brings an id to another gateway is told where it belongs, never answered with
+        // that gateway's own episode of the same number.
         state.next_trajectory = state.next_trajectory.max(id_base);
+        state.next_episode = state.next_episode.max(id_base);
+        state.next_action = state.next_action.max(id_base);
+        state.gateway_id = settings.gateway_id;
         let stopped_cleanly = std::mem::take(&mut state.stopped_cleanly);
         let journal = Journal::rewrite(
             &journal_path,

@@ -46,6 +46,9 @@ pub struct State {
     /// Replay only: the journal ends with a clean stop (no report can be in flight).
     #[serde(skip)]
     pub stopped_cleanly: bool,
+    /// This gateway's id among a run's gateways (set at opening; 0: a gateway alone).
+    #[serde(skip)]
+    pub gateway_id: u16,
 }
 
 impl State {
@@ -61,6 +64,7 @@ impl State {
             action_keys: HashMap::new(),
             episode_keys: HashMap::new(),
             stopped_cleanly: false,
+            gateway_id: 0,
             release: Release {
                 stable: initial,
                 candidate: None,
