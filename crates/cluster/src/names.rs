@@ -66,10 +66,14 @@ impl Names {
         format!("strata.{}.assigned", self.run)
     }
 
-    /// The stream of what deployed agents' gateways hand the run's learner: segments of
-    /// reported steps and invalidations.
+    /// The stream of the segments of reported steps the run's gateways hand its learner.
     pub(crate) fn deployed_stream(&self) -> String {
         format!("STRATA_{}_DEPLOYED", self.run)
+    }
+
+    /// The stream of the invalidations the run's gateways relay to its learner.
+    pub(crate) fn invalidation_stream(&self) -> String {
+        format!("STRATA_{}_INVALIDATIONS", self.run)
     }
 
     /// Where gateway `g` publishes the segments it cuts.
@@ -90,11 +94,6 @@ impl Names {
     /// Every gateway's invalidations.
     pub(crate) fn all_deployed_invalidations(&self) -> String {
         format!("strata.{}.deployed.*.invalidations", self.run)
-    }
-
-    /// Every gateway's segments and invalidations.
-    pub(crate) fn all_deployed(&self) -> String {
-        format!("strata.{}.deployed.>", self.run)
     }
 
     /// The run's key-value bucket: config, newest version, assignments, claims, the
@@ -180,7 +179,10 @@ mod tests {
             n.deployed_segments(3),
             "strata.cheetah-3.deployed.g3.segments"
         );
-        assert_eq!(n.all_deployed(), "strata.cheetah-3.deployed.>");
+        assert_eq!(
+            n.all_deployed_invalidations(),
+            "strata.cheetah-3.deployed.*.invalidations"
+        );
         assert_eq!(segment_id(3, 9), "g3.s9");
         assert_eq!(
             invalidation_id(2, &strata_ledger::Target::Samples { first: 4, last: 6 }),

@@ -5,11 +5,12 @@
 //! constant time however busy the learner is.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use strata_ledger::Target;
+
+use crate::relay::RelayQueue;
 
 use crate::segment::Segment;
 
@@ -21,34 +22,15 @@ pub struct LearnerInbox {
     ranges: Mutex<VecDeque<(u64, u64)>>,
     rollback: Mutex<Option<u64>>,
     stopping: AtomicBool,
-    relay: Relay,
+    relay: RelayQueue,
 }
-
-/// Invalidations on their way to a learner in another process (set on with
-/// [`LearnerInbox::start_relaying`]): queued in order, numbered, and marked once the
-/// relaying thread has them stored where the learner reads them.
-#[derive(Default)]
-struct Relay {
-    on: AtomicBool,
-    queue: Mutex<VecDeque<(u64, Target)>>,
-    /// The number of the newest invalidation queued.
-    queued: AtomicU64,
-    /// The number of the newest invalidation relayed (every older one is, too).
-    relayed: Mutex<u64>,
-    relayed_cond: Condvar,
-    /// Invalidations dropped from a full queue (the relay was down that long).
-    lost: AtomicU64,
-}
-
-/// Invalidations the relay queue holds before it drops the oldest (counted).
-const RELAY_QUEUE: usize = 1 << 16;
 
 impl LearnerInbox {
     /// Trajectory `trajectory` was invalidated: the learner trains on none of its
     /// segments, waiting or to come.
     pub fn invalidate(&self, trajectory: u64) {
         self.invalidated.lock().insert(trajectory);
-        self.queue_relay(Target::Trajectory { id: trajectory });
+        self.relay.queue(Target::Trajectory { id: trajectory });
     }
 
     /// Samples `first..=last` were invalidated: the learner trains on no segment holding
@@ -60,85 +42,7 @@ impl LearnerInbox {
             ranges.pop_front();
         }
         drop(ranges);
-        self.queue_relay(Target::Samples { first, last });
-    }
-
-    /// Relays every invalidation from now on to a learner in another process: a
-    /// relaying thread takes them ([`LearnerInbox::take_relay`]) and marks them relayed.
-    pub fn start_relaying(&self) {
-        self.relay.on.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether invalidations are relayed to a learner elsewhere.
-    pub fn is_relaying(&self) -> bool {
-        self.relay.on.load(Ordering::SeqCst)
-    }
-
-    fn queue_relay(&self, target: Target) {
-        if !self.is_relaying() {
-            return;
-        }
-        let mut queue = self.relay.queue.lock();
-        let number = self.relay.queued.fetch_add(1, Ordering::SeqCst) + 1;
-        queue.push_back((number, target));
-        if queue.len() > RELAY_QUEUE {
-            queue.pop_front();
-            self.relay.lost.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(
-                component = "gateway",
-                "invalidation relay queue full: the oldest invalidation was not relayed to the learner (it stays in this gateway's ledger)"
-            );
-        }
-    }
-
-    /// The number of the newest invalidation queued for relaying: wait for it with
-    /// [`LearnerInbox::wait_relayed`] to know every invalidation made so far reached the
-    /// learner's stream.
-    pub fn relay_mark(&self) -> u64 {
-        self.relay.queued.load(Ordering::SeqCst)
-    }
-
-    /// Invalidations waiting to be relayed, oldest first, each with its number.
-    pub fn take_relay(&self) -> Vec<(u64, Target)> {
-        self.relay.queue.lock().drain(..).collect()
-    }
-
-    /// Puts invalidations that could not be relayed back at the front, in order.
-    pub fn return_relay(&self, back: Vec<(u64, Target)>) {
-        let mut queue = self.relay.queue.lock();
-        for item in back.into_iter().rev() {
-            queue.push_front(item);
-        }
-    }
-
-    /// Every invalidation up to number `upto` is relayed.
-    pub fn mark_relayed(&self, upto: u64) {
-        let mut relayed = self.relay.relayed.lock();
-        *relayed = (*relayed).max(upto);
-        self.relay.relayed_cond.notify_all();
-    }
-
-    /// Waits at most `timeout` for invalidation number `mark` to be relayed; whether it
-    /// was.
-    pub fn wait_relayed(&self, mark: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut relayed = self.relay.relayed.lock();
-        while *relayed < mark {
-            if self
-                .relay
-                .relayed_cond
-                .wait_until(&mut relayed, deadline)
-                .timed_out()
-            {
-                return *relayed >= mark;
-            }
-        }
-        true
-    }
-
-    /// Invalidations dropped from a full relay queue.
-    pub fn relay_lost(&self) -> u64 {
-        self.relay.lost.load(Ordering::Relaxed)
+        self.relay.queue(Target::Samples { first, last });
     }
 
     /// Whether `trajectory` was invalidated lately.
@@ -177,6 +81,12 @@ impl LearnerInbox {
                     .iter()
                     .any(|&id| (first..=last).contains(&id))
         })
+    }
+
+    /// The relay queue of invalidations to a learner in another process (off unless a
+    /// gateway of a run that spans machines turns it on).
+    pub fn relay(&self) -> &RelayQueue {
+        &self.relay
     }
 
     /// An operator rolled back to `version`: the learner continues from it (a later
@@ -247,39 +157,6 @@ mod tests {
         assert!(!r.contains(0), "the oldest is forgotten");
         assert!(r.contains(1) && r.contains(n));
         assert_eq!(r.order.len(), RecentlyInvalid::CAPACITY);
-    }
-
-    #[test]
-    fn relayed_invalidations_are_queued_in_order_and_waited_for() {
-        let inbox = LearnerInbox::default();
-        inbox.invalidate(4);
-        assert!(
-            inbox.take_relay().is_empty(),
-            "not relaying: nothing queued"
-        );
-        inbox.start_relaying();
-        inbox.invalidate(5);
-        inbox.invalidate_samples(10, 12);
-        let mark = inbox.relay_mark();
-        assert!(!inbox.wait_relayed(mark, Duration::from_millis(10)));
-        let taken = inbox.take_relay();
-        assert_eq!(
-            taken,
-            [
-                (1, Target::Trajectory { id: 5 }),
-                (
-                    2,
-                    Target::Samples {
-                        first: 10,
-                        last: 12
-                    }
-                )
-            ]
-        );
-        inbox.return_relay(taken.clone());
-        assert_eq!(inbox.take_relay(), taken, "returned in order");
-        inbox.mark_relayed(2);
-        assert!(inbox.wait_relayed(mark, Duration::from_millis(10)));
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod journal;
 mod learner;
 mod metrics;
 mod policies;
+mod relay;
 mod segment;
 mod server;
 mod settings;
@@ -44,6 +45,7 @@ pub use gateway::{Counters, Gateway, ServingPointer, SharedRelease, KEEP_RECENT}
 pub use inbox::LearnerInbox;
 pub use learner::lay_out;
 pub use metrics::Metrics;
+pub use relay::RelayQueue;
 pub use segment::Segment;
 pub use server::{router, Server, OPENAPI};
 pub use settings::{GatewaySettings, ReleaseMode};

@@ -119,6 +119,21 @@ impl LedgerData {
         })
     }
 
+    /// The invalidations table alone, in file order, without reading a single sample:
+    /// cheap, and safe while a writer appends.
+    ///
+    /// # Errors
+    /// [`LedgerError::BadFile`] naming an unreadable file.
+    pub fn read_invalidations(storage: &Storage) -> Result<Vec<Invalidation>, LedgerError> {
+        settled(storage, || {
+            let mut data = LedgerData::default();
+            for path in table_files(storage, Table::Invalidations)? {
+                data.read_file(storage, Table::Invalidations, &path, false)?;
+            }
+            Ok(data.invalidations)
+        })
+    }
+
     /// Calls `visit` with the sample ids, policy versions and idempotency keys (a key per
     /// id, `None` for a trainer's samples) of each of `files`, in order, until it breaks,
     /// decoding those three columns alone: what reopening a ledger or settling a restarted

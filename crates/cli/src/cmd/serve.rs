@@ -290,14 +290,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let feed_stop = strata_cluster::Stop::new();
     let feed = match (&meeting, args.gateway_id) {
         (Some(m), Some(id)) => {
-            let (handle, _) = strata_cluster::feed_run(
+            let fed = strata_cluster::feed_run(
                 m,
                 std::sync::Arc::clone(server.gateway()),
                 feed_stop.clone(),
             )
             .context("feeding the run's learner")?;
             println!("gateway {id} of run `{}`: feeding its learner", m.run);
-            Some(handle)
+            Some(fed)
         }
         _ => None,
     };
@@ -331,8 +331,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let _ = f.join();
     }
     feed_stop.raise();
-    if let Some(f) = feed {
-        let _ = f.join();
+    if let Some((thread, counters)) = feed {
+        let _ = thread.join();
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let shed = n(&server.gateway().counters.segments_dropped);
+        println!(
+            "feed: {} segments sent, {} invalidations relayed; left out: {} invalidated before sending, {} refused by the stream, {shed} shed under load",
+            n(&counters.segments),
+            n(&counters.invalidations),
+            n(&counters.invalidated),
+            n(&counters.refused)
+        );
     }
     server.stop().context("stopping the gateway")?;
     Ok(())

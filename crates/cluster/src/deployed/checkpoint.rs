@@ -43,6 +43,10 @@ pub(crate) struct Side {
     pub(crate) decisions: Vec<DecisionRecord>,
     /// Invalidations in force.
     pub(crate) invalid: Invalid,
+    /// The serving pointer's revision and version as the learner last saw them before
+    /// this update's move: a restart compares the pointer with it.
+    #[serde(default)]
+    pub(crate) pointer: Option<(u64, u64)>,
 }
 
 /// Trajectories and sample ranges invalidated lately.

@@ -24,6 +24,15 @@ use crate::records;
 use crate::stop::Stop;
 use crate::{ClusterError, Meeting};
 
+/// How far back a starting feed relays the invalidations its gateway recorded again.
+const REPLAY: Duration = Duration::from_secs(24 * 3600);
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 /// What a gateway's feed has done, for its status line and the soak's figures.
 #[derive(Debug, Default)]
 pub struct FeedCounters {
@@ -33,6 +42,9 @@ pub struct FeedCounters {
     pub invalidated: AtomicU64,
     /// Invalidations stored in the stream.
     pub invalidations: AtomicU64,
+    /// Segments the stream refused for good (larger than the server takes, or the stream
+    /// full while the learner is behind): shed, their steps in the gateway's ledger.
+    pub refused: AtomicU64,
 }
 
 /// Joins `gateway` (whose `gateway_id` names it among the run's gateways) to the learner
@@ -54,7 +66,7 @@ pub fn feed_run(
         ));
     }
     let link = Link::connect_until(meeting, &stop)?;
-    if !link.has_deployed_stream()? {
+    if !link.has_deployed_streams()? {
         return Err(ClusterError::Config(format!(
             "run `{}`'s learner does not take gateways' reports: start it with `strata learner --from-gateways`",
             meeting.run
@@ -65,6 +77,15 @@ pub fn feed_run(
         .config_hash;
     let (tx, rx) = crossbeam_channel::bounded(gateway.settings().learner_queue);
     gateway.feed_learner_elsewhere(tx);
+    // A gateway killed before it relayed an invalidation it had recorded loses none: the
+    // recent ones are relayed again (the stream and the learner take a repeat as the same
+    // invalidation).
+    let since = now_ns() - REPLAY.as_nanos() as i64;
+    let recorded = strata_ledger::LedgerData::read_invalidations(gateway.ledger().storage())
+        .map_err(|e| ClusterError::Config(format!("reading the gateway's invalidations: {e}")))?;
+    for inv in recorded.iter().filter(|i| i.at_ns >= since) {
+        gateway.relay().queue(inv.target);
+    }
     let counters = Arc::new(FeedCounters::default());
     let feed = Feed {
         link,
@@ -118,7 +139,7 @@ impl Feed {
 
     /// Relays every invalidation queued so far, in order; `false` when stopped first.
     fn relay_invalidations(&self) -> bool {
-        let queued = self.gateway.inbox().take_relay();
+        let queued = self.gateway.relay().take();
         let mut left = queued.into_iter();
         while let Some((number, target)) = left.next() {
             let relayed = Relayed {
@@ -139,19 +160,20 @@ impl Feed {
             if sent.is_none() {
                 let mut back = vec![(number, target)];
                 back.extend(left);
-                self.gateway.inbox().return_relay(back);
+                self.gateway.relay().put_back(back);
                 return false;
             }
             self.counters.invalidations.fetch_add(1, Ordering::Relaxed);
-            self.gateway.inbox().mark_relayed(number);
+            self.gateway.relay().mark_relayed(number);
         }
         true
     }
 
-    /// Publishes one segment (retrying while NATS does not answer); `false` when stopped
-    /// first.
+    /// Publishes one segment, retrying while NATS does not answer and relaying
+    /// invalidations between tries; a segment the stream refuses for good is shed
+    /// (counted). `false` when stopped first.
     fn publish_segment(&self, segment: &Segment) -> bool {
-        if self.gateway.inbox().holds_invalidated(segment) {
+        if self.gateway.holds_invalidated(segment) {
             self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
             return true;
         }
@@ -161,17 +183,51 @@ impl Feed {
         let subject = self.link.names.deployed_segments(self.id);
         let id = segment_id(self.id, first);
         let payload = Bytes::from(encode_segment(segment, self.id, &self.config_hash));
-        let sent = retrying(
-            "sending a segment to the learner",
-            || {
-                self.link
-                    .publish_deployed(subject.clone(), &id, payload.clone())
-            },
-            &self.stop,
-        );
-        if sent.is_some() {
-            self.counters.segments.fetch_add(1, Ordering::Relaxed);
+        let mut wait = Duration::from_millis(50);
+        let mut next_report = std::time::Instant::now();
+        loop {
+            match self
+                .link
+                .publish_deployed(subject.clone(), &id, payload.clone())
+            {
+                Ok(_) => {
+                    self.counters.segments.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                Err(ClusterError::Stopped) => return false,
+                Err(e) if refused_for_good(&e) => {
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(component = "gateway", segment = %id, bytes = payload.len(), error = %e, "the stream refused a segment: shed (its steps stay in this gateway's ledger, untrained)");
+                    return true;
+                }
+                Err(e) => {
+                    if std::time::Instant::now() >= next_report {
+                        tracing::warn!(component = "gateway", error = %e, "sending a segment to the learner: retrying");
+                        next_report = std::time::Instant::now() + Duration::from_secs(5);
+                    }
+                    // Invalidations never wait behind a segment.
+                    if !self.relay_invalidations() || self.stop.pause(wait) {
+                        return false;
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+            }
         }
-        sent.is_some()
     }
+}
+
+/// Whether the server refused a publish in a way a retry cannot change soon: a message
+/// larger than it takes, or a stream at its bound (the learner behind).
+fn refused_for_good(e: &ClusterError) -> bool {
+    let text = e.to_string().to_lowercase();
+    matches!(e, ClusterError::Nats { .. })
+        && [
+            "maximum payload",
+            "maximum bytes",
+            "maximum messages",
+            "message size",
+            "insufficient resources",
+        ]
+        .iter()
+        .any(|m| text.contains(m))
 }

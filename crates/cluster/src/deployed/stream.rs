@@ -28,64 +28,118 @@ pub(crate) struct Delivered {
     pub(crate) acker: Unacked,
 }
 
+/// The two streams of the deployed loop: segments, and invalidations apart from them, so
+/// that a stream full of segments never refuses an invalidation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Deployed {
+    /// Segments of reported steps.
+    Segments,
+    /// Relayed invalidations.
+    Invalidations,
+}
+
+impl Deployed {
+    /// Both streams.
+    pub(crate) const BOTH: [Deployed; 2] = [Deployed::Segments, Deployed::Invalidations];
+
+    fn name(self, names: &crate::names::Names) -> String {
+        match self {
+            Deployed::Segments => names.deployed_stream(),
+            Deployed::Invalidations => names.invalidation_stream(),
+        }
+    }
+
+    fn subjects(self, names: &crate::names::Names) -> String {
+        match self {
+            Deployed::Segments => names.all_deployed_segments(),
+            Deployed::Invalidations => names.all_deployed_invalidations(),
+        }
+    }
+
+    fn max_bytes(self) -> i64 {
+        match self {
+            Deployed::Segments => STREAM_BYTES,
+            // Invalidations are small and few: this bound is never the one reached.
+            Deployed::Invalidations => STREAM_BYTES / 8,
+        }
+    }
+}
+
 impl Link {
-    /// Creates the deployed stream if it does not exist: work-queue retention (a message
+    /// Creates the deployed streams if they do not exist: work-queue retention (a message
     /// leaves once the learner acknowledges it), file storage, deduplication by message
     /// id, and a size bound beyond which publishes are refused.
-    pub(crate) fn ensure_deployed_stream(&self) -> Result<(), ClusterError> {
-        let config = stream::Config {
-            name: self.names.deployed_stream(),
-            subjects: vec![self.names.all_deployed()],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            duplicate_window: DEDUPE_WINDOW,
-            discard: stream::DiscardPolicy::New,
-            max_bytes: STREAM_BYTES,
-            ..Default::default()
-        };
-        let name = self.names.deployed_stream();
-        self.block(|| format!("create stream {name}"), async {
-            self.js.get_or_create_stream(config).await.map(|_| ())
-        })
+    pub(crate) fn ensure_deployed_streams(&self) -> Result<(), ClusterError> {
+        for kind in Deployed::BOTH {
+            let name = kind.name(&self.names);
+            let config = stream::Config {
+                name: name.clone(),
+                subjects: vec![kind.subjects(&self.names)],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                duplicate_window: DEDUPE_WINDOW,
+                discard: stream::DiscardPolicy::New,
+                max_bytes: kind.max_bytes(),
+                ..Default::default()
+            };
+            self.block(|| format!("create stream {name}"), async {
+                self.js.get_or_create_stream(config).await.map(|_| ())
+            })?;
+        }
+        Ok(())
     }
 
-    /// Whether the deployed stream exists (a learner that takes gateways' reports made it).
-    pub(crate) fn has_deployed_stream(&self) -> Result<bool, ClusterError> {
-        let name = self.names.deployed_stream();
-        self.block(|| format!("look up stream {name}"), async {
-            match self.js.get_stream(&name).await {
-                Ok(_) => Ok(true),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        jetstream::context::GetStreamErrorKind::JetStream(_)
-                    ) =>
-                {
-                    Ok(false)
+    /// Whether the deployed streams exist (a learner that takes gateways' reports made
+    /// them).
+    pub(crate) fn has_deployed_streams(&self) -> Result<bool, ClusterError> {
+        for kind in Deployed::BOTH {
+            let name = kind.name(&self.names);
+            let found = self.block(|| format!("look up stream {name}"), async {
+                match self.js.get_stream(&name).await {
+                    Ok(_) => Ok(true),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            jetstream::context::GetStreamErrorKind::JetStream(_)
+                        ) =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
+            })?;
+            if !found {
+                return Ok(false);
             }
-        })
+        }
+        Ok(true)
     }
 
-    /// Drops every message of the deployed stream (a fresh run under a name used before).
+    /// Drops every message of the deployed streams (a fresh run under a name used before).
     pub(crate) fn purge_deployed(&self) -> Result<(), ClusterError> {
-        let name = self.names.deployed_stream();
-        self.purge(&name, &format!("stream {name}"))
+        for kind in Deployed::BOTH {
+            let name = kind.name(&self.names);
+            self.purge(&name, &format!("stream {name}"))?;
+        }
+        Ok(())
     }
 
-    /// Messages in the deployed stream: every segment and invalidation not yet
+    /// Messages in the deployed streams: every segment and invalidation not yet
     /// acknowledged by the learner.
     pub(crate) fn deployed_messages(&self) -> Result<u64, ClusterError> {
-        let name = self.names.deployed_stream();
-        self.block(|| format!("read stream {name}"), async {
-            let mut stream = self.js.get_stream(&name).await.map_err(|e| e.to_string())?;
-            stream
-                .info()
-                .await
-                .map(|i| i.state.messages)
-                .map_err(|e| e.to_string())
-        })
+        let mut total = 0;
+        for kind in Deployed::BOTH {
+            let name = kind.name(&self.names);
+            total += self.block(|| format!("read stream {name}"), async {
+                let mut stream = self.js.get_stream(&name).await.map_err(|e| e.to_string())?;
+                stream
+                    .info()
+                    .await
+                    .map(|i| i.state.messages)
+                    .map_err(|e| e.to_string())
+            })?;
+        }
+        Ok(total)
     }
 
     /// Publishes on the deployed stream with message id `id` and waits for the stream to
@@ -109,15 +163,15 @@ impl Link {
         })
     }
 
-    /// The learner's consumer `name` of the deployed stream's subjects `filter`, created
-    /// anew so that every message a learner that died left unacknowledged is delivered at
-    /// once.
+    /// The learner's consumer `name` of deployed stream `kind`, created anew so that every
+    /// message a learner that died left unacknowledged is delivered at once.
     pub(crate) fn fresh_deployed_consumer(
         &self,
+        kind: Deployed,
         name: &str,
-        filter: String,
     ) -> Result<consumer::PullConsumer, ClusterError> {
-        let stream_name = self.names.deployed_stream();
+        let stream_name = kind.name(&self.names);
+        let filter = kind.subjects(&self.names);
         self.block(|| format!("create consumer {name}"), async {
             let stream = self
                 .js
@@ -168,11 +222,12 @@ impl Link {
         })
     }
 
-    /// Acknowledges every message in `messages`: the server drops them from the stream.
+    /// Acknowledges every message in `messages` and waits for the server to confirm each:
+    /// it drops them from the stream, and none is delivered again.
     pub(crate) fn ack_all(&self, messages: &[Unacked]) -> Result<(), ClusterError> {
         self.block(|| "acknowledge deployed messages".to_string(), async {
             for m in messages {
-                m.0.ack().await?;
+                m.0.double_ack().await?;
             }
             Ok::<_, async_nats::Error>(())
         })

@@ -14,10 +14,10 @@ impl Gateway {
 
     /// Sends the segments this gateway cuts to `tx` (a feed to the run's learner in another
     /// process, bounded: a full queue sheds them, counted) and queues its invalidations for
-    /// relaying ([`LearnerInbox::take_relay`]; a gateway with a `gateway_id` queues them
+    /// relaying ([`crate::RelayQueue::take`]; a gateway with a `gateway_id` queues them
     /// from its opening on). The gateway then trains on nothing itself.
     pub fn feed_learner_elsewhere(&self, tx: Sender<Box<Segment>>) {
-        self.inbox.start_relaying();
+        self.inbox.relay().start();
         self.attach_learner(tx);
     }
 

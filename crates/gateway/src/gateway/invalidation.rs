@@ -57,9 +57,10 @@ impl Gateway {
             Target::Trajectory { id } => self.inbox.invalidate(id),
             Target::Samples { first, last } => self.inbox.invalidate_samples(first, last),
         }
-        let mark = self.inbox.relay_mark();
+        let relay = self.inbox.relay();
+        let mark = relay.mark();
         pending.wait()?;
-        if self.inbox.is_relaying() && !self.inbox.wait_relayed(mark, RELAY_WAIT) {
+        if relay.is_on() && !relay.wait_relayed(mark, RELAY_WAIT) {
             return Err(RequestError::unavailable(format!(
                 "the invalidation is recorded in this gateway's ledger but did not reach the run's learner within {RELAY_WAIT:?} (is NATS up?); it is relayed when NATS answers: repeat the request to wait for that"
             )));
@@ -73,8 +74,10 @@ impl Gateway {
         // A trajectory or samples another gateway of the run issued: this gateway records
         // the invalidation and relays it to the run's learner.
         let foreign = |id: u64| {
-            self.inbox.is_relaying()
-                && crate::ids::gateway_of(id) != u64::from(self.settings.gateway_id)
+            let issuer = crate::ids::gateway_of(id);
+            self.inbox.relay().is_on()
+                && issuer != 0
+                && issuer != u64::from(self.settings.gateway_id)
         };
         match target {
             Target::Trajectory { id } if foreign(id) => {}

@@ -127,10 +127,14 @@ impl Gateway {
         &self.settings
     }
 
-    /// What this gateway tells its learner besides segments (invalidations, rollbacks,
-    /// and, feeding a learner elsewhere, the invalidations to relay).
-    pub fn inbox(&self) -> &LearnerInbox {
-        &self.inbox
+    /// The invalidations this gateway relays to a learner in another process.
+    pub fn relay(&self) -> &crate::RelayQueue {
+        self.inbox.relay()
+    }
+
+    /// Whether `segment` holds a sample, or is of a trajectory, invalidated lately.
+    pub fn holds_invalidated(&self, segment: &Segment) -> bool {
+        self.inbox.holds_invalidated(segment)
     }
 
     /// The config hash of the served model.

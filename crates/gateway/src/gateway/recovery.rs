@@ -131,7 +131,7 @@ impl Gateway {
         // A gateway of a run that spans machines relays every invalidation from its
         // first request on, before its feed to the learner is connected.
         if gateway.settings.gateway_id > 0 {
-            gateway.inbox.start_relaying();
+            gateway.inbox.relay().start();
         }
         Ok(gateway)
     }

@@ -32,6 +32,7 @@ use strata_ledger::{Ledger, LedgerConfig, LedgerData, VersionedRules};
 use strata_runtime::RunConfig;
 
 use crate::deployed::checkpoint::{Checkpoints, Side, TRAINED_UPDATES};
+use crate::deployed::stream::Deployed;
 use crate::link::{Link, Unacked};
 use crate::names::{CURRENT_KEY, INVALIDATIONS_CONSUMER, LATEST_KEY, SEGMENTS_CONSUMER};
 use crate::records;
@@ -217,7 +218,7 @@ impl<'a> DeployedLearner<'a> {
             .register_rules(&config.admission)
             .map_err(|e| ClusterError::Config(format!("admission rules: {e}")))?;
         let link = Link::connect_until(meeting, stop)?;
-        link.ensure_deployed_stream()?;
+        link.ensure_deployed_streams()?;
         let fresh = progress.updates == 0 && side.update == 0;
         if fresh && !options.overwrite {
             if let Some(v) = records::latest_version(&link)? {
@@ -246,12 +247,9 @@ impl<'a> DeployedLearner<'a> {
         )?;
         let spec = strata_config::env_spec(&config)?;
         let release = NatsRelease::new(Arc::clone(&link));
-        let segments =
-            link.fresh_deployed_consumer(SEGMENTS_CONSUMER, link.names.all_deployed_segments())?;
-        let invalidations = link.fresh_deployed_consumer(
-            INVALIDATIONS_CONSUMER,
-            link.names.all_deployed_invalidations(),
-        )?;
+        let segments = link.fresh_deployed_consumer(Deployed::Segments, SEGMENTS_CONSUMER)?;
+        let invalidations =
+            link.fresh_deployed_consumer(Deployed::Invalidations, INVALIDATIONS_CONSUMER)?;
         let log_path = options.dir.join("learner.jsonl");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -317,11 +315,30 @@ impl<'a> DeployedLearner<'a> {
         if published.is_none_or(|v| v < self.progress.policy_version) {
             self.publish()?;
         }
-        match self.release.read().map_err(ClusterError::Wire)? {
-            // Where the run's pointer is now is where this learner starts from: a later
-            // move down from it is an operator's rollback.
-            Some((pointer, revision)) => self.pointer_seen = Some((revision, pointer.version)),
-            None => {
+        let current = self.release.read().map_err(ClusterError::Wire)?;
+        match (current, self.side.pointer) {
+            // Nobody moved the pointer since the checkpoint, so the checkpointed version's
+            // move never happened: make it now.
+            (Some((pointer, revision)), Some((seen, _)))
+                if revision == seen
+                    && self.options.release == ReleaseMode::Auto
+                    && pointer.version < self.progress.policy_version =>
+            {
+                self.pointer_seen = Some((revision, pointer.version));
+                self.move_pointer(self.progress.policy_version)?;
+            }
+            // From where the pointer stood at the checkpoint: a move down since (an
+            // operator's rollback while this learner was away) is followed.
+            (Some(_), Some(seen)) => {
+                self.pointer_seen = Some(seen);
+                self.follow_rollback()?;
+            }
+            // A learner starting afresh on a run whose pointer exists: a later move down
+            // from where it is now is an operator's rollback.
+            (Some((pointer, revision)), None) => {
+                self.pointer_seen = Some((revision, pointer.version))
+            }
+            (None, _) => {
                 let pointer = ServingPointer {
                     version: self.progress.policy_version,
                     rules_version: self.rules.version,
@@ -424,6 +441,7 @@ impl<'a> DeployedLearner<'a> {
             self.side.trained.pop_front();
         }
         self.side.update = update;
+        self.side.pointer = self.pointer_seen;
         self.side.version = version;
         self.side.decisions = admitted.decisions.clone();
         self.rolled_back_to = None;
