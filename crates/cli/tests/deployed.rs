@@ -2,8 +2,9 @@
 //! (`strata serve --nats --gateway-id N`) feed one learner (`strata learner
 //! --from-gateways`) while a simulated fleet reports through all three. The return
 //! improves over the learner's versions; every acknowledged report is in the union of the
-//! gateways' ledgers once and trained at most once; a gateway and the learner SIGKILLed
-//! and restarted change neither; an invalidation recorded by gateway 2 of a trajectory
+//! gateways' ledgers once and trained at most once; a gateway, the learner and the NATS
+//! server SIGKILLed and restarted change neither; a rollback through one gateway moves
+//! the learner; an invalidation recorded by gateway 2 of a trajectory
 //! gateway 1 issued is honoured by the learner; an agent that brings an episode to
 //! another gateway is told where it belongs; `strata ledger` reads the four ledgers as
 //! one.
@@ -151,7 +152,7 @@ fn updates(dir: &Path) -> u64 {
 
 #[test]
 fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
-    let Some((_serial, tmp, nats)) = scenario() else {
+    let Some((_serial, tmp, mut nats)) = scenario() else {
         return;
     };
     let learner_dir = tmp.path().join("learner");
@@ -206,9 +207,12 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
     assert_eq!(moved.status(), Some(404), "{moved}");
     assert!(moved.to_string().contains("gateway 1 issued it"), "{moved}");
 
-    // SIGKILL the learner and gateway 2; both come back on their directories.
+    // SIGKILL the learner and gateway 2, and the NATS server; all come back (the server on
+    // its store, synced at every write) and the others reconnect.
     l.kill9();
     procs[1].kill9();
+    nats.kill9();
+    nats.launch();
     let (p, url) = start_gateway(&nats, &dirs[1], 2, ports[1]);
     procs[1] = p;
     served[1].1 = url;
@@ -220,6 +224,26 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         "the resumed learner to train",
         Duration::from_secs(60),
         || updates(&learner_dir) >= before + 3,
+    );
+    // A rollback through gateway 3 moves the run's pointer (retried while the learner,
+    // still working through its backlog, moves it on first), and the learner goes on
+    // from that version.
+    let op3 = operator(&dirs[2], &served[2].1);
+    wait_until(
+        "the rollback to be accepted",
+        Duration::from_secs(30),
+        || {
+            op3.post::<_, serde_json::Value>(
+                "/v1/operator/rollback",
+                &serde_json::json!({"version": 1, "force": true}),
+            )
+            .is_ok()
+        },
+    );
+    wait_until(
+        "the learner to follow the rollback",
+        Duration::from_secs(30),
+        || l.log().contains("rolled the run back"),
     );
     l.signal(libc::SIGTERM);
     let (status, out) = l.finish(Duration::from_secs(60));
