@@ -54,6 +54,8 @@ struct UpdateLine {
     invalidated_skipped: usize,
     mean_age_versions: f64,
     mean_kl: f64,
+    /// Seconds from the newest segment's last step to the version trained on it.
+    lag_seconds: f64,
     policy_loss: f32,
     value_loss: f32,
     approx_kl: f32,
@@ -252,6 +254,14 @@ impl Learner {
             invalidated_skipped: skipped,
             mean_age_versions: admitted.age_versions_sum / rows as f64,
             mean_kl: admitted.kl_sum / rows as f64,
+            lag_seconds: (strata_ledger::now_ns()
+                - segments
+                    .iter()
+                    .map(|s| s.completed_at_ns)
+                    .max()
+                    .unwrap_or(0))
+            .max(0) as f64
+                / 1e9,
             policy_loss: stats.as_ref().map_or(0.0, |s| s.policy_loss),
             value_loss: stats.as_ref().map_or(0.0, |s| s.value_loss),
             approx_kl: stats.as_ref().map_or(0.0, |s| s.approx_kl),

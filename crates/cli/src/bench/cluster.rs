@@ -37,14 +37,15 @@ pub struct ClusterRow {
 }
 
 /// A nats-server for the bench, stopped when dropped.
-struct Server {
+pub(super) struct Server {
     child: Child,
     port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
-    fn start() -> Result<Server> {
+    /// A nats-server with JetStream on loopback, its store synced at every write.
+    pub(super) fn start() -> Result<Server> {
         let binary = std::env::var("STRATA_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
         let dir = tempfile::tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -79,8 +80,13 @@ impl Server {
         Ok(server)
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

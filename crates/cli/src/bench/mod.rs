@@ -7,6 +7,7 @@
 mod cluster;
 mod cnn;
 mod core;
+mod deployed;
 mod gateway;
 mod gym;
 mod ledger;
@@ -57,6 +58,11 @@ pub enum Suite {
     /// together for `--minutes`, their memory, open files, threads and disk sampled
     /// (`soak.csv`, `soak.svg`); then the gateway's stop and restart, timed.
     Soak,
+    /// The deployed loop spanning machines, on this one, for `--minutes` (default 10):
+    /// one gateway alone for half, then three gateways feeding one learner over NATS for
+    /// half; memory of every process, reports per second per gateway and in all, the
+    /// learner's lag (p50, p99), and their ratio. Needs nats-server.
+    Deployed,
 }
 
 /// `strata bench`.
@@ -81,7 +87,7 @@ pub struct BenchArgs {
     /// Acts per second the gateway suite asks for.
     #[arg(long, default_value_t = 10_000.0)]
     gateway_rate: f64,
-    /// How long the soak runs, in minutes.
+    /// How long the soak (or the deployed suite) runs, in minutes.
     #[arg(long)]
     minutes: Option<f64>,
     /// Where the soak's processes keep their directories (new or empty; default
@@ -149,9 +155,13 @@ impl BenchArgs {
             (self.soak_dir.is_some(), "--dir"),
             (self.soak_agents.is_some(), "--agents"),
         ];
-        let is_soak = chosen.first().is_some_and(|(s, _)| *s == Suite::Soak);
+        let is_soak = chosen
+            .first()
+            .is_some_and(|(s, _)| matches!(s, Suite::Soak | Suite::Deployed));
         if let (false, Some((_, flag))) = (is_soak, soak_only.iter().find(|(on, _)| *on)) {
-            bail!("{flag} is the soak's: `strata bench soak {flag} ...`");
+            bail!(
+                "{flag} is the soak's (and the deployed suite's): `strata bench soak {flag} ...`"
+            );
         }
         match chosen.as_slice() {
             [] => Ok(None),
@@ -200,6 +210,8 @@ struct Report {
     pixels: Option<pixels::PixelsReport>,
     core: Option<core::CoreReport>,
     soak: Option<soak::SoakReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deployed: Option<deployed::DeployedReport>,
 }
 
 /// Runs the suite asked for (or the default set), prints its figures and writes them as
@@ -234,6 +246,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
             soak::print(&soak);
             println!("  samples: {0}/soak.csv, plot: {0}/soak.svg", dir.display());
             r.soak = Some(soak);
+        }
+        Some(Suite::Deployed) => {
+            let minutes = args.minutes.unwrap_or(10.0);
+            if !(minutes.is_finite() && minutes > 0.0) {
+                bail!("`strata bench deployed` takes a positive number of minutes, got {minutes}");
+            }
+            let dir = args.soak_dir.clone().unwrap_or_else(|| {
+                PathBuf::from(format!(
+                    "runs/bench-deployed-{}",
+                    strata_runtime::utc_stamp(std::time::SystemTime::now())
+                ))
+            });
+            let report = deployed::run(minutes, &dir, args.soak_agents.unwrap_or(16))?;
+            deployed::print(&report);
+            r.deployed = Some(report);
         }
         Some(Suite::LedgerReads) => {
             ledger_reads::print_header();

@@ -87,7 +87,8 @@ fn this_binary() -> &'static Path {
     BINARY.get_or_init(|| std::env::current_exe().unwrap_or_else(|_| PathBuf::from("strata")))
 }
 
-fn strata(args: &[&str], log: &Path) -> Result<Child> {
+/// `strata args`, its stderr to `log` and stdout beside it.
+pub(super) fn spawn_strata(args: &[&str], log: &Path) -> Result<Child> {
     Command::new(this_binary())
         .args(args)
         .stdout(std::fs::File::create(log.with_extension("out"))?)
@@ -102,7 +103,7 @@ fn serve(dir: &Path, log: &Path) -> Result<(Child, String, Instant)> {
     let address = dir.join("address");
     let _ = std::fs::remove_file(&address);
     let d = dir.to_str().context("a UTF-8 directory")?;
-    let mut child = strata(
+    let child = spawn_strata(
         &[
             "serve",
             "--env",
@@ -114,15 +115,26 @@ fn serve(dir: &Path, log: &Path) -> Result<(Child, String, Instant)> {
         ],
         log,
     )?;
+    let (child, url) = wait_for_address(child, dir)?;
+    Ok((child, url, started))
+}
+
+/// Waits for the gateway `child` to write its address into `dir` (at most 300 s): the
+/// child and its URL.
+pub(super) fn wait_for_address(mut child: Child, dir: &Path) -> Result<(Child, String)> {
+    let address = dir.join("address");
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         if let Ok(text) = std::fs::read_to_string(&address) {
             if text.ends_with('\n') {
-                return Ok((child, text.trim().to_string(), started));
+                return Ok((child, text.trim().to_string()));
             }
         }
         if let Some(status) = child.try_wait()? {
-            bail!("strata serve exited ({status}); see {}", log.display());
+            bail!(
+                "strata serve exited ({status}); see its log in {}",
+                dir.display()
+            );
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -147,7 +159,7 @@ fn healthy(url: &str) -> Result<()> {
 }
 
 /// `kB` on the `key:` line of `/proc/<pid>/status`, in MB.
-fn status_mb(pid: u32, key: &str) -> f64 {
+pub(super) fn status_mb(pid: u32, key: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -222,7 +234,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport> {
     let tokens = gateway_dir.join("tokens.json");
     let fleet = Proc {
         name: "fleet",
-        child: strata(
+        child: spawn_strata(
             &[
                 "fleet",
                 "--server",
@@ -242,7 +254,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport> {
     };
     let mut trainer = Proc {
         name: "train",
-        child: strata(
+        child: spawn_strata(
             &[
                 "train",
                 "--env",

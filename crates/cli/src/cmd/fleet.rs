@@ -182,7 +182,11 @@ pub fn fleet(args: FleetArgs) -> Result<()> {
         );
     }
     if let Some(path) = &args.summary_json {
-        let json = serde_json::json!({ "fleet": report, "generations": generations });
+        let mut json = serde_json::json!({ "fleet": report, "generations": generations });
+        if reports.len() > 1 {
+            // Each gateway's fleet, in --server order.
+            json["per_gateway"] = serde_json::to_value(&reports)?;
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
