@@ -215,7 +215,7 @@ pub fn run(minutes: f64, dir: &Path, agents: usize) -> Result<DeployedReport> {
         )?,
         &alone_dir,
     )?;
-    let mut alone = vec![Named {
+    let mut alone = [Named {
         name: "gateway (alone)".into(),
         child: url.0,
     }];
