@@ -50,15 +50,19 @@ class GatewayError(StrataError):
     """The gateway refused a call: ``status`` is the HTTP status (None when it never
     answered), ``message`` the gateway's reason."""
 
-    def __init__(self, status: Optional[int], message: str):
+    def __init__(self, status: Optional[int], message: str, *, final: bool = False):
         super().__init__(f"HTTP {status}: {message}" if status is not None else f"transport: {message}")
         self.status = status
         self.message = message
+        # A failure no retry can fix though the gateway never answered (an untrusted
+        # certificate).
+        self._final = final
 
     @property
     def retryable(self) -> bool:
-        """No answer, rate limited, or the gateway unavailable."""
-        return self.status in (None, 429, 503)
+        """No answer, rate limited, or the gateway unavailable (not an untrusted
+        certificate)."""
+        return not self._final and self.status in (None, 429, 503)
 
 
 def _from(cls, data: Dict[str, Any]):
@@ -248,6 +252,8 @@ class Client:
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"gateway URL {url!r}: expected http://host:port or https://host:port")
         self.url = f"{parsed.scheme}://{parsed.netloc}"
+        if ca is not None and parsed.scheme != "https":
+            raise ValueError(f"ca= is for https:// gateways, not {url!r}")
         self._tls = ssl.create_default_context(cafile=ca) if parsed.scheme == "https" else None
         self._host = parsed.hostname
         self._port = parsed.port or (443 if self._tls else 80)
@@ -281,6 +287,11 @@ class Client:
             conn.request(method, path, body=payload, headers=self._headers)
             response = conn.getresponse()
             text = response.read().decode()
+        except ssl.SSLCertVerificationError as e:
+            conn.close()
+            self._local.conn = None
+            raise GatewayError(None, f"the gateway's certificate is not trusted ({e.verify_message}): "
+                                     "pass ca= the CA certificate that signed it", final=True) from e
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             self._local.conn = None

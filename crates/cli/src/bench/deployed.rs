@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::cluster::Server as NatsServer;
-use super::soak::{spawn_strata, status_mb, wait_for_address};
+use super::procs::{spawn_strata, status_mb, wait_for_address, NatsServer};
 
 /// Gateways of the spanning layout.
 const GATEWAYS: usize = 3;
@@ -215,7 +214,7 @@ pub fn run(minutes: f64, dir: &Path, agents: usize) -> Result<DeployedReport> {
         )?,
         &alone_dir,
     )?;
-    let mut alone = [Named {
+    let mut alone_procs = [Named {
         name: "gateway (alone)".into(),
         child: url.0,
     }];
@@ -224,11 +223,11 @@ pub fn run(minutes: f64, dir: &Path, agents: usize) -> Result<DeployedReport> {
     let samples = fleet_sampling(
         &fleet_args(&[(url.1, alone_dir.clone())], agents, half, &summary),
         &dir.join("alone-fleet.log"),
-        &[alone[0].child.id()],
+        &[alone_procs[0].child.id()],
         half,
     )?;
     let seconds = t0.elapsed().as_secs_f64();
-    stop(&mut alone[0]);
+    stop(&mut alone_procs[0]);
     let (total, per) = reports_per_gateway(&summary)?;
     let (updates, p50, p99) = lags(&alone_dir.join("learner.jsonl"));
     let alone = LayoutFigures {

@@ -13,6 +13,7 @@ mod gym;
 mod ledger;
 mod ledger_reads;
 mod pixels;
+mod procs;
 mod python_program;
 mod soak;
 mod training;

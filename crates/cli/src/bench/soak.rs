@@ -11,11 +11,13 @@
 //! warm-up (memory, files, threads) is compared between the end of the warm-up and the end.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+
+use super::procs::{spawn_strata, status_mb, this_binary, wait_for_address};
 
 /// What `strata bench soak` was asked.
 pub struct SoakOptions {
@@ -80,23 +82,6 @@ impl Drop for Proc {
     }
 }
 
-/// This binary, as it was when the soak started: a rebuild during a long soak replaces
-/// the file, and `/proc/self/exe` then names a deleted one.
-fn this_binary() -> &'static Path {
-    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BINARY.get_or_init(|| std::env::current_exe().unwrap_or_else(|_| PathBuf::from("strata")))
-}
-
-/// `strata args`, its stderr to `log` and stdout beside it.
-pub(super) fn spawn_strata(args: &[&str], log: &Path) -> Result<Child> {
-    Command::new(this_binary())
-        .args(args)
-        .stdout(std::fs::File::create(log.with_extension("out"))?)
-        .stderr(std::fs::File::create(log)?)
-        .spawn()
-        .with_context(|| format!("cannot start `strata {}`", args.join(" ")))
-}
-
 /// Starts `strata serve` on `dir` and waits for its address.
 fn serve(dir: &Path, log: &Path) -> Result<(Child, String, Instant)> {
     let started = Instant::now();
@@ -119,32 +104,6 @@ fn serve(dir: &Path, log: &Path) -> Result<(Child, String, Instant)> {
     Ok((child, url, started))
 }
 
-/// Waits for the gateway `child` to write its address into `dir` (at most 300 s): the
-/// child and its URL.
-pub(super) fn wait_for_address(mut child: Child, dir: &Path) -> Result<(Child, String)> {
-    let address = dir.join("address");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&address) {
-            if text.ends_with('\n') {
-                return Ok((child, text.trim().to_string()));
-            }
-        }
-        if let Some(status) = child.try_wait()? {
-            bail!(
-                "strata serve exited ({status}); see its log in {}",
-                dir.display()
-            );
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("strata serve did not start within 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Waits until `url` answers `/healthz`.
 fn healthy(url: &str) -> Result<()> {
     let client = strata_gateway::Client::new(url, "");
@@ -156,18 +115,6 @@ fn healthy(url: &str) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
-}
-
-/// `kB` on the `key:` line of `/proc/<pid>/status`, in MB.
-pub(super) fn status_mb(pid: u32, key: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn entries(path: &str) -> usize {

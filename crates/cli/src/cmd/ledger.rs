@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
-use super::ledger_read::{locate, read_all, read_each};
+use super::ledger_read::{locate, read_all, read_invalidations_each};
 use strata_ledger::{
     metrics, now_ns, recompute, summary, write_manifest, AdmissionRules, Invalidation, Ledger,
     LedgerConfig, LedgerData, ManifestFormat, ReasonCode, SideMetrics, Storage, Target,
@@ -284,7 +284,7 @@ pub fn run(command: LedgerCommand) -> Result<()> {
         }
         LedgerCommand::Invalidate(args) => invalidate(args),
         LedgerCommand::Invalidations(args) => {
-            super::ledger_invalidations::list(&read_each(&args.ledgers)?, args.json)
+            super::ledger_invalidations::list(&read_invalidations_each(&args.ledgers)?, args.json)
         }
         LedgerCommand::Compact(args) => {
             let storage = Storage::open(&locate(&args.ledger)?)?;

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use serde::Serialize;
 use strata_gateway::ids::gateway_of;
-use strata_ledger::{LedgerData, Target};
+use strata_ledger::{Invalidation, Target};
 
 /// One invalidation, as listed.
 #[derive(Debug, Serialize)]
@@ -25,11 +25,11 @@ struct Listed {
 ///
 /// # Errors
 /// Output that cannot be written.
-pub(super) fn list(parts: &[(String, LedgerData)], json: bool) -> Result<()> {
+pub(super) fn list(parts: &[(String, Vec<Invalidation>)], json: bool) -> Result<()> {
     let mut rows: Vec<Listed> = parts
         .iter()
-        .flat_map(|(location, data)| {
-            data.invalidations.iter().map(move |i| Listed {
+        .flat_map(|(location, invalidations)| {
+            invalidations.iter().map(move |i| Listed {
                 at_ns: i.at_ns,
                 recorded_in: location.clone(),
                 reason: i.reason.as_str().to_string(),

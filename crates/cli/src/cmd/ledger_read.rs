@@ -94,6 +94,22 @@ pub(super) fn read_each(ledgers: &[String]) -> Result<Vec<(String, LedgerData)>>
     Ok(parts)
 }
 
+/// The invalidations of each ledger `ledgers` name, with its location, reading no sample.
+///
+/// # Errors
+/// A missing or unreadable ledger (the file named).
+pub(super) fn read_invalidations_each(
+    ledgers: &[String],
+) -> Result<Vec<(String, Vec<strata_ledger::Invalidation>)>> {
+    let mut out = Vec::new();
+    for location in locate_all(ledgers)? {
+        let storage = Storage::open(&location)?;
+        let invalidations = LedgerData::read_invalidations(&storage)?;
+        out.push((location, invalidations));
+    }
+    Ok(out)
+}
+
 /// The ledgers `ledgers` name, read as one ([`strata_ledger::union`]).
 ///
 /// # Errors

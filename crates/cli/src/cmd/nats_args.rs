@@ -26,26 +26,31 @@ pub(crate) struct NatsArgs {
     nats_timeout_secs: f64,
     /// Use TLS to the NATS server, its certificate checked against the system's roots
     /// (implied by --nats-ca, --nats-cert or a tls:// URL).
-    #[arg(long)]
+    #[arg(long, requires = "nats")]
     nats_tls: bool,
     /// PEM file of the CA that signed the NATS server's certificate (TLS).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "nats")]
     nats_ca: Option<PathBuf>,
     /// Client certificate (PEM) for a NATS server that requires one (with --nats-key).
-    #[arg(long, value_name = "FILE", requires = "nats_key")]
+    #[arg(long, value_name = "FILE", requires_all = ["nats_key", "nats"])]
     nats_cert: Option<PathBuf>,
     /// The client certificate's key (PEM).
     #[arg(long, value_name = "FILE", requires = "nats_cert")]
     nats_key: Option<PathBuf>,
     /// NATS credentials file (a user JWT and its nkey seed, as `nsc` writes it).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["nats_nkey", "nats_user"])]
+    #[arg(long, value_name = "FILE", requires = "nats", conflicts_with_all = ["nats_nkey", "nats_user"])]
     nats_creds: Option<PathBuf>,
     /// File holding the nkey seed (`SU...`) this process authenticates with.
-    #[arg(long, value_name = "FILE", conflicts_with = "nats_user")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "nats",
+        conflicts_with = "nats_user"
+    )]
     nats_nkey: Option<PathBuf>,
     /// NATS user; its password from the environment variable STRATA_NATS_PASSWORD, or
     /// from --nats-password-file.
-    #[arg(long)]
+    #[arg(long, requires = "nats")]
     nats_user: Option<String>,
     /// File holding the NATS user's password.
     #[arg(long, value_name = "FILE", requires = "nats_user")]
@@ -62,6 +67,15 @@ impl NatsArgs {
         let Some(url) = &self.nats else {
             return Ok(None);
         };
+        if url
+            .split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
+            .split('/')
+            .next()
+            .is_some_and(|host| host.contains('@'))
+        {
+            bail!("--nats: put no user or password in the URL (it would be shown in errors and logs): use --nats-user with {PASSWORD_VAR} or --nats-password-file, --nats-creds or --nats-nkey");
+        }
         Ok(Some(Meeting {
             url: url.clone(),
             run: self.run.clone(),

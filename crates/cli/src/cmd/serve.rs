@@ -309,6 +309,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     );
     'serving: loop {
         for signal in signals.pending() {
+            if signal == SIGHUP && args.tls_cert.is_none() {
+                tracing::info!(
+                    component = "gateway",
+                    "SIGHUP: plain HTTP, no certificate to reload"
+                );
+                continue;
+            }
             if signal == SIGHUP {
                 match server.reload_tls() {
                     Ok(()) => tracing::info!(component = "gateway", "TLS certificate reloaded"),

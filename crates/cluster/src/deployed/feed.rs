@@ -26,6 +26,8 @@ use crate::{ClusterError, Meeting};
 
 /// How far back a starting feed relays the invalidations its gateway recorded again.
 const REPLAY: Duration = Duration::from_secs(24 * 3600);
+/// The most invalidations a starting feed relays again.
+const REPLAY_MOST: usize = 1 << 15;
 
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -83,7 +85,10 @@ pub fn feed_run(
     let since = now_ns() - REPLAY.as_nanos() as i64;
     let recorded = strata_ledger::LedgerData::read_invalidations(gateway.ledger().storage())
         .map_err(|e| ClusterError::Config(format!("reading the gateway's invalidations: {e}")))?;
-    for inv in recorded.iter().filter(|i| i.at_ns >= since) {
+    let recent: Vec<_> = recorded.iter().filter(|i| i.at_ns >= since).collect();
+    // At most half the relay queue, the newest: room stays for what operators do now.
+    let keep = recent.len().min(REPLAY_MOST);
+    for inv in &recent[recent.len() - keep..] {
         gateway.relay().queue(inv.target);
     }
     let counters = Arc::new(FeedCounters::default());

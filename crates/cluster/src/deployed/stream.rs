@@ -83,7 +83,21 @@ impl Link {
                 ..Default::default()
             };
             self.block(|| format!("create stream {name}"), async {
-                self.js.get_or_create_stream(config).await.map(|_| ())
+                let mut stream = self
+                    .js
+                    .get_or_create_stream(config.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // A stream made by an earlier version with other subjects takes these
+                // (segments first: their narrower subjects make room for invalidations').
+                let info = stream.info().await.map_err(|e| e.to_string())?;
+                if info.config.subjects != config.subjects {
+                    self.js
+                        .update_stream(config)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
             })?;
         }
         Ok(())
@@ -226,8 +240,11 @@ impl Link {
     /// it drops them from the stream, and none is delivered again.
     pub(crate) fn ack_all(&self, messages: &[Unacked]) -> Result<(), ClusterError> {
         self.block(|| "acknowledge deployed messages".to_string(), async {
-            for m in messages {
-                m.0.double_ack().await?;
+            // At once, not one round trip after another: a batch of many segments is
+            // acknowledged within one call's timeout even far from the server.
+            let acks = messages.iter().map(|m| m.0.double_ack());
+            for result in futures_util::future::join_all(acks).await {
+                result?;
             }
             Ok::<_, async_nats::Error>(())
         })

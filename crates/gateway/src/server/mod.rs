@@ -130,16 +130,20 @@ impl Server {
                 runtime.block_on(async move {
                     // They end with the runtime, when serving stops.
                     maintenance::spawn(maintained);
+                    // One cap on connections for every listener of this gateway.
+                    let permits =
+                        Arc::new(crate::connections::Semaphore::new(limits.max_connections));
                     let plain = plain.map(|(l, _)| {
                         tokio::spawn(crate::connections::serve(
                             l,
                             app.clone(),
                             limits,
+                            Arc::clone(&permits),
                             None,
                             rx.clone(),
                         ))
                     });
-                    crate::connections::serve(listener, app, limits, served_tls, rx).await;
+                    crate::connections::serve(listener, app, limits, permits, served_tls, rx).await;
                     if let Some(p) = plain {
                         let _ = p.await;
                     }
@@ -161,10 +165,14 @@ impl Server {
             })
             .map_err(|e| GatewayError::io("gateway thread", e))?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        if let Some(p) = plain_bound {
-            let plain_file = dir.join("plain-address");
-            std::fs::write(&plain_file, format!("http://{p}\n"))
-                .map_err(|e| GatewayError::io(&plain_file, e))?;
+        let plain_file = dir.join("plain-address");
+        match plain_bound {
+            Some(p) => std::fs::write(&plain_file, format!("http://{p}\n"))
+                .map_err(|e| GatewayError::io(&plain_file, e))?,
+            // A restart without the plain listener leaves no stale address behind.
+            None => {
+                let _ = std::fs::remove_file(&plain_file);
+            }
         }
         let address_file = dir.join("address");
         std::fs::write(&address_file, format!("{scheme}://{bound}\n"))
