@@ -9,16 +9,15 @@ use crate::names::segment_id;
 use crate::ClusterError;
 
 impl DeployedLearner<'_> {
-    /// Takes the invalidations stored so far and, while fewer than two batches of rows
-    /// wait, what one fetch of segments brings (waiting at most `wait`); how many
-    /// messages.
+    /// While fewer than two batches of rows wait, what one fetch of segments brings
+    /// (waiting at most `wait`); how many messages. Invalidations are taken before each
+    /// update ([`DeployedLearner::drain`]).
     pub(super) fn take(&mut self, wait: Duration) -> Result<usize, ClusterError> {
-        let mut n = self.take_invalidations(Duration::from_millis(5))?;
         let batch = self.config.ppo.n_steps * self.config.env.num_envs;
         if self.rows_waiting < 2 * batch {
-            n += self.take_segments(wait)?;
+            return self.take_segments(wait);
         }
-        Ok(n)
+        Ok(0)
     }
 
     /// Invalidations of one fetch: in force from now on, acknowledged with the next
@@ -101,14 +100,13 @@ impl DeployedLearner<'_> {
         self.skipped_since_update += rows as u64;
     }
 
-    /// Takes invalidations until their consumer has delivered every one stored.
+    /// Takes invalidations until their consumer has delivered every one stored: one
+    /// look at the consumer when none is waiting (the usual case), no wait for a fetch.
     pub(super) fn drain(&mut self) -> Result<(), ClusterError> {
-        loop {
-            let n = self.take_invalidations(Duration::from_millis(20))?;
-            if n == 0 && self.link.undelivered(&mut self.invalidations)? == 0 {
-                return Ok(());
-            }
+        while self.link.undelivered(&mut self.invalidations)? > 0 {
+            self.take_invalidations(Duration::from_millis(20))?;
         }
+        Ok(())
     }
 
     pub(super) fn leave_out_invalidated(&mut self) {
