@@ -206,9 +206,21 @@ fn ledger_commands_answer_about_a_training_run() {
         ],
         "unknown reason code",
     );
+    // A directory holding no ledger anywhere is named as such; one holding runs reads
+    // their ledgers (here, the one run's) as one.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
     fails_with(
-        &["ledger", "summary", tmp.path().to_str().unwrap()],
+        &["ledger", "summary", empty.to_str().unwrap()],
         "not a ledger",
+    );
+    let held = strata(&["ledger", "summary", tmp.path().to_str().unwrap()]);
+    assert!(held.status.success(), "{}", stderr(&held));
+    let direct = strata(&["ledger", "summary", r]);
+    assert!(
+        stdout(&direct).starts_with(&stdout(&held)),
+        "{}",
+        stdout(&held)
     );
     fails_with(
         &["ledger", "manifest", r, "--format", "xml", "--out", "x"],
