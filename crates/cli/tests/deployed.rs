@@ -3,8 +3,9 @@
 //! --from-gateways`) while a simulated fleet reports through all three. The return
 //! improves over the learner's versions; every acknowledged report is in the union of the
 //! gateways' ledgers once and trained at most once; a gateway, the learner and the NATS
-//! server SIGKILLed and restarted change neither; a rollback through one gateway moves
-//! the learner; an invalidation recorded by gateway 2 of a trajectory
+//! server SIGKILLed and restarted change neither; admission rules set through one
+//! gateway hold for the learner, and a rollback through another moves the learner to that
+//! version and its rules; an invalidation recorded by gateway 2 of a trajectory
 //! gateway 1 issued is honoured by the learner; an agent that brings an episode to
 //! another gateway is told where it belongs; `strata ledger` reads the four ledgers as
 //! one.
@@ -218,6 +219,17 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
     served[1].1 = url;
     let mut l = learner(&nats, &learner_dir);
     let before = updates(&learner_dir);
+    // Admission rules set through gateway 1 hold for the whole run: the learner's next
+    // decisions are made under them.
+    let decay = serde_json::json!({"rule": "decay", "kl_scale": 0.05, "min_weight": 0.01});
+    let decay_hash = serde_json::from_value::<strata_ledger::AdmissionRules>(decay.clone())
+        .unwrap()
+        .hash();
+    let op1 = operator(&dirs[0], &served[0].1);
+    wait_until("the rules to be accepted", Duration::from_secs(30), || {
+        op1.post::<_, serde_json::Value>("/v1/operator/rules", &decay)
+            .is_ok()
+    });
     // Agents report while the learner trains: later episodes get later versions.
     let second = fleets(&served, 1, 40_000, 2);
     wait_until(
@@ -244,6 +256,12 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         "the learner to follow the rollback",
         Duration::from_secs(30),
         || l.log().contains("rolled the run back"),
+    );
+    // The rollback restored version 1's rules too: the learner changed rules twice.
+    wait_until(
+        "the learner to take version 1's rules back",
+        Duration::from_secs(30),
+        || l.log().matches("admission rules changed").count() >= 2,
     );
     l.signal(libc::SIGTERM);
     let (status, out) = l.finish(Duration::from_secs(60));
@@ -305,6 +323,10 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         by_gateway.len(),
         3,
         "the learner trained on every gateway's samples: {by_gateway:?}"
+    );
+    assert!(
+        decisions.iter().any(|d| d.rules_hash == decay_hash),
+        "no decision under the rules set through gateway 1"
     );
     assert!(
         trajectory_of.values().any(|&t| t == foreign),

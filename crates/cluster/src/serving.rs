@@ -146,7 +146,7 @@ fn follow_once(
         }
     }
     if let Some((pointer, revision)) = release.read().map_err(ClusterError::Wire)? {
-        match gateway.observe_pointer(pointer, revision) {
+        match gateway.observe_pointer(pointer.clone(), revision) {
             Ok(()) => {}
             Err(RequestError::NotFound(_)) => {
                 let policy = records::policy(link, pointer.version)?;

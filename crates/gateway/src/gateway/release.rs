@@ -303,6 +303,7 @@ impl Gateway {
             version,
             rules_version: rules.version,
             immediate: req.force,
+            rules: Some(rules.rules.clone()),
         })?;
         self.ledger.bind(
             version,
@@ -337,10 +338,12 @@ impl Gateway {
             .version
             .ok_or_else(|| RequestError::invalid("rollback needs a version"))?;
         self.require_version(version)?;
+        let bound = self.ledger.rules_for_policy(version)?;
         self.move_pointer(ServingPointer {
             version,
-            rules_version: self.ledger.rules_for_policy(version)?.version,
+            rules_version: bound.version,
             immediate: true,
+            rules: Some(bound.rules),
         })?;
         let rules = self
             .ledger
@@ -427,6 +430,9 @@ impl Gateway {
             }
             other => RequestError::from(other),
         })?;
+        // Shared with other gateways and a learner elsewhere: the pointer carries the new
+        // rules (same version), or nothing changes here.
+        self.move_pointer_rules(registered.version, rules)?;
         *self.active_rules.lock() = registered.version;
         Ok(self.status())
     }

@@ -13,7 +13,7 @@ use super::*;
 
 /// What gateways serve: a version, the admission rules it was published with, and
 /// whether it switches at once (rollback, forced promote) or after the cooldown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServingPointer {
     /// The stable version.
     pub version: u64,
@@ -21,6 +21,11 @@ pub struct ServingPointer {
     pub rules_version: u64,
     /// Switch at once rather than after the cooldown.
     pub immediate: bool,
+    /// The admission rules themselves (their version is this writer's own number): every
+    /// gateway and the learner register and apply them, so rules set or rolled back
+    /// through one gateway hold for the whole run. Absent from pointers written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<strata_ledger::AdmissionRules>,
 }
 
 /// The store of the serving pointer (revisioned, compare-and-swap).
@@ -57,7 +62,7 @@ impl Gateway {
         self.shared
             .set(Shared {
                 store,
-                seen: Mutex::new(current.map(|(_, revision)| revision)),
+                seen: Mutex::new(current.as_ref().map(|(_, revision)| *revision)),
             })
             .map_err(|_| RequestError::conflict("the release is shared already"))?;
         if let Some((pointer, revision)) = current {
@@ -138,7 +143,11 @@ impl Gateway {
         }
         self.require_version(pointer.version)?;
         *shared.seen.lock() = Some(revision);
-        *self.active_rules.lock() = pointer.rules_version;
+        *self.active_rules.lock() = match &pointer.rules {
+            // This ledger's number for the rules the pointer carries (registered once).
+            Some(rules) => self.ledger.register_rules(rules)?.version,
+            None => pointer.rules_version,
+        };
         self.change_release(|_, state| {
             state
                 .release
@@ -176,6 +185,33 @@ impl Gateway {
                 )))
             }
         }
+    }
+
+    /// Puts new admission rules on the shared pointer (when there is one), its version
+    /// unchanged: every gateway and the learner apply them.
+    ///
+    /// # Errors
+    /// As [`Gateway::move_pointer`].
+    pub(super) fn move_pointer_rules(
+        &self,
+        rules_version: u64,
+        rules: strata_ledger::AdmissionRules,
+    ) -> Result<(), RequestError> {
+        let Some(shared) = self.shared.get() else {
+            return Ok(());
+        };
+        let current = shared.store.read().map_err(RequestError::unavailable)?;
+        let version = match current {
+            // Moved since this gateway last looked: the compare-and-swap below refuses.
+            Some((pointer, _)) => pointer.version,
+            None => self.state.lock().release.stable,
+        };
+        self.move_pointer(ServingPointer {
+            version,
+            rules_version,
+            immediate: false,
+            rules: Some(rules),
+        })
     }
 
     /// Whether the serving version is shared with other gateways.

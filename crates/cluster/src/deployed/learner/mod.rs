@@ -343,6 +343,7 @@ impl<'a> DeployedLearner<'a> {
                     version: self.progress.policy_version,
                     rules_version: self.rules.version,
                     immediate: true,
+                    rules: Some(self.rules.rules.clone()),
                 };
                 self.pointer_seen = self
                     .release

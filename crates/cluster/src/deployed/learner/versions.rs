@@ -26,6 +26,21 @@ impl DeployedLearner<'_> {
             return Ok(());
         }
         self.pointer_seen = Some((revision, pointer.version));
+        // Rules set or rolled back through any gateway hold here from the next update.
+        if let Some(rules) = &pointer.rules {
+            if rules.hash() != self.rules.hash {
+                self.rules = self
+                    .ledger
+                    .register_rules(rules)
+                    .map_err(|e| ClusterError::Config(format!("admission rules: {e}")))?;
+                tracing::info!(
+                    component = "learner",
+                    rules_version = self.rules.version,
+                    rules_hash = %self.rules.hash,
+                    "admission rules changed through a gateway: applied from the next update"
+                );
+            }
+        }
         // A promote (the pointer moving up, or staying) is not a rollback.
         if pointer.version >= seen_version {
             return Ok(());
@@ -74,20 +89,22 @@ impl DeployedLearner<'_> {
     /// operator moved it meanwhile (that move stands; a rollback is followed).
     pub(super) fn move_pointer(&mut self, version: u64) -> Result<(), ClusterError> {
         let current = self.release.read().map_err(ClusterError::Wire)?;
-        let (rules_version, expected) = match current {
+        let (rules_version, rules, expected) = match current {
             Some((p, revision)) => {
                 if self.pointer_seen.is_none_or(|(seen, _)| seen < revision) {
                     // Someone else moved it since this learner last did: look first.
                     return self.follow_rollback();
                 }
-                (p.rules_version, Some(revision))
+                // The rules in force travel on with the new version.
+                (p.rules_version, p.rules, Some(revision))
             }
-            None => (self.rules.version, None),
+            None => (self.rules.version, Some(self.rules.rules.clone()), None),
         };
         let pointer = ServingPointer {
             version,
             rules_version,
             immediate: false,
+            rules,
         };
         match self
             .release
