@@ -237,9 +237,8 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         Duration::from_secs(60),
         || updates(&learner_dir) >= before + 3,
     );
-    // A rollback through gateway 3 moves the run's pointer (retried while the learner,
-    // still working through its backlog, moves it on first), and the learner goes on
-    // from that version.
+    // A rollback through gateway 3 moves the run's pointer over the learner's own moves,
+    // and the learner goes on from that version.
     let op3 = operator(&dirs[2], &served[2].1);
     wait_until(
         "the rollback to be accepted",
@@ -247,7 +246,7 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         || {
             op3.post::<_, serde_json::Value>(
                 "/v1/operator/rollback",
-                &serde_json::json!({"version": 1, "force": true}),
+                &serde_json::json!({"version": 0, "force": true}),
             )
             .is_ok()
         },
@@ -257,9 +256,10 @@ fn three_gateways_feed_one_learner_through_kills_and_invalidations() {
         Duration::from_secs(30),
         || l.log().contains("rolled the run back"),
     );
-    // The rollback restored version 1's rules too: the learner changed rules twice.
+    // The rollback restored version 0's rules too (every gateway keeps version 0: its
+    // first episodes sampled it): the learner changed rules twice.
     wait_until(
-        "the learner to take version 1's rules back",
+        "the learner to take version 0's rules back",
         Duration::from_secs(30),
         || l.log().matches("admission rules changed").count() >= 2,
     );

@@ -304,6 +304,7 @@ impl Gateway {
             rules_version: rules.version,
             immediate: req.force,
             rules: Some(rules.rules.clone()),
+            by_learner: false,
         })?;
         self.ledger.bind(
             version,
@@ -344,6 +345,7 @@ impl Gateway {
             rules_version: bound.version,
             immediate: true,
             rules: Some(bound.rules),
+            by_learner: false,
         })?;
         let rules = self
             .ledger

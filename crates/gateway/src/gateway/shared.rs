@@ -26,7 +26,15 @@ pub struct ServingPointer {
     /// through one gateway hold for the whole run. Absent from pointers written before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<strata_ledger::AdmissionRules>,
+    /// Moved by the run's learner releasing a version on its own (`--release auto`), not
+    /// by an operator: an operator's promote or rollback goes over such a move rather than
+    /// being refused as a conflict.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_learner: bool,
 }
+
+/// How many of the learner's own moves an operator's move goes over before giving up.
+const LEARNER_MOVES_PASSED: usize = 32;
 
 /// The store of the serving pointer (revisioned, compare-and-swap).
 pub trait SharedRelease: Send + Sync {
@@ -168,23 +176,31 @@ impl Gateway {
             return Ok(());
         };
         let mut seen = shared.seen.lock();
-        match shared
-            .store
-            .swap(*seen, &pointer)
-            .map_err(RequestError::unavailable)?
-        {
-            Some(revision) => {
+        // A learner releasing versions on its own may move the pointer many times a
+        // second: its moves are not another operator's decision, so this one goes over
+        // them (a few tries); another operator's move is a conflict.
+        for _ in 0..LEARNER_MOVES_PASSED {
+            if let Some(revision) = shared
+                .store
+                .swap(*seen, &pointer)
+                .map_err(RequestError::unavailable)?
+            {
                 *seen = Some(revision);
-                Ok(())
+                return Ok(());
             }
-            None => {
-                let now = shared.store.read().ok().flatten();
-                Err(RequestError::conflict(format!(
-                    "the serving version was moved by another operator since this gateway last looked (now {}); check the status and retry",
-                    now.map_or("unset".to_string(), |(p, r)| format!("version {} at revision {r}", p.version))
-                )))
+            match shared.store.read().map_err(RequestError::unavailable)? {
+                Some((now, revision)) if now.by_learner => *seen = Some(revision),
+                now => {
+                    return Err(RequestError::conflict(format!(
+                        "the serving version was moved by another operator since this gateway last looked (now {}); check the status and retry",
+                        now.map_or("unset".to_string(), |(p, r)| format!("version {} at revision {r}", p.version))
+                    )))
+                }
             }
         }
+        Err(RequestError::unavailable(
+            "the run's learner kept moving the serving version; retry",
+        ))
     }
 
     /// Puts new admission rules on the shared pointer (when there is one), its version
@@ -211,6 +227,7 @@ impl Gateway {
             rules_version,
             immediate: false,
             rules: Some(rules),
+            by_learner: false,
         })
     }
 

@@ -344,6 +344,7 @@ impl<'a> DeployedLearner<'a> {
                     rules_version: self.rules.version,
                     immediate: true,
                     rules: Some(self.rules.rules.clone()),
+                    by_learner: true,
                 };
                 self.pointer_seen = self
                     .release

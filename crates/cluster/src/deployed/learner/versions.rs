@@ -105,6 +105,7 @@ impl DeployedLearner<'_> {
             rules_version,
             immediate: false,
             rules,
+            by_learner: true,
         };
         match self
             .release
