@@ -10,7 +10,7 @@
 //! PPO: agents sample with older versions), applies the admission rules per segment,
 //! records the decisions in the ledger, runs the PPO update and publishes the parameters.
 
-use std::io::Write;
+use std::borrow::Borrow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -27,6 +27,7 @@ use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::segment::Segment;
 use crate::settings::ReleaseMode;
+use crate::update_log::UpdateLog;
 
 /// Why the learner stopped.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +107,7 @@ struct Learner {
     rows_skipped: usize,
     base_version: u64,
     updates: u64,
-    log: Option<std::fs::File>,
+    log: UpdateLog,
 }
 
 impl Learner {
@@ -114,13 +115,7 @@ impl Learner {
         let run = &gateway.settings.run;
         let mut core = LearnerCore::new(run, 0)?;
         core.model_mut().set_flat_params(params)?;
-        let log_path = gateway.settings.dir.join("learner.jsonl");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| tracing::warn!(component = "learner", path = %log_path.display(), error = %e, "no learner log"))
-            .ok();
+        let log = UpdateLog::open(&gateway.settings.dir);
         let base_version = gateway.status().latest;
         Ok(Learner {
             gateway,
@@ -254,24 +249,13 @@ impl Learner {
             invalidated_skipped: skipped,
             mean_age_versions: admitted.age_versions_sum / rows as f64,
             mean_kl: admitted.kl_sum / rows as f64,
-            lag_seconds: (strata_ledger::now_ns()
-                - segments
-                    .iter()
-                    .map(|s| s.completed_at_ns)
-                    .max()
-                    .unwrap_or(0))
-            .max(0) as f64
-                / 1e9,
+            lag_seconds: crate::update_log::lag_seconds(&segments),
             policy_loss: stats.as_ref().map_or(0.0, |s| s.policy_loss),
             value_loss: stats.as_ref().map_or(0.0, |s| s.value_loss),
             approx_kl: stats.as_ref().map_or(0.0, |s| s.approx_kl),
             seconds: t0.elapsed().as_secs_f64(),
         };
-        if let Some(f) = self.log.as_mut() {
-            let mut text = serde_json::to_vec(&line).expect("update line serialises");
-            text.push(b'\n');
-            let _ = f.write_all(&text);
-        }
+        self.log.append(&line);
         Ok(())
     }
 }
@@ -284,16 +268,16 @@ impl Learner {
 /// then lies within one segment and starts from the state stored at its first step, as a
 /// worker's fragment does. A learner in another process (`strata learner
 /// --from-gateways`) lays its segments out with this too.
-pub fn lay_out(
-    segments: &[Segment],
+pub fn lay_out<S: std::borrow::Borrow<Segment>>(
+    segments: &[S],
     obs_dim: usize,
     state_len: usize,
     lane: Option<usize>,
 ) -> (RolloutBuffer, Vec<SampleGroup>) {
-    let first = &segments[0];
+    let first: &Segment = segments[0].borrow();
     let dims = (obs_dim, first.action_dim);
     debug_assert_eq!(obs_dim, first.obs_dim);
-    let rows: usize = segments.iter().map(Segment::len).sum();
+    let rows: usize = segments.iter().map(|s| s.borrow().len()).sum();
     let (lanes, steps) = match lane {
         Some(n) => (segments.len(), n),
         None => (1, rows),
@@ -302,7 +286,7 @@ pub fn lay_out(
         .with_memory(state_len);
     let mut groups = Vec::with_capacity(segments.len());
     let mut at = 0;
-    for (k, s) in segments.iter().enumerate() {
+    for (k, s) in segments.iter().map(Borrow::borrow).enumerate() {
         let n = s.len();
         let (span, last) = if lane.is_some() {
             debug_assert!(n <= steps, "a segment longer than a lane");

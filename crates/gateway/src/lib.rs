@@ -35,6 +35,7 @@ mod server;
 mod settings;
 mod state;
 mod tls;
+mod update_log;
 
 pub use api::*;
 pub use auth::{Auth, Caller, Role, TokensFile};
@@ -50,3 +51,4 @@ pub use segment::Segment;
 pub use server::{router, Server, OPENAPI};
 pub use settings::{GatewaySettings, ReleaseMode};
 pub use tls::TlsFiles;
+pub use update_log::{lag_seconds, UpdateLog};

@@ -29,12 +29,6 @@ const REPLAY: Duration = Duration::from_secs(24 * 3600);
 /// The most invalidations a starting feed relays again.
 const REPLAY_MOST: usize = 1 << 15;
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 /// What a gateway's feed has done, for its status line and the soak's figures.
 #[derive(Debug, Default)]
 pub struct FeedCounters {
@@ -82,7 +76,7 @@ pub fn feed_run(
     // A gateway killed before it relayed an invalidation it had recorded loses none: the
     // recent ones are relayed again (the stream and the learner take a repeat as the same
     // invalidation).
-    let since = now_ns() - REPLAY.as_nanos() as i64;
+    let since = strata_ledger::now_ns() - REPLAY.as_nanos() as i64;
     let recorded = strata_ledger::LedgerData::read_invalidations(gateway.ledger().storage())
         .map_err(|e| ClusterError::Config(format!("reading the gateway's invalidations: {e}")))?;
     let recent: Vec<_> = recorded.iter().filter(|i| i.at_ns >= since).collect();

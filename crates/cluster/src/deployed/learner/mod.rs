@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::PullConsumer;
 use serde::Serialize;
-use strata_gateway::{lay_out, ReleaseMode, Segment, ServingPointer, SharedRelease};
+use strata_gateway::{
+    lag_seconds, lay_out, ReleaseMode, Segment, ServingPointer, SharedRelease, UpdateLog,
+};
 use strata_learner::{Correction, LearnerCore, Progress, TrainerState};
 use strata_ledger::{Ledger, LedgerConfig, LedgerData, VersionedRules};
 use strata_runtime::RunConfig;
@@ -171,7 +173,7 @@ struct DeployedLearner<'a> {
     /// with the next checkpoint.
     settled: Vec<Unacked>,
     skipped_since_update: u64,
-    log: Option<std::fs::File>,
+    log: UpdateLog,
     report: DeployedReport,
 }
 
@@ -250,13 +252,7 @@ impl<'a> DeployedLearner<'a> {
         let segments = link.fresh_deployed_consumer(Deployed::Segments, SEGMENTS_CONSUMER)?;
         let invalidations =
             link.fresh_deployed_consumer(Deployed::Invalidations, INVALIDATIONS_CONSUMER)?;
-        let log_path = options.dir.join("learner.jsonl");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| tracing::warn!(component = "learner", path = %log_path.display(), error = %e, "no learner log"))
-            .ok();
+        let log = UpdateLog::open(&options.dir);
         let mut learner = DeployedLearner {
             link,
             options,
@@ -416,8 +412,9 @@ impl<'a> DeployedLearner<'a> {
             .count();
         let waiting: Vec<Waiting> = self.waiting.drain(..take).collect();
         self.rows_waiting = self.waiting.iter().map(|w| w.segment.len()).sum();
-        let segments: Vec<Segment> = waiting.iter().map(|w| w.segment.clone()).collect();
-        let rows: usize = segments.iter().map(Segment::len).sum();
+        // Laid out from where they wait: no copy of their rows.
+        let segments: Vec<&Segment> = waiting.iter().map(|w| &w.segment).collect();
+        let rows: usize = segments.iter().map(|s| s.len()).sum();
         let state_len = self.core.model().state_len();
         let lane = (state_len > 0).then_some(self.config.ppo.n_steps);
         let (mut buf, groups) = lay_out(&segments, self.core.model().obs_dim(), state_len, lane);
@@ -457,11 +454,9 @@ impl<'a> DeployedLearner<'a> {
         let mut gateways: Vec<u16> = waiting.iter().map(|w| w.gateway).collect();
         gateways.sort_unstable();
         gateways.dedup();
-        let newest_ns = waiting
-            .iter()
-            .map(|w| w.segment.completed_at_ns)
-            .max()
-            .unwrap_or(0);
+        // Measured once the version is out, before the acknowledgements.
+        let lag = lag_seconds(segments.iter().copied());
+        let segment_count = segments.len();
         acks.extend(waiting.into_iter().map(|w| w.ack));
         crate::link::retrying(
             "acknowledging trained segments",
@@ -470,30 +465,25 @@ impl<'a> DeployedLearner<'a> {
         );
         self.report.updates = update;
         self.report.version = version;
-        self.report.segments_trained += segments.len() as u64;
+        self.report.segments_trained += segment_count as u64;
         let line = UpdateLine {
             update,
             version,
             rows,
-            segments: segments.len(),
+            segments: segment_count,
             gateways,
             trained: counts.trained,
             down_weighted: counts.down_weighted,
             dropped: counts.dropped,
             invalidated_skipped: std::mem::take(&mut self.skipped_since_update),
             mean_age_versions: admitted.age_versions_sum / rows.max(1) as f64,
-            lag_seconds: (now_ns() - newest_ns).max(0) as f64 / 1e9,
+            lag_seconds: lag,
             policy_loss: stats.as_ref().map_or(0.0, |s| s.policy_loss),
             value_loss: stats.as_ref().map_or(0.0, |s| s.value_loss),
             approx_kl: stats.as_ref().map_or(0.0, |s| s.approx_kl),
             seconds: t0.elapsed().as_secs_f64(),
         };
-        if let Some(f) = self.log.as_mut() {
-            use std::io::Write;
-            let mut text = serde_json::to_vec(&line).expect("an update line serialises");
-            text.push(b'\n');
-            let _ = f.write_all(&text);
-        }
+        self.log.append(&line);
         Ok(())
     }
 
@@ -520,10 +510,4 @@ impl<'a> DeployedLearner<'a> {
         self.ledger.append_decisions(decisions).map_err(ledger)?;
         self.ledger.flush().map_err(ledger)
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
