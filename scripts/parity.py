@@ -10,6 +10,8 @@ skipped, so a subset can be rerun (`--force`) or the suite continued after a sto
 Usage:
   parity.py run [--envs ID,ID] [--seeds 1-5] [--systems strata,sb3] [--force]
   parity.py table [--out docs/parity.md]   (between the page's results markers)
+  parity.py collapse --env ID [--keep DIR]  (how often each system ends below 90% of the
+                                            best return any run reached)
 
 Strata runs `strata train --env gym:ID --seed S --max-steps N` (its generic preset, the
 periodic evaluations off so the wall clock is training alone), then `strata eval` over the
@@ -85,7 +87,19 @@ def run_strata(env, seed, steps, args):
             [args.strata, "eval", "--checkpoint", str(run_dir), "--episodes",
              str(EVAL_EPISODES), "--seed", str(EVAL_SEED + seed), "--json"],
             check=True, env=child_env, capture_output=True, text=True).stdout
+        if args.keep:
+            # The per-update statistics, for comparing updates side by side with SB3's.
+            dest = keep_path(args, env, seed, "strata " + " ".join(args.strata_set), "metrics.jsonl")
+            dest.write_bytes((run_dir / "metrics.jsonl").read_bytes())
         return seconds, json.loads(out)["returns"]
+
+
+def keep_path(args, env, seed, system, suffix):
+    """Where `--keep` puts one run's per-update statistics."""
+    slug = "-".join(system.replace("=", "_").split()) or "strata"
+    folder = Path(args.keep) / env / slug
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"seed{seed}.{suffix}"
 
 
 SB3_PROGRAM = r"""
@@ -95,8 +109,28 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 env_id, seed, steps, episodes, eval_seed = sys.argv[1], *map(int, sys.argv[2:6])
+log_csv = sys.argv[6] if len(sys.argv) > 6 else ""
 torch.set_num_threads(1)
 model = PPO("MlpPolicy", env_id, seed=seed, device="cpu", verbose=0)
+if log_csv:
+    # SB3's per-update statistics, plus the gradient norm before clipping that its
+    # logger leaves out (clip_grad_norm_ returns it).
+    import stable_baselines3.ppo.ppo as ppo_module
+    from stable_baselines3.common.logger import configure
+    norms, clip = [], torch.nn.utils.clip_grad_norm_
+    def clip_and_keep(params, max_norm, *a, **k):
+        norm = clip(params, max_norm, *a, **k)
+        norms.append(float(norm))
+        return norm
+    ppo_module.th.nn.utils.clip_grad_norm_ = clip_and_keep
+    train = model.train
+    def train_and_log():
+        norms.clear()
+        train()
+        model.logger.record("train/grad_norm", float(np.mean(norms)))
+        model.logger.record("train/grad_norm_max", float(np.max(norms)))
+    model.train = train_and_log
+    model.set_logger(configure(log_csv.removesuffix("/progress.csv"), ["csv"]))
 started = time.perf_counter()
 model.learn(total_timesteps=steps)
 seconds = time.perf_counter() - started
@@ -117,9 +151,12 @@ print(json.dumps({"seconds": seconds, "returns": returns}))
 
 def run_sb3(env, seed, steps, args):
     """Trains SB3's PPO with its defaults in a child interpreter; (seconds, returns)."""
+    log = []
+    if args.keep:
+        log = [str(keep_path(args, env, seed, "sb3", "d") / "progress.csv")]
     out = subprocess.run(
         [args.python, "-c", SB3_PROGRAM, env, str(seed), str(steps), str(EVAL_EPISODES),
-         str(EVAL_SEED + seed)],
+         str(EVAL_SEED + seed), *log],
         check=True, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
     return r["seconds"], r["returns"]
@@ -200,6 +237,66 @@ def table(args):
     Path(args.out).write_text(page[:start + len(RESULTS_START)] + "\n" + text + page[end:])
 
 
+def kept_updates(keep, env, system, seed):
+    """(training return, approx KL) per update of a run kept by `--keep`, or None."""
+    folder = Path(keep) / env / ("-".join(system.replace("=", "_").split()) or "strata")
+    if system == "sb3":
+        path = folder / f"seed{seed}.d" / "progress.csv"
+        if not path.exists():
+            return None
+        import csv
+        return [(float(r["rollout/ep_rew_mean"]), float(r["train/approx_kl"]))
+                for r in csv.DictReader(path.open()) if r.get("train/approx_kl")]
+    path = folder / f"seed{seed}.metrics.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r["mean_return"], r["approx_kl"]) for r in rows]
+
+
+def collapsed(updates):
+    """A run collapsed when its training return over its last five updates is back within
+    a tenth of the way from where it started to its best (a fall it never climbed back
+    from; sampled returns swing too much for a smaller fall to tell)."""
+    returns = [r for r, _ in updates]
+    first, best = returns[0], max(returns)
+    last = statistics.fmean(returns[-5:])
+    return last < first + 0.1 * (best - first)
+
+
+def collapse(args):
+    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines()]
+    latest = {(r["env"], r["seed"], r["system"], r["steps"]): r for r in rows}
+    runs = [r for r in latest.values() if r["env"] == args.env]
+    if not runs:
+        sys.exit(f"no runs of {args.env} in {args.results}")
+    ceiling = max(r["greedy_return"] for r in runs)
+    bar = args.fraction * ceiling
+    print(f"{args.env}: ceiling {ceiling:.1f} (the best greedy return of any run), "
+          f"a run ends low below {bar:.1f} ({args.fraction:.0%})\n")
+    print("| system | seeds | ended low | rate | their greedy returns | runs kept | collapsed "
+          "| updates with KL > 0.1 | largest KL |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+    by = {}
+    for r in runs:
+        by.setdefault((r["system"], r["steps"]), []).append(r)
+    for (system, steps), group in sorted(by.items()):
+        group.sort(key=lambda r: r["seed"])
+        low = [r for r in group if r["greedy_return"] < bar]
+        kept = [(r["seed"], kept_updates(args.keep, args.env, system, r["seed"]))
+                for r in group] if args.keep else []
+        kept = [(seed, u) for seed, u in kept if u]
+        fell = [f"s{seed}" for seed, u in kept if collapsed(u)]
+        spikes = sum(k > 0.1 for _, u in kept for _, k in u)
+        largest = max((k for _, u in kept for _, k in u), default=None)
+        kept_text = (f"{len(kept)} | {len(fell)} {' '.join(fell)} | {spikes} | {largest:.2f}"
+                     if kept else "0 | - | - | -")
+        label = system if steps == SUITE.get(args.env) else f"{system} ({steps:,} steps)"
+        print(f"| {label} | {len(group)} | {len(low)} | {len(low) / len(group):.0%} | "
+              + ", ".join(f"s{r['seed']} {r['greedy_return']:.0f}" for r in low)
+              + f" | {kept_text} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -213,12 +310,20 @@ def main():
                    help="a config override for Strata (a variant, labelled by it)")
     r.add_argument("--python", default=sys.executable)
     r.add_argument("--strata", default=str(REPO / "target/release/strata"))
+    r.add_argument("--keep", metavar="DIR",
+                   help="keep each run's per-update statistics under DIR (Strata's "
+                        "metrics.jsonl, SB3's progress.csv with the gradient norm)")
     t = sub.add_parser("table", help="the Markdown table of the results")
     t.add_argument("--out", default="-", help="a page with results markers, or - (stdout)")
-    for p in (r, t):
+    c = sub.add_parser("collapse", help="how often each system's runs end low")
+    c.add_argument("--env", required=True)
+    c.add_argument("--fraction", type=float, default=0.9,
+                   help="a run ends low below this fraction of the best return")
+    c.add_argument("--keep", metavar="DIR", help="runs kept by `run --keep`: count KL spikes")
+    for p in (r, t, c):
         p.add_argument("--results", default=str(REPO / "docs/parity/results.jsonl"))
     args = parser.parse_args()
-    return run(args) if args.command == "run" else table(args)
+    return {"run": run, "table": table, "collapse": collapse}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,14 @@ pub struct PpoConfig {
     /// every optional key, although the default clips at 0.5.
     #[serde(default)]
     pub max_grad_norm: Option<f64>,
+    /// Clip each network's gradient (the policy with its log-std, the value network, a
+    /// shared encoder or core) to `max_grad_norm` on its own instead of all together
+    /// (SB3's global norm). On unnormalised returns the value loss's gradient sets the
+    /// global norm, so the policy's step follows the value loss; per network it does
+    /// not (docs/parity.md, the InvertedDoublePendulum collapse). Left out of the
+    /// config when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub clip_grad_per_network: bool,
     /// Normalise advantages per minibatch.
     pub norm_adv: bool,
     /// Stop the epochs early once a minibatch's approximate KL exceeds 1.5x this.
@@ -52,6 +60,10 @@ pub struct PpoConfig {
     /// tiles both. Left out of the config when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub sequence_length: usize,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -74,6 +86,7 @@ impl Default for PpoConfig {
             ent_coef: 0.0,
             vf_coef: 0.5,
             max_grad_norm: Some(0.5),
+            clip_grad_per_network: false,
             norm_adv: true,
             target_kl: None,
             bound_coef: 0.0,

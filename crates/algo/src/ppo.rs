@@ -7,7 +7,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
-use strata_nn::{ActorCritic, Evaluation};
+use strata_nn::{ActorCritic, Evaluation, GradClip};
 
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 use crate::rollout::RolloutBuffer;
@@ -135,7 +135,10 @@ impl Ppo {
         let (n_epochs, batch_size) = (c.n_epochs, c.batch_size);
         let target_kl = c.target_kl.map(|v| v as f32);
         let bound_coef = c.bound_coef as f32;
-        let max_grad_norm = c.max_grad_norm.map(|v| v as f32);
+        let grad_clip = c.max_grad_norm.map(|v| GradClip {
+            max_norm: v as f32,
+            per_network: c.clip_grad_per_network,
+        });
         let total = rollout.len();
         let mut stats = UpdateStats {
             learning_rate: lr,
@@ -241,7 +244,7 @@ impl Ppo {
                     &self.d_means,
                 );
                 let t2 = Instant::now();
-                grad_norm_sum += model.optimizer_step(lr, max_grad_norm);
+                grad_norm_sum += model.optimizer_step(lr, grad_clip);
                 let t3 = Instant::now();
                 backward += t2 - t1;
                 optimizer += t3 - t2;

@@ -45,6 +45,7 @@ mod cnn_arch;
 mod conv;
 mod distribution;
 mod encoder;
+mod grad_clip;
 mod head;
 mod init;
 #[macro_use]
@@ -68,6 +69,7 @@ pub use distribution::{
     gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
 pub use encoder::{ImageInput, PixelScale};
+pub use grad_clip::GradClip;
 pub use head::Head;
 pub use mlp::{Mlp, MlpCache};
 pub use network::{Core, Encoder, NetworkConfig, SdeHold};

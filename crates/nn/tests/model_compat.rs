@@ -173,7 +173,7 @@ fn record(kind: &Kind) -> Value {
     let d: Vec<f32> = (0..ROWS).map(|i| 0.1 * (i as f32 - 2.5)).collect();
     let d_means = vec![0.0; eval.means.len()];
     model.backward(&d, &d, &d, &d_means);
-    model.optimizer_step(3e-3, Some(0.5));
+    model.optimizer_step(3e-3, Some(strata_nn::GradClip::global(0.5)));
 
     fresh_memory(&mut state);
     let mut sampled = vec![0.0; ROWS * action_dim];

@@ -246,7 +246,7 @@ fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
         let t1 = Instant::now();
         model.backward(&d_lp, &d_ent, &d_v, &[]);
         let t2 = Instant::now();
-        model.optimizer_step(1e-5, Some(0.5));
+        model.optimizer_step(1e-5, Some(strata_nn::GradClip::global(0.5)));
         let t3 = Instant::now();
         fwd += (t1 - t0).as_secs_f64();
         bwd += (t2 - t1).as_secs_f64();

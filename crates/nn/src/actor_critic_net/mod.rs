@@ -14,6 +14,7 @@ use crate::adam::Adam;
 use crate::branches::join;
 use crate::cnn::ImageTooSmall;
 use crate::encoder::{ImageInput, SharedEncoder};
+use crate::grad_clip::GradClip;
 use crate::head::{Head, PolicyHead};
 use crate::mlp::Mlp;
 use crate::network::NetworkConfig;
@@ -436,14 +437,15 @@ impl ActorCritic for ActorCriticNet {
         self.grads.fill(0.0);
     }
 
-    fn optimizer_step(&mut self, lr: f32, max_grad_norm: Option<f32>) -> f32 {
-        let norm = self.grads.iter().map(|g| g * g).sum::<f32>().sqrt();
-        if let Some(max) = max_grad_norm {
-            if norm > max {
-                let scale = max / (norm + 1e-6);
-                self.grads.iter_mut().for_each(|g| *g *= scale);
-            }
-        }
+    fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> f32 {
+        let s = &self.spans;
+        let groups: [&[Range<usize>]; 4] = [
+            &[s.policy.clone(), s.log_std.clone()],
+            &[s.value.clone()],
+            &[s.encoder.clone()],
+            &[s.core.clone()],
+        ];
+        let norm = GradClip::apply(clip, &mut self.grads, &groups);
         self.adam.step(&mut self.params, &self.grads, lr);
         self.grads.fill(0.0);
         norm

@@ -170,7 +170,7 @@ fn tensors_round_trip_and_bad_shapes_are_named() {
     let config = NetworkConfig::default();
     let mut a = ActorCriticNet::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
     a.grads.fill(0.1);
-    a.optimizer_step(1e-3, Some(0.5));
+    a.optimizer_step(1e-3, Some(GradClip::global(0.5)));
     let mut b = ActorCriticNet::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
     assert_ne!(a.flat_params(), b.flat_params());
     b.load_tensors(&a.tensors()).unwrap();
@@ -463,4 +463,39 @@ fn the_encoder_follows_ortho_init_as_sb3_does() {
     let weights = &uniform.flat_params()[conv0.range.clone()];
     assert!(weights.iter().all(|w| w.abs() <= bound));
     assert!(weights.iter().any(|w| w.abs() > 0.8 * bound));
+}
+
+#[test]
+fn per_network_clipping_keeps_the_policy_step_apart_from_the_value_gradient() {
+    // A value gradient ten thousand times the policy's, as on unnormalised returns.
+    let step = |per_network: bool| {
+        let mut rng = SampleRng::seed_from_u64(4);
+        let config = NetworkConfig::default();
+        let mut model = ActorCriticNet::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
+        let before = model.flat_params().to_vec();
+        let spans = model.spans.clone();
+        model.grads[spans.policy.clone()].fill(1e-3);
+        model.grads[spans.log_std.clone()].fill(1e-3);
+        model.grads[spans.value.clone()].fill(10.0);
+        let clip = GradClip {
+            max_norm: 0.5,
+            per_network,
+        };
+        let norm = model.optimizer_step(1e-3, Some(clip));
+        let after = model.flat_params().to_vec();
+        let moved = |r: Range<usize>| -> f32 {
+            r.map(|i| (after[i] - before[i]).abs()).sum::<f32>() / spans.policy.len() as f32
+        };
+        (norm, moved(spans.policy.clone()))
+    };
+    let (global_norm, global_move) = step(false);
+    let (per_norm, per_move) = step(true);
+    assert_eq!(
+        global_norm, per_norm,
+        "the norm reported is the global one either way"
+    );
+    // Globally clipped, the policy's gradient shrinks with the value's to below Adam's
+    // epsilon, and its step with it; per network it keeps a full step of about lr.
+    assert!(per_move > 5.0 * global_move, "{per_move} vs {global_move}");
+    assert!((per_move - 1e-3).abs() < 2e-4, "{per_move}");
 }
