@@ -44,6 +44,14 @@ SUITE = {
     "LunarLander-v3": 300_000,              # Box2D, discrete
     "LunarLanderContinuous-v3": 300_000,    # Box2D, continuous
     "CartPole-v0": 50_000,                  # classic control, 200-step variant
+    # Widened 2026-12-05 with tasks no Strata test or suite ran. Strata's Hopper and
+    # HalfCheetah presets are for the v5 ids, so the v4 ids (the same bodies and rewards
+    # through the same `mujoco` bindings) take the generic preset as any env without one.
+    "Hopper-v4": 300_000,                   # MuJoCo locomotion, falls end episodes
+    "HalfCheetah-v4": 300_000,              # MuJoCo locomotion, never ends early
+    "Ant-v5": 300_000,                      # MuJoCo locomotion, 105-dim observation
+    "BipedalWalker-v3": 500_000,            # Box2D, continuous
+    "Humanoid-v5": 300_000,                 # MuJoCo, 348-dim observation, 17 actions
 }
 
 EVAL_EPISODES = 20
@@ -117,18 +125,32 @@ if log_csv:
     # logger leaves out (clip_grad_norm_ returns it).
     import stable_baselines3.ppo.ppo as ppo_module
     from stable_baselines3.common.logger import configure
-    norms, clip = [], torch.nn.utils.clip_grad_norm_
+    pol = model.policy
+    sides = {
+        "policy": [*pol.mlp_extractor.policy_net.parameters(), *pol.action_net.parameters()]
+                  + ([pol.log_std] if hasattr(pol, "log_std") else []),
+        "value": [*pol.mlp_extractor.value_net.parameters(), *pol.value_net.parameters()],
+    }
+    norms, clip = {"global": [], "policy": [], "value": []}, torch.nn.utils.clip_grad_norm_
+    def side_norm(params):
+        return float(torch.sqrt(sum((q.grad.detach() ** 2).sum() for q in params
+                                    if q.grad is not None)))
     def clip_and_keep(params, max_norm, *a, **k):
+        for side, params_of_side in sides.items():
+            norms[side].append(side_norm(params_of_side))
         norm = clip(params, max_norm, *a, **k)
-        norms.append(float(norm))
+        norms["global"].append(float(norm))
         return norm
     ppo_module.th.nn.utils.clip_grad_norm_ = clip_and_keep
     train = model.train
     def train_and_log():
-        norms.clear()
+        for kept in norms.values():
+            kept.clear()
         train()
-        model.logger.record("train/grad_norm", float(np.mean(norms)))
-        model.logger.record("train/grad_norm_max", float(np.max(norms)))
+        model.logger.record("train/grad_norm", float(np.mean(norms["global"])))
+        model.logger.record("train/grad_norm_max", float(np.max(norms["global"])))
+        model.logger.record("train/policy_grad_norm", float(np.mean(norms["policy"])))
+        model.logger.record("train/value_grad_norm", float(np.mean(norms["value"])))
     model.train = train_and_log
     model.set_logger(configure(log_csv.removesuffix("/progress.csv"), ["csv"]))
 started = time.perf_counter()

@@ -35,6 +35,12 @@ pub struct UpdateStats {
     pub clip_range: f32,
     /// Mean gradient norm before clipping.
     pub grad_norm: f32,
+    /// Mean gradient norm of the policy network and its log-std before clipping.
+    #[serde(default)]
+    pub policy_grad_norm: f32,
+    /// Mean gradient norm of the value network before clipping.
+    #[serde(default)]
+    pub value_grad_norm: f32,
     /// Epochs completed (fewer than configured after a KL early stop).
     pub epochs: usize,
     /// Minibatch steps taken.
@@ -146,7 +152,7 @@ impl Ppo {
             ..UpdateStats::default()
         };
         let mut sums = LossTerms::default();
-        let (mut grad_norm_sum, mut bound_sum) = (0.0, 0.0);
+        let (mut grad_norms, mut bound_sum) = ([0.0_f32; 3], 0.0);
         let (mut forward, mut backward, mut optimizer) =
             (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         self.indices.clear();
@@ -244,7 +250,10 @@ impl Ppo {
                     &self.d_means,
                 );
                 let t2 = Instant::now();
-                grad_norm_sum += model.optimizer_step(lr, grad_clip);
+                let norms = model.optimizer_step(lr, grad_clip);
+                grad_norms[0] += norms.global;
+                grad_norms[1] += norms.policy;
+                grad_norms[2] += norms.value;
                 let t3 = Instant::now();
                 backward += t2 - t1;
                 optimizer += t3 - t2;
@@ -265,7 +274,9 @@ impl Ppo {
         stats.approx_kl = sums.approx_kl / m;
         stats.clip_fraction = sums.clip_fraction / m;
         stats.bound_loss = bound_sum / m;
-        stats.grad_norm = grad_norm_sum / m;
+        stats.grad_norm = grad_norms[0] / m;
+        stats.policy_grad_norm = grad_norms[1] / m;
+        stats.value_grad_norm = grad_norms[2] / m;
         stats.explained_variance = explained_variance(&rollout.values, &rollout.returns);
         stats.forward_seconds = forward.as_secs_f64();
         stats.backward_seconds = backward.as_secs_f64();

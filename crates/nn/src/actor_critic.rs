@@ -1,7 +1,7 @@
 //! What PPO needs from a model ([`ActorCritic`]), and the values it exchanges with one.
 
 pub use crate::distribution::SampleRng;
-use crate::grad_clip::GradClip;
+use crate::grad_clip::{GradClip, GradNorms};
 use crate::head::Head;
 use crate::NnError;
 
@@ -149,8 +149,8 @@ pub trait ActorCritic: Send {
     /// Clears accumulated gradients.
     fn zero_grad(&mut self);
     /// Clips the gradients as `clip` says (if given), takes one optimiser step with
-    /// learning rate `lr`, clears the gradients; returns the global norm before clipping.
-    fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> f32;
+    /// learning rate `lr`, clears the gradients; returns the norms before clipping.
+    fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> GradNorms;
     /// Parameters and optimiser state, by name.
     fn tensors(&self) -> Vec<NamedTensor>;
     /// Restores [`ActorCritic::tensors`].

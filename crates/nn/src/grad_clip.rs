@@ -16,6 +16,18 @@ pub struct GradClip {
     pub per_network: bool,
 }
 
+/// Gradient norms before clipping: over every parameter, and over the policy (with its
+/// log-std) and the value network on their own.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GradNorms {
+    /// Over every parameter.
+    pub global: f32,
+    /// Over the policy network and its log-std.
+    pub policy: f32,
+    /// Over the value network.
+    pub value: f32,
+}
+
 impl GradClip {
     /// One norm over every parameter (SB3's and PyTorch's `clip_grad_norm_`).
     pub fn global(max_norm: f32) -> Self {
@@ -27,26 +39,32 @@ impl GradClip {
 
     /// Clips `grads` in place; `groups` are the spans clipped on their own when
     /// [`GradClip::per_network`] is set (spans not listed join no group and are left
-    /// as they are). Returns the global norm before clipping.
-    pub fn apply(clip: Option<GradClip>, grads: &mut [f32], groups: &[&[Range<usize>]]) -> f32 {
+    /// as they are). Returns the global norm and each group's, before clipping.
+    pub fn apply<const N: usize>(
+        clip: Option<GradClip>,
+        grads: &mut [f32],
+        groups: &[&[Range<usize>]; N],
+    ) -> (f32, [f32; N]) {
         let norm = squared_norm(grads).sqrt();
+        let group_norms = groups.map(|group| {
+            group
+                .iter()
+                .map(|r| squared_norm(&grads[r.clone()]))
+                .sum::<f32>()
+                .sqrt()
+        });
         match clip {
             None => {}
             Some(c) if !c.per_network => scale_to(grads, norm, c.max_norm),
             Some(c) => {
-                for group in groups {
-                    let n = group
-                        .iter()
-                        .map(|r| squared_norm(&grads[r.clone()]))
-                        .sum::<f32>()
-                        .sqrt();
+                for (group, n) in groups.iter().zip(group_norms) {
                     for r in group.iter() {
                         scale_to(&mut grads[r.clone()], n, c.max_norm);
                     }
                 }
             }
         }
-        norm
+        (norm, group_norms)
     }
 }
 
@@ -73,8 +91,10 @@ mod tests {
     #[test]
     fn global_clipping_scales_everything_by_one_factor() {
         let mut g = vec![30.0, 40.0, 0.3, 0.4];
-        let before = GradClip::apply(Some(GradClip::global(0.5)), &mut g, &[&[0..2], &[2..4]]);
+        let (before, groups) =
+            GradClip::apply(Some(GradClip::global(0.5)), &mut g, &[&[0..2], &[2..4]]);
         assert!((before - norm(&[30.0, 40.0, 0.3, 0.4])).abs() < 1e-4);
+        assert!((groups[0] - 50.0).abs() < 1e-4 && (groups[1] - 0.5).abs() < 1e-4);
         assert!((norm(&g) - 0.5).abs() < 1e-4);
         // The small group shrank with the large one.
         assert!(norm(&g[2..]) < 0.01);
@@ -110,7 +130,7 @@ mod tests {
     #[test]
     fn no_clip_changes_nothing() {
         let mut g = vec![30.0, 40.0];
-        let before = GradClip::apply(None, &mut g, &[]);
+        let (before, _) = GradClip::apply(None, &mut g, &[]);
         assert_eq!(g, vec![30.0, 40.0]);
         assert!((before - 50.0).abs() < 1e-4);
     }

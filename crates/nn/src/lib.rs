@@ -69,7 +69,7 @@ pub use distribution::{
     gaussian_sample, sde_eval, sde_sample, standard_normals,
 };
 pub use encoder::{ImageInput, PixelScale};
-pub use grad_clip::GradClip;
+pub use grad_clip::{GradClip, GradNorms};
 pub use head::Head;
 pub use mlp::{Mlp, MlpCache};
 pub use network::{Core, Encoder, NetworkConfig, SdeHold};

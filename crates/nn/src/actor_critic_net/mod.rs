@@ -14,7 +14,7 @@ use crate::adam::Adam;
 use crate::branches::join;
 use crate::cnn::ImageTooSmall;
 use crate::encoder::{ImageInput, SharedEncoder};
-use crate::grad_clip::GradClip;
+use crate::grad_clip::{GradClip, GradNorms};
 use crate::head::{Head, PolicyHead};
 use crate::mlp::Mlp;
 use crate::network::NetworkConfig;
@@ -437,7 +437,7 @@ impl ActorCritic for ActorCriticNet {
         self.grads.fill(0.0);
     }
 
-    fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> f32 {
+    fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> GradNorms {
         let s = &self.spans;
         let groups: [&[Range<usize>]; 4] = [
             &[s.policy.clone(), s.log_std.clone()],
@@ -445,10 +445,14 @@ impl ActorCritic for ActorCriticNet {
             &[s.encoder.clone()],
             &[s.core.clone()],
         ];
-        let norm = GradClip::apply(clip, &mut self.grads, &groups);
+        let (global, [policy, value, _, _]) = GradClip::apply(clip, &mut self.grads, &groups);
         self.adam.step(&mut self.params, &self.grads, lr);
         self.grads.fill(0.0);
-        norm
+        GradNorms {
+            global,
+            policy,
+            value,
+        }
     }
 
     fn tensors(&self) -> Vec<NamedTensor> {

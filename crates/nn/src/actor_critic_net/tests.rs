@@ -481,7 +481,7 @@ fn per_network_clipping_keeps_the_policy_step_apart_from_the_value_gradient() {
             max_norm: 0.5,
             per_network,
         };
-        let norm = model.optimizer_step(1e-3, Some(clip));
+        let norm = model.optimizer_step(1e-3, Some(clip)).global;
         let after = model.flat_params().to_vec();
         let moved = |r: Range<usize>| -> f32 {
             r.map(|i| (after[i] - before[i]).abs()).sum::<f32>() / spans.policy.len() as f32
