@@ -81,6 +81,8 @@ fn scale_to(g: &mut [f32], norm: f32, max: f32) {
 }
 
 #[cfg(test)]
+// A group of one span is what `&[0..2]` means here, not a range meant as a list.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 

@@ -68,7 +68,7 @@ impl GatewayArgs {
         dir: &Path,
         addr: SocketAddr,
     ) -> Result<GatewaySettings> {
-        let mut run = if self.config.env.is_some() || self.config.config.is_some() {
+        let run = if self.config.env.is_some() || self.config.config.is_some() {
             let run = build_config(&self.config)?;
             if run.env.name != trained.env.name {
                 anyhow::bail!(
@@ -103,17 +103,18 @@ impl GatewayArgs {
                 path.display()
             );
         }
-        // Reward normalisation shaped only training; the gateway's learner sees raw rewards.
-        run.env.normalize_reward = false;
         self.settings_on(run, dir, addr)
     }
 
     fn settings_on(
         &self,
-        run: strata_runtime::RunConfig,
+        mut run: strata_runtime::RunConfig,
         dir: &Path,
         addr: SocketAddr,
     ) -> Result<GatewaySettings> {
+        // Reward scaling (the generic preset's, or a checkpoint's) shapes only training in
+        // envs; the gateway's learner sees the raw rewards agents report.
+        run.env.normalize_reward = false;
         let mut s = GatewaySettings::new(&run.env.name, dir)?;
         s.run = run;
         s.addr = addr;

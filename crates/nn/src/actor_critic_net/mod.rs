@@ -441,9 +441,9 @@ impl ActorCritic for ActorCriticNet {
         let s = &self.spans;
         let groups: [&[Range<usize>]; 4] = [
             &[s.policy.clone(), s.log_std.clone()],
-            &[s.value.clone()],
-            &[s.encoder.clone()],
-            &[s.core.clone()],
+            std::slice::from_ref(&s.value),
+            std::slice::from_ref(&s.encoder),
+            std::slice::from_ref(&s.core),
         ];
         let (global, [policy, value, _, _]) = GradClip::apply(clip, &mut self.grads, &groups);
         self.adam.step(&mut self.params, &self.grads, lr);
