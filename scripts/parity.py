@@ -57,6 +57,7 @@ SUITE = {
 EVAL_EPISODES = 20
 # Where `table --out PAGE` puts the table in the page.
 RESULTS_START, RESULTS_END = "<!-- results -->", "<!-- /results -->"
+COLLAPSE_START, COLLAPSE_END = "<!-- collapse -->", "<!-- /collapse -->"
 EVAL_SEED = 777_000
 
 
@@ -249,14 +250,7 @@ def table(args):
                 f"| {statistics.fmean(a):.1f} ± {sd:.1f} | {min(a):.1f} "
                 f"| {statistics.fmean(b):.1f} ± {sd_b:.1f} | {min(b):.1f} "
                 f"| {verdict} | {wall:.1f}× |")
-    text = "\n".join(lines) + "\n"
-    if args.out == "-":
-        print(text, end="")
-        return
-    # Into the page between its markers, the rest of the page kept.
-    page = Path(args.out).read_text()
-    start, end = page.index(RESULTS_START), page.index(RESULTS_END)
-    Path(args.out).write_text(page[:start + len(RESULTS_START)] + "\n" + text + page[end:])
+    write_between(args.out, "\n".join(lines) + "\n", RESULTS_START, RESULTS_END)
 
 
 def kept_updates(keep, env, system, seed):
@@ -294,11 +288,13 @@ def collapse(args):
         sys.exit(f"no runs of {args.env} in {args.results}")
     ceiling = max(r["greedy_return"] for r in runs)
     bar = args.fraction * ceiling
-    print(f"{args.env}: ceiling {ceiling:.1f} (the best greedy return of any run), "
-          f"a run ends low below {bar:.1f} ({args.fraction:.0%})\n")
-    print("| system | seeds | ended low | rate | their greedy returns | runs kept | collapsed "
-          "| updates with KL > 0.1 | largest KL |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+    lines = [
+        f"{args.env}: ceiling {ceiling:.1f} (the best greedy return of any run), a run "
+        f"ends low below {bar:.1f} ({args.fraction:.0%})\n",
+        "| system | seeds | ended low | rate | their greedy returns | runs kept | collapsed "
+        "| updates with KL > 0.1 | largest KL |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
     by = {}
     for r in runs:
         by.setdefault((r["system"], r["steps"]), []).append(r)
@@ -314,9 +310,20 @@ def collapse(args):
         kept_text = (f"{len(kept)} | {len(fell)} {' '.join(fell)} | {spikes} | {largest:.2f}"
                      if kept else "0 | - | - | -")
         label = system if steps == SUITE.get(args.env) else f"{system} ({steps:,} steps)"
-        print(f"| {label} | {len(group)} | {len(low)} | {len(low) / len(group):.0%} | "
-              + ", ".join(f"s{r['seed']} {r['greedy_return']:.0f}" for r in low)
-              + f" | {kept_text} |")
+        lines.append(f"| {label} | {len(group)} | {len(low)} | {len(low) / len(group):.0%} | "
+                     + ", ".join(f"s{r['seed']} {r['greedy_return']:.0f}" for r in low)
+                     + f" | {kept_text} |")
+    write_between(args.out, "\n".join(lines) + "\n", COLLAPSE_START, COLLAPSE_END)
+
+
+def write_between(out, text, start_marker, end_marker):
+    """Prints `text`, or puts it into the page `out` between its markers."""
+    if out == "-":
+        print(text, end="")
+        return
+    page = Path(out).read_text()
+    start, end = page.index(start_marker), page.index(end_marker)
+    Path(out).write_text(page[:start + len(start_marker)] + "\n" + text + page[end:])
 
 
 def main():
@@ -342,6 +349,7 @@ def main():
     c.add_argument("--fraction", type=float, default=0.9,
                    help="a run ends low below this fraction of the best return")
     c.add_argument("--keep", metavar="DIR", help="runs kept by `run --keep`: count KL spikes")
+    c.add_argument("--out", default="-", help="a page with collapse markers, or - (stdout)")
     for p in (r, t, c):
         p.add_argument("--results", default=str(REPO / "docs/parity/results.jsonl"))
     args = parser.parse_args()
