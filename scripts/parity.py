@@ -22,8 +22,10 @@ Needs: a Python with stable-baselines3 2.x, torch (CPU), gymnasium[mujoco] and b
 (`--python`, default this interpreter), and a release build of strata (`--strata`).
 """
 import argparse
+import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -103,10 +105,15 @@ def run_strata(env, seed, steps, args):
         return seconds, json.loads(out)["returns"]
 
 
+def slug(system):
+    """A system's folder name under `--keep`: its label, spaces to `-`, anything outside
+    letters, digits, `.`, `_` and `-` to `_` (`strata env.num_envs=8` -> `strata-env.num_envs_8`)."""
+    return re.sub(r"[^\w.-]+", "_", "-".join(system.split())) or "strata"
+
+
 def keep_path(args, env, seed, system, suffix):
     """Where `--keep` puts one run's per-update statistics."""
-    slug = "-".join(system.replace("=", "_").split()) or "strata"
-    folder = Path(args.keep) / env / slug
+    folder = Path(args.keep) / env / slug(system)
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"seed{seed}.{suffix}"
 
@@ -254,20 +261,24 @@ def table(args):
 
 
 def kept_updates(keep, env, system, seed):
-    """(training return, approx KL) per update of a run kept by `--keep`, or None."""
-    folder = Path(keep) / env / ("-".join(system.replace("=", "_").split()) or "strata")
+    """(training return, approx KL) per update of a run kept by `--keep`, or None; updates
+    before the first finished episode (no return yet) are left out. SB3's logger writes an
+    update's training statistics on the next update's row (it logs before training), so
+    each KL is paired here with the row before."""
+    folder = Path(keep) / env / slug(system)
     if system == "sb3":
         path = folder / f"seed{seed}.d" / "progress.csv"
         if not path.exists():
             return None
-        import csv
-        return [(float(r["rollout/ep_rew_mean"]), float(r["train/approx_kl"]))
-                for r in csv.DictReader(path.open()) if r.get("train/approx_kl")]
+        rows = list(csv.DictReader(path.open()))
+        pairs = [(before.get("rollout/ep_rew_mean"), row.get("train/approx_kl"))
+                 for before, row in zip(rows, rows[1:])]
+        return [(float(ret), float(kl)) for ret, kl in pairs if ret and kl]
     path = folder / f"seed{seed}.metrics.jsonl"
     if not path.exists():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [(r["mean_return"], r["approx_kl"]) for r in rows]
+    return [(r["mean_return"], r["approx_kl"]) for r in rows if r.get("mean_return") is not None]
 
 
 def collapsed(updates):
@@ -307,7 +318,8 @@ def collapse(args):
         fell = [f"s{seed}" for seed, u in kept if collapsed(u)]
         spikes = sum(k > 0.1 for _, u in kept for _, k in u)
         largest = max((k for _, u in kept for _, k in u), default=None)
-        kept_text = (f"{len(kept)} | {len(fell)} {' '.join(fell)} | {spikes} | {largest:.2f}"
+        fell_text = " ".join([str(len(fell)), *fell])
+        kept_text = (f"{len(kept)} | {fell_text} | {spikes} | {largest:.2f}"
                      if kept else "0 | - | - | -")
         label = system if steps == SUITE.get(args.env) else f"{system} ({steps:,} steps)"
         lines.append(f"| {label} | {len(group)} | {len(low)} | {len(low) / len(group):.0%} | "

@@ -51,3 +51,43 @@ def test_one_sb3_seed_gives_no_verdict(tmp_path):
     parity.table(argparse.Namespace(results=str(results), out=str(page)))
     row = next(r for r in page.read_text().splitlines() if "Swimmer-v5" in r)
     assert "| 3 vs 1 |" in row and "| pending (one SB3 seed) |" in row, row
+
+
+def test_collapse_counts_runs_that_end_low_fall_and_spike(tmp_path):
+    results = tmp_path / "results.jsonl"
+    rows = [line("InvertedDoublePendulum-v5", seed, system, ret, 1.0)
+            for seed, system, ret in [(1, "sb3", 9000), (2, "sb3", 3000),
+                                      (1, "strata", 9300), (2, "strata", 9100)]]
+    results.write_text("\n".join(rows) + "\n")
+    keep = tmp_path / "keep" / "InvertedDoublePendulum-v5"
+    # Strata seed 1 climbs, then one update jumps (KL 1.5) and the return never comes back.
+    climb = [(100.0 * u, 0.01) for u in range(1, 60)] + [(6000.0, 1.5)]
+    fall = climb + [(250.0, 0.005)] * 10
+    (keep / "strata").mkdir(parents=True)
+    (keep / "strata" / "seed1.metrics.jsonl").write_text("\n".join(
+        json.dumps({"mean_return": r, "approx_kl": k}) for r, k in [(None, 0.0), *fall]))
+    (keep / "strata" / "seed2.metrics.jsonl").write_text("\n".join(
+        json.dumps({"mean_return": r, "approx_kl": k}) for r, k in climb))
+    # SB3 writes an update's KL on the next row; the first row has no training yet.
+    (keep / "sb3" / "seed1.d").mkdir(parents=True)
+    with (keep / "sb3" / "seed1.d" / "progress.csv").open("w") as f:
+        f.write("rollout/ep_rew_mean,train/approx_kl\n50,\n")
+        f.writelines(f"{100 * u},0.2\n" for u in range(1, 20))
+    page = tmp_path / "page.md"
+    page.write_text(f"a\n{parity.COLLAPSE_START}\n{parity.COLLAPSE_END}\nb\n")
+    args = argparse.Namespace(results=str(results), env="InvertedDoublePendulum-v5",
+                              fraction=0.9, keep=str(tmp_path / "keep"), out=str(page))
+    parity.collapse(args)
+    text = page.read_text().splitlines()
+    sb3 = next(r for r in text if r.startswith("| sb3 (1,000 steps) |"))
+    strata = next(r for r in text if r.startswith("| strata (1,000 steps) |"))
+    # Ceiling 9300: below 8370 ends low. SB3 seed 2 does; its kept seed 1 spikes 19 times.
+    assert "| 2 | 1 | 50% | s2 3000 | 1 | 0 | 19 | 0.20 |" in sb3, sb3
+    assert "| 2 | 0 | 0% |  | 2 | 1 s1 | 2 | 1.50 |" in strata, strata
+    assert text[0] == "a" and text[-1] == "b"
+
+
+def test_a_systems_folder_name_is_safe():
+    assert parity.slug("strata env.num_envs=8 ppo.n_steps=256") == \
+        "strata-env.num_envs_8-ppo.n_steps_256"
+    assert parity.slug('strata env.gym.kwargs.path="a/b"') == "strata-env.gym.kwargs.path_a_b_"

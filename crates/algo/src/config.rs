@@ -170,6 +170,13 @@ impl PpoConfig {
                 return err(k, &v, "must be a non-negative number");
             }
         }
+        if self.clip_grad_per_network && self.max_grad_norm.is_none() {
+            return err(
+                "clip_grad_per_network",
+                &true,
+                "clips to ppo.max_grad_norm, which is off: set one or turn this off",
+            );
+        }
         if let Some(g) = self.max_grad_norm {
             if !(g.is_finite() && g > 0.0) {
                 return err("max_grad_norm", &g, "must be a positive number");
@@ -311,5 +318,23 @@ fn gcd(a: usize, b: usize) -> usize {
         a
     } else {
         gcd(b, a % b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_network_clipping_needs_a_norm_to_clip_to() {
+        let mut c = PpoConfig {
+            clip_grad_per_network: true,
+            ..PpoConfig::default()
+        };
+        c.validate(1).unwrap();
+        c.max_grad_norm = None;
+        let e = c.validate(1).unwrap_err();
+        assert_eq!(e.key, "ppo.clip_grad_per_network");
+        assert!(e.to_string().contains("ppo.max_grad_norm"), "{e}");
     }
 }

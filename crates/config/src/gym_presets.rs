@@ -2,7 +2,7 @@
 //! preset, so `gym:CartPole-v1` and `cartpole` train alike; the MuJoCo tasks start from
 //! rl-zoo3's PPO hyperparameters (its v4 entries: the v5 bodies and rewards are the same);
 //! MinAtar's games (`MinAtar/Breakout-v1`, ...) take CleanRL's Atari recipe on the MinAtar
-//! agent's encoder; an id without a preset gets SB3's PPO defaults.
+//! agent's encoder; an id without a preset gets SB3's PPO defaults with rewards scaled.
 
 use strata_algo::PpoConfig;
 use strata_ledger::AdmissionRules;
@@ -94,9 +94,10 @@ pub fn gym_preset_origin(id: &str) -> String {
         "FetchReachDense-v4" => "Strata's preset for the Fetch reach task".into(),
         _ => format!(
             "generic (no preset for {id}): SB3's PPO defaults, 1 env x 2048 steps as SB3 \
-             lays them out, rewards scaled (env.normalize_reward, as rl-zoo3 does for \
-             MuJoCo); 8 envs x 256 steps a process each is faster on many cores and \
-             learns as well on most tasks, not all (docs/parity.md)"
+             lays them out, rewards scaled (env.normalize_reward, the reward half of \
+             rl-zoo3's VecNormalize for MuJoCo); 8 envs x 256 steps a process each is \
+             faster on many cores and learned as well on most tasks, not all, before \
+             rewards were scaled (docs/parity.md)"
         ),
     }
 }
@@ -263,8 +264,8 @@ fn atari() -> RunConfig {
 }
 
 /// Any other id: SB3's PPO defaults in SB3's layout, one env x 2048 steps, with rewards
-/// scaled by the running standard deviation of the discounted return (rl-zoo3's
-/// `normalize: true` for MuJoCo). The learning-parity suite (docs/parity.md) chose both:
+/// scaled by the running standard deviation of the discounted return (the reward half of
+/// rl-zoo3's `normalize: true` for MuJoCo, which scales observations too). The learning-parity suite (docs/parity.md) chose both:
 /// 8 envs x 256 steps per update learn as well on five of its tasks but not on Swimmer,
 /// where only fragments of 1024 steps or more do; and on unscaled returns the value loss's
 /// gradient sets the policy's step through the global norm clip, which made

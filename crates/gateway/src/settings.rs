@@ -107,12 +107,14 @@ impl GatewaySettings {
     /// # Errors
     /// An unknown env.
     pub fn new(env: &str, dir: impl Into<PathBuf>) -> Result<Self, GatewayError> {
-        let run = strata_config::preset(env).ok_or_else(|| {
+        let mut run = strata_config::preset(env).ok_or_else(|| {
             GatewayError::Config(format!(
                 "env: unknown env {env:?} (known: {})",
                 strata_env::env_names().join(", ")
             ))
         })?;
+        // Agents report raw rewards; the generic preset's reward scaling is for envs.
+        run.env.normalize_reward = false;
         Ok(GatewaySettings {
             dir: dir.into(),
             run,
@@ -226,5 +228,24 @@ impl GatewaySettings {
         }
         self.run.validate()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_env_without_a_preset_serves_on_raw_rewards() {
+        // The generic preset scales rewards for training in envs; agents report raw ones.
+        assert!(
+            strata_config::preset("gym:NoPresetHere-v0")
+                .unwrap()
+                .env
+                .normalize_reward
+        );
+        let settings = GatewaySettings::new("gym:NoPresetHere-v0", "unused").unwrap();
+        assert!(!settings.run.env.normalize_reward);
+        settings.validate().unwrap();
     }
 }

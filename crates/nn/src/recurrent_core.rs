@@ -190,6 +190,12 @@ impl CoreSide {
         })
     }
 
+    /// Where the actor's own parameters and the critic's lie within the core's, when
+    /// each has its stack; `None` when one stack is shared.
+    pub(crate) fn own_spans(&self) -> Option<[std::ops::Range<usize>; 2]> {
+        self.critic.as_ref().map(|_| self.spans.clone())
+    }
+
     /// Output width (what the policy and value networks read).
     pub(crate) fn output(&self) -> usize {
         self.actor.hidden()

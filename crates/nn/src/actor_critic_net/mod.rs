@@ -62,6 +62,10 @@ struct Spans {
     log_std: Range<usize>,
     encoder: Range<usize>,
     core: Range<usize>,
+    /// What [`GradClip::per_network`] clips together: the policy's side (its network,
+    /// log-std and, when not shared, its core), the value's, and the shared encoder and
+    /// shared core each on its own.
+    clip_groups: [Vec<Range<usize>>; 4],
 }
 
 impl Spans {
@@ -73,6 +77,30 @@ impl Spans {
             self.encoder.clone(),
             self.core.clone(),
         ]
+    }
+}
+
+/// The groups [`Spans::clip_groups`] describes, from the parts' spans (policy, value,
+/// log-std, encoder, core) and, when actor and critic have their own cores, where each
+/// lies within the core's span.
+fn clip_groups(
+    [policy, value, log_std, encoder, core]: [&Range<usize>; 5],
+    own_cores: Option<[Range<usize>; 2]>,
+) -> [Vec<Range<usize>>; 4] {
+    let shift = |r: &Range<usize>| core.start + r.start..core.start + r.end;
+    match own_cores {
+        Some([actor, critic]) => [
+            vec![policy.clone(), log_std.clone(), shift(&actor)],
+            vec![value.clone(), shift(&critic)],
+            vec![encoder.clone()],
+            Vec::new(),
+        ],
+        None => [
+            vec![policy.clone(), log_std.clone()],
+            vec![value.clone()],
+            vec![encoder.clone()],
+            vec![core.clone()],
+        ],
     }
 }
 
@@ -164,6 +192,16 @@ impl ActorCriticNet {
         }
         assert_eq!(params.len(), layout.len(), "every parameter initialised");
         let n = params.len();
+        let clip_groups = clip_groups(
+            [
+                &policy_span,
+                &value_span,
+                &log_std_span,
+                &encoder_span,
+                &core_span,
+            ],
+            core.as_ref().and_then(CoreSide::own_spans),
+        );
         ActorCriticNet {
             obs_dim,
             front: Front::new(encoder, core),
@@ -171,6 +209,7 @@ impl ActorCriticNet {
             value: ValueSide::new(value),
             layout,
             spans: Spans {
+                clip_groups,
                 policy: policy_span,
                 value: value_span,
                 log_std: log_std_span,
@@ -438,13 +477,8 @@ impl ActorCritic for ActorCriticNet {
     }
 
     fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> GradNorms {
-        let s = &self.spans;
-        let groups: [&[Range<usize>]; 4] = [
-            &[s.policy.clone(), s.log_std.clone()],
-            std::slice::from_ref(&s.value),
-            std::slice::from_ref(&s.encoder),
-            std::slice::from_ref(&s.core),
-        ];
+        let [a, b, c, d] = &self.spans.clip_groups;
+        let groups: [&[Range<usize>]; 4] = [a, b, c, d];
         let (global, [policy, value, _, _]) = GradClip::apply(clip, &mut self.grads, &groups);
         self.adam.step(&mut self.params, &self.grads, lr);
         self.grads.fill(0.0);

@@ -484,7 +484,8 @@ fn per_network_clipping_keeps_the_policy_step_apart_from_the_value_gradient() {
         let norm = model.optimizer_step(1e-3, Some(clip)).global;
         let after = model.flat_params().to_vec();
         let moved = |r: Range<usize>| -> f32 {
-            r.map(|i| (after[i] - before[i]).abs()).sum::<f32>() / spans.policy.len() as f32
+            let n = r.len() as f32;
+            r.map(|i| (after[i] - before[i]).abs()).sum::<f32>() / n
         };
         (norm, moved(spans.policy.clone()))
     };
@@ -498,4 +499,42 @@ fn per_network_clipping_keeps_the_policy_step_apart_from_the_value_gradient() {
     // epsilon, and its step with it; per network it keeps a full step of about lr.
     assert!(per_move > 5.0 * global_move, "{per_move} vs {global_move}");
     assert!((per_move - 1e-3).abs() < 2e-4, "{per_move}");
+}
+
+#[test]
+fn per_network_clip_groups_cover_every_parameter_once_with_each_core_on_its_side() {
+    for shared in [false, true] {
+        let mut rng = SampleRng::seed_from_u64(5);
+        let config = NetworkConfig {
+            core: crate::network::Core::Lstm,
+            core_size: 8,
+            core_shared: shared,
+            ..NetworkConfig::default()
+        };
+        let model = ActorCriticNet::new(3, Head::Gaussian { dim: 1 }, &config, &mut rng);
+        let s = &model.spans;
+        let mut owner = vec![None; model.params.len()];
+        for (g, group) in s.clip_groups.iter().enumerate() {
+            for i in group.iter().flat_map(|r| r.clone()) {
+                assert_eq!(owner[i], None, "parameter {i} in two groups");
+                owner[i] = Some(g);
+            }
+        }
+        assert!(
+            owner.iter().all(Option::is_some),
+            "every parameter in a group"
+        );
+        let core_groups: Vec<_> = s.core.clone().map(|i| owner[i].unwrap()).collect();
+        if shared {
+            assert!(
+                core_groups.iter().all(|&g| g == 3),
+                "a shared core is its own group"
+            );
+        } else {
+            // The actor's stack comes first, then the critic's: policy side, value side.
+            let half = core_groups.len() / 2;
+            assert!(core_groups[..half].iter().all(|&g| g == 0));
+            assert!(core_groups[half..].iter().all(|&g| g == 1));
+        }
+    }
 }
