@@ -224,6 +224,19 @@ def flattener(np, spaces, space):
                     "MultiBinary, MultiDiscrete, Dict or Tuple of them)")
 
 
+def as_f32(np, layout):
+    """`layout` with every float rounded to f32, as Strata stores bounds: an env's f32
+    bound (0.4 is 0.4000000059604645 as a Python float) and the config's shortest f32
+    text for it (0.4) are then the same."""
+    if isinstance(layout, dict):
+        return {k: as_f32(np, v) for k, v in layout.items()}
+    if isinstance(layout, list):
+        return [as_f32(np, v) for v in layout]
+    if isinstance(layout, float):
+        return float(np.float32(layout))
+    return layout
+
+
 def finite_bound(v):
     """An action bound Strata can store: infinite bounds become f32's largest value."""
     return max(min(float(v), 3.4028234e38), -3.4028234e38)
@@ -478,7 +491,7 @@ def serve(args, np, gym, make, kwargs):
     expected = json.loads(args.layout)
     got = describe(np, gym, envs[0], args.target)
     for key in ("observation", "obs_dim", "action", "images"):
-        if got.get(key) != expected.get(key):
+        if as_f32(np, got.get(key)) != as_f32(np, expected.get(key)):
             raise ValueError(f"the env's {key} is {got.get(key)!r}, the run expects "
                              f"{expected.get(key)!r} (its spaces changed since the config "
                              "recorded them)")

@@ -543,6 +543,19 @@ fn keyword_arguments_reach_the_env() {
     assert!(error.contains("no_such_argument"), "{error}");
 }
 
+#[test]
+fn action_bounds_that_f32_cannot_hold_exactly_start() {
+    // Humanoid's are +-0.4: the env's f32 bound is 0.4000000059604645 as a Python float,
+    // the layout Strata hands the env process says 0.4.
+    let Some(py) = python() else { return };
+    let mut t = target(&py, "strata_test_envs:make_dict_env");
+    t.kwargs.insert("bound".into(), 0.4.into());
+    let mut envs = start(&t, 1, 1, None).unwrap();
+    let mut batch = StepBatch::new(envs.spec(), 1);
+    envs.reset(0, &mut batch.obs).unwrap();
+    envs.step(&[0.4, -0.4], &mut batch).unwrap();
+}
+
 /// Breakout through the `atari` wrapper: 4 stacked 84x84 grey frames, rewards clipped to
 /// their sign, an episode to train on per life, and the whole game counted with its raw
 /// score and steps.

@@ -10,15 +10,15 @@ import numpy as np
 class DictEnv(gym.Env):
     """A Dict observation (a Box, a Discrete, a MultiBinary) over a 2-d point that the
     action moves; the episode succeeds when the point leaves the unit square, and is cut
-    after `limit` steps."""
+    after `limit` steps. Actions lie within +-`bound`."""
 
-    def __init__(self, limit=6):
+    def __init__(self, limit=6, bound=1.0):
         self.observation_space = gym.spaces.Dict({
             "pos": gym.spaces.Box(-5.0, 5.0, (2,), np.float64),
             "mode": gym.spaces.Discrete(3),
             "flags": gym.spaces.MultiBinary(2),
         })
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-bound, bound, (2,), np.float32)
         self.limit = limit
 
     def _obs(self):
