@@ -8,7 +8,7 @@ skipped, so a subset can be rerun (`--force`) or the suite continued after a sto
 `table` turns the results into the Markdown table of docs/parity.md.
 
 Usage:
-  parity.py run [--envs ID,ID] [--seeds 1-5] [--systems strata,sb3] [--force]
+  parity.py run [--envs ID,ID] [--seeds 1-5] [--systems strata,sb3] [--force] [--keep DIR]
   parity.py table [--out docs/parity.md]   (between the page's results markers)
   parity.py collapse --env ID [--keep DIR]  (how often each system ends below 90% of the
                                             best return any run reached)
@@ -16,7 +16,10 @@ Usage:
 Strata runs `strata train --env gym:ID --seed S --max-steps N` (its generic preset, the
 periodic evaluations off so the wall clock is training alone), then `strata eval` over the
 same fresh episodes as SB3. SB3 runs `PPO("MlpPolicy", env)` with every default (one env,
-2048 steps per update, no normalisation) and one torch thread.
+2048 steps per update, no normalisation) and one torch thread. With `--keep DIR` each run's
+per-update statistics stay under DIR/ENV/SYSTEM/: Strata's metrics.jsonl, SB3's
+progress.csv with the gradient norm before clipping added (all parameters, the policy's,
+the value network's), which `collapse --keep DIR` reads for falls and KL spikes.
 
 Needs: a Python with stable-baselines3 2.x, torch (CPU), gymnasium[mujoco] and box2d
 (`--python`, default this interpreter), and a release build of strata (`--strata`).
