@@ -265,11 +265,12 @@ fn atari() -> RunConfig {
 
 /// Any other id: SB3's PPO defaults in SB3's layout, one env x 2048 steps, with rewards
 /// scaled by the running standard deviation of the discounted return (the reward half of
-/// rl-zoo3's `normalize: true` for MuJoCo, which scales observations too). The learning-parity suite (docs/parity.md) chose both:
-/// 8 envs x 256 steps per update learn as well on five of its tasks but not on Swimmer,
-/// where only fragments of 1024 steps or more do; and on unscaled returns the value loss's
-/// gradient sets the policy's step through the global norm clip, which made
-/// InvertedDoublePendulum runs fall from near the ceiling, SB3's as often as Strata's.
+/// rl-zoo3's `normalize: true` for MuJoCo, which scales observations too). The learning-
+/// parity suite (docs/parity.md) chose both: 8 envs x 256 steps per update learn as well
+/// on five of its tasks but not on Swimmer, where only fragments of 1024 steps or more
+/// do; and on unscaled returns the value loss's gradient sets the policy's step through
+/// the global norm clip, which made InvertedDoublePendulum runs fall from near the
+/// ceiling, SB3's as often as Strata's.
 fn generic() -> RunConfig {
     assemble(
         EnvConfig {

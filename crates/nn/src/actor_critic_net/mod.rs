@@ -478,8 +478,15 @@ impl ActorCritic for ActorCriticNet {
 
     fn optimizer_step(&mut self, lr: f32, clip: Option<GradClip>) -> GradNorms {
         let [a, b, c, d] = &self.spans.clip_groups;
-        let groups: [&[Range<usize>]; 4] = [a, b, c, d];
-        let (global, [policy, value, _, _]) = GradClip::apply(clip, &mut self.grads, &groups);
+        // The shared encoder's and core's norms are needed only to clip them apart; a CNN
+        // encoder is most of an image model's parameters, so a global clip skips them.
+        let (global, policy, value) = if clip.is_some_and(|c| c.per_network) {
+            let (global, [p, v, _, _]) = GradClip::apply(clip, &mut self.grads, &[a, b, c, d]);
+            (global, p, v)
+        } else {
+            let (global, [p, v]) = GradClip::apply(clip, &mut self.grads, &[a, b]);
+            (global, p, v)
+        };
         self.adam.step(&mut self.params, &self.grads, lr);
         self.grads.fill(0.0);
         GradNorms {
