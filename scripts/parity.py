@@ -103,7 +103,9 @@ def run_strata(env, seed, steps, args):
             check=True, env=child_env, capture_output=True, text=True).stdout
         if args.keep:
             # The per-update statistics, for comparing updates side by side with SB3's.
-            dest = keep_path(args, env, seed, "strata " + " ".join(args.strata_set), "metrics.jsonl")
+            system = "strata " + " ".join(args.strata_set)
+            dest = kept_file(args.keep, env, system, seed)
+            dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes((run_dir / "metrics.jsonl").read_bytes())
         return seconds, json.loads(out)["returns"]
 
@@ -114,11 +116,13 @@ def slug(system):
     return re.sub(r"[^\w.-]+", "_", "-".join(system.split())) or "strata"
 
 
-def keep_path(args, env, seed, system, suffix):
-    """Where `--keep` puts one run's per-update statistics."""
-    folder = Path(args.keep) / env / slug(system)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"seed{seed}.{suffix}"
+def kept_file(keep, env, system, seed):
+    """Where `--keep` puts one run's per-update statistics: Strata's metrics.jsonl, or the
+    progress.csv of SB3's logger (in a folder of its own, as the logger writes one)."""
+    folder = Path(keep) / env / slug(system)
+    if system == "sb3":
+        return folder / f"seed{seed}.d" / "progress.csv"
+    return folder / f"seed{seed}.metrics.jsonl"
 
 
 SB3_PROGRAM = r"""
@@ -186,7 +190,7 @@ def run_sb3(env, seed, steps, args):
     """Trains SB3's PPO with its defaults in a child interpreter; (seconds, returns)."""
     log = []
     if args.keep:
-        log = [str(keep_path(args, env, seed, "sb3", "d") / "progress.csv")]
+        log = [str(kept_file(args.keep, env, "sb3", seed))]
     out = subprocess.run(
         [args.python, "-c", SB3_PROGRAM, env, str(seed), str(steps), str(EVAL_EPISODES),
          str(EVAL_SEED + seed), *log],
@@ -223,12 +227,15 @@ def run(args):
                       f"in {seconds:.0f} s", flush=True)
 
 
+def latest_runs(results):
+    """The runs in the results file; a run done again (`--force`) replaces its earlier line."""
+    rows = [json.loads(line) for line in Path(results).read_text().splitlines()]
+    return list({(r["env"], r["seed"], r["system"], r["steps"]): r for r in rows}.values())
+
+
 def table(args):
-    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines()]
-    # A run done again (`--force`) replaces the earlier line.
-    latest = {(r["env"], r["seed"], r["system"], r["steps"]): r for r in rows}
     by = {}
-    for r in latest.values():
+    for r in latest_runs(args.results):
         by.setdefault((r["env"], r["steps"]), {}).setdefault(r["system"], []).append(r)
     lines = [
         "| env | steps | Strata | seeds | SB3 mean ± sd | SB3 worst | Strata mean ± sd "
@@ -268,18 +275,14 @@ def kept_updates(keep, env, system, seed):
     before the first finished episode (no return yet) are left out. SB3's logger writes an
     update's training statistics on the next update's row (it logs before training), so
     each KL is paired here with the row before."""
-    folder = Path(keep) / env / slug(system)
+    path = kept_file(keep, env, system, seed)
+    if not path.exists():
+        return None
     if system == "sb3":
-        path = folder / f"seed{seed}.d" / "progress.csv"
-        if not path.exists():
-            return None
         rows = list(csv.DictReader(path.open()))
         pairs = [(before.get("rollout/ep_rew_mean"), row.get("train/approx_kl"))
                  for before, row in zip(rows, rows[1:])]
         return [(float(ret), float(kl)) for ret, kl in pairs if ret and kl]
-    path = folder / f"seed{seed}.metrics.jsonl"
-    if not path.exists():
-        return None
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     return [(r["mean_return"], r["approx_kl"]) for r in rows if r.get("mean_return") is not None]
 
@@ -295,9 +298,7 @@ def collapsed(updates):
 
 
 def collapse(args):
-    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines()]
-    latest = {(r["env"], r["seed"], r["system"], r["steps"]): r for r in rows}
-    runs = [r for r in latest.values() if r["env"] == args.env]
+    runs = [r for r in latest_runs(args.results) if r["env"] == args.env]
     if not runs:
         sys.exit(f"no runs of {args.env} in {args.results}")
     ceiling = max(r["greedy_return"] for r in runs)
