@@ -107,15 +107,21 @@ impl GatewaySettings {
     /// # Errors
     /// An unknown env.
     pub fn new(env: &str, dir: impl Into<PathBuf>) -> Result<Self, GatewayError> {
-        let mut run = strata_config::preset(env).ok_or_else(|| {
+        let run = strata_config::preset(env).ok_or_else(|| {
             GatewayError::Config(format!(
                 "env: unknown env {env:?} (known: {})",
                 strata_env::env_names().join(", ")
             ))
         })?;
-        // Agents report raw rewards; the generic preset's reward scaling is for envs.
+        Ok(Self::for_run(run, dir))
+    }
+
+    /// Defaults around the run config `run`, state in `dir`. Its reward scaling is turned
+    /// off: agents report raw rewards, and scaling (the generic preset's, or a trained
+    /// checkpoint's) shapes only training in envs.
+    pub fn for_run(mut run: RunConfig, dir: impl Into<PathBuf>) -> Self {
         run.env.normalize_reward = false;
-        Ok(GatewaySettings {
+        GatewaySettings {
             dir: dir.into(),
             run,
             addr: SocketAddr::from(([127, 0, 0, 1], 7878)),
@@ -147,7 +153,7 @@ impl GatewaySettings {
             gateway_id: 0,
             tls: None,
             plain_addr: None,
-        })
+        }
     }
 
     /// Checks every value, naming the bad one.
@@ -245,6 +251,12 @@ mod tests {
                 .normalize_reward
         );
         let settings = GatewaySettings::new("gym:NoPresetHere-v0", "unused").unwrap();
+        assert!(!settings.run.env.normalize_reward);
+        settings.validate().unwrap();
+        // A trained checkpoint's config is served the same way.
+        let mut trained = strata_config::preset("pendulum").unwrap();
+        trained.env.normalize_reward = true;
+        let settings = GatewaySettings::for_run(trained, "unused");
         assert!(!settings.run.env.normalize_reward);
         settings.validate().unwrap();
     }

@@ -108,15 +108,11 @@ impl GatewayArgs {
 
     fn settings_on(
         &self,
-        mut run: strata_runtime::RunConfig,
+        run: strata_runtime::RunConfig,
         dir: &Path,
         addr: SocketAddr,
     ) -> Result<GatewaySettings> {
-        // Reward scaling (the generic preset's, or a checkpoint's) shapes only training in
-        // envs; the gateway's learner sees the raw rewards agents report.
-        run.env.normalize_reward = false;
-        let mut s = GatewaySettings::new(&run.env.name, dir)?;
-        s.run = run;
+        let mut s = GatewaySettings::for_run(run, dir);
         s.addr = addr;
         s.cooldown_secs = self.cooldown_secs;
         s.canary_fraction = self.canary;
