@@ -13,7 +13,8 @@
 use rand::Rng;
 
 use crate::activation::Activation;
-pub use crate::cnn_arch::{CnnArch, ConvSpec};
+use crate::bf16::{matmul_bf16, matmul_bf16_tn, PackedRhs};
+pub use crate::cnn_arch::{CnnArch, ConvPrecision, ConvSpec};
 use crate::conv::{Conv2d, ImageShape};
 use crate::init::{orthogonal, orthogonal_transposed};
 use crate::kernels::{activation_backward, add_rows, bias_activation};
@@ -103,6 +104,15 @@ fn gather(conv: &Conv2d, pixels: Pixels<'_>, images: std::ops::Range<usize>, out
     }
 }
 
+/// A layer's filters as its backward products read them: float32 as stored, or packed for
+/// bfloat16 products (`None` for the first layer, whose input gets no gradient: its one
+/// product, the weight gradient, packs its operands per step).
+#[derive(Clone, Copy)]
+enum Filters<'a> {
+    F32(&'a [f32]),
+    Bf16(Option<&'a PackedRhs>),
+}
+
 /// One convolution's backward pass, a few images at a time, so that each group's patches
 /// are gathered again, multiplied and scattered back while they are in cache (the patch
 /// matrices of a whole batch, each value repeated up to (kernel / stride)^2 times, are
@@ -116,7 +126,7 @@ fn conv_backward(
     input: Pixels<'_>,
     y: &[f32],
     dy: &mut [f32],
-    w: &[f32],
+    filters: Filters<'_>,
     parts: &mut [f32],
     d_input: Option<&mut [f32]>,
 ) {
@@ -141,9 +151,18 @@ fn conv_backward(
                     let (p, dp) = scratch.split_at_mut(n * pl);
                     gather(conv, input, images.clone(), p);
                     // dW += dY^T P (filters as rows).
-                    matmul(part_w, View::new(dy, n, oc).t(), View::new(p, n, pl), j > 0);
+                    let (dy_rows, p) = (View::new(dy, n, oc), View::new(p, n, pl));
+                    match filters {
+                        Filters::Bf16(_) => matmul_bf16_tn(part_w, dy_rows, p, j > 0),
+                        Filters::F32(_) => matmul(part_w, dy_rows.t(), p, j > 0),
+                    }
                     if let Some(d_in) = d_in.as_deref_mut() {
-                        matmul(dp, View::new(dy, n, oc), View::new(w, oc, pl), false);
+                        let dy = View::new(dy, n, oc);
+                        match filters {
+                            Filters::Bf16(Some(w)) => matmul_bf16(dp, dy, w, false),
+                            Filters::Bf16(None) => unreachable!("an input gradient needs packed filters"),
+                            Filters::F32(w) => matmul(dp, dy, View::new(w, oc, pl), false),
+                        }
                         let local = (images.start - first) * image..(images.end - first) * image;
                         conv.col2im(dp, &mut d_in[local]);
                     }
@@ -196,6 +215,7 @@ pub struct Cnn {
     /// Per convolution `conv{l}.weight` (`out x fan_in`) and `conv{l}.bias`, then
     /// `fc.weight` (`flat x features`) and `fc.bias`: layer `i`'s are tensors `2i`, `2i+1`.
     layout: ParamBlocks,
+    precision: ConvPrecision,
 }
 
 /// Per-batch intermediate values kept for the backward pass, grown on demand and reused.
@@ -299,6 +319,29 @@ impl Cnn {
             convs,
             flat,
             layout,
+            precision: ConvPrecision::F32,
+        })
+    }
+
+    /// This encoder with its convolutions' products in `precision`.
+    pub fn with_precision(mut self, precision: ConvPrecision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// The convolutions' products' precision.
+    pub fn precision(&self) -> ConvPrecision {
+        self.precision
+    }
+
+    /// A layer's filters (`oc x pl`) packed for bfloat16 products when this encoder takes
+    /// them, as the forward pass reads them (`transposed`) or as the backward pass does.
+    fn packed_filters(&self, w: &[f32], conv: &Conv2d, transposed: bool) -> Option<PackedRhs> {
+        (self.precision == ConvPrecision::Bf16).then(|| {
+            let w = View::new(w, conv.out_channels, conv.patch_len());
+            let mut packed = PackedRhs::default();
+            packed.pack(if transposed { w.t() } else { w });
+            packed
         })
     }
 
@@ -418,6 +461,7 @@ impl Cnn {
             };
             let y = &mut rest[0];
             y.resize(batch * conv.positions() * oc, 0.0);
+            let w_bf16 = self.packed_filters(w, conv, true);
             // Gather a few images' patches and multiply them while they are in cache.
             let rows = SAMPLES_PER_TASK * conv.positions();
             y.par_chunks_mut(rows * oc).enumerate().for_each(|(k, y)| {
@@ -425,7 +469,11 @@ impl Cnn {
                 let first = k * SAMPLES_PER_TASK;
                 with_scratch(n * pl, |p| {
                     gather(conv, input, first..first + n / conv.positions(), p);
-                    matmul(y, View::new(p, n, pl), View::new(w, oc, pl).t(), false);
+                    let p = View::new(p, n, pl);
+                    match &w_bf16 {
+                        Some(w) => matmul_bf16(y, p, w, false),
+                        None => matmul(y, p, View::new(w, oc, pl).t(), false),
+                    }
                     bias_activation(y, b, Some(Activation::Relu));
                 });
             });
@@ -517,7 +565,14 @@ impl Cnn {
             let tasks = batch.div_ceil(BACKWARD_SAMPLES_PER_TASK);
             partials.resize(tasks * block, 0.0);
             let parts = &mut partials[..tasks * block];
-            conv_backward(conv, input, &outputs[l], grad_a, w, parts, d_input);
+            let packed = (l > 0)
+                .then(|| self.packed_filters(w, conv, false))
+                .flatten();
+            let filters = match self.precision {
+                ConvPrecision::F32 => Filters::F32(w),
+                ConvPrecision::Bf16 => Filters::Bf16(packed.as_ref()),
+            };
+            conv_backward(conv, input, &outputs[l], grad_a, filters, parts, d_input);
             add_partials(&mut grads[self.layer_span(l)], parts);
             if l == 0 {
                 break;

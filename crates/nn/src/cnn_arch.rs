@@ -17,6 +17,34 @@ pub enum CnnArch {
     MinatarCnn,
 }
 
+/// What the convolutions' products take as operands (`network.conv_precision`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConvPrecision {
+    /// Float32 throughout.
+    #[default]
+    F32,
+    /// The convolutions' products take bfloat16 operands (rounded to nearest even) and sum
+    /// in float32; weights, gradients and Adam stay float32. Twice the products a cycle
+    /// where the CPU has AVX-512 BF16; slower than `f32` where it has not.
+    Bf16,
+}
+
+impl ConvPrecision {
+    /// The configuration name (`f32`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvPrecision::F32 => "f32",
+            ConvPrecision::Bf16 => "bf16",
+        }
+    }
+
+    /// Whether this is the default, [`ConvPrecision::F32`].
+    pub fn is_f32(&self) -> bool {
+        *self == ConvPrecision::F32
+    }
+}
+
 /// One convolution of an architecture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvSpec {

@@ -122,8 +122,26 @@ fn gradients_match_finite_differences() {
     );
 }
 
+/// Features and parameter gradients of one forward and backward pass on `threads`.
+fn pass(cnn: &Cnn, params: &[f32], pixels: &[u8], dl: &[f32], threads: usize) -> Vec<Vec<f32>> {
+    let batch = pixels.len() / cnn.input().len();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let mut cache = CnnCache::default();
+        let features = cnn
+            .forward(params, Pixels::U8(pixels), batch, &mut cache)
+            .to_vec();
+        let mut grads = vec![0.0; cnn.num_params()];
+        cnn.backward(params, &mut cache, dl, &mut grads);
+        vec![features, grads]
+    })
+}
+
 /// Tasks are fixed groups of images and their partials are summed in task order, so
-/// the pool's size changes nothing, bit for bit.
+/// the pool's size changes nothing, bit for bit, in either precision.
 #[test]
 fn gradients_do_not_depend_on_the_thread_count() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
@@ -131,29 +149,46 @@ fn gradients_do_not_depend_on_the_thread_count() {
     let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
     let batch = 2 * BACKWARD_SAMPLES_PER_TASK + SAMPLES_PER_TASK + 1;
     let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
-    let results: Vec<(Vec<f32>, Vec<f32>)> = [1, 2, 3]
-        .into_iter()
-        .map(|threads| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
-                let mut cache = CnnCache::default();
-                let features = cnn
-                    .forward(&params, Pixels::U8(&pixels), batch, &mut cache)
-                    .to_vec();
-                let mut grads = vec![0.0; cnn.num_params()];
-                cnn.backward(&params, &mut cache, &dl, &mut grads);
-                (features, grads)
-            })
-        })
-        .collect();
-    assert!(results[0].1.iter().all(|g| g.is_finite()));
-    assert!(
-        results.windows(2).all(|w| w[0] == w[1]),
-        "depends on the thread count"
-    );
+    for precision in [ConvPrecision::F32, ConvPrecision::Bf16] {
+        let cnn = cnn.clone().with_precision(precision);
+        let results: Vec<Vec<Vec<f32>>> = [1, 2, 3]
+            .into_iter()
+            .map(|threads| pass(&cnn, &params, &pixels, &dl, threads))
+            .collect();
+        assert!(results[0][1].iter().all(|g| g.is_finite()));
+        assert!(
+            results.windows(2).all(|w| w[0] == w[1]),
+            "{precision:?} depends on the thread count"
+        );
+    }
+}
+
+/// bfloat16 products keep 8 significant bits of each operand: the features stay within a
+/// percent of float32's (as a whole). Every layer's weight gradient, a sum over the batch
+/// of products of both signs that mostly cancel on random data, stays within 10% (3-4%
+/// here). Both do differ, so the products ran in bfloat16. Learning with it is a matter
+/// of curves, not of this test.
+#[test]
+fn bf16_products_stay_close_to_f32() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(6);
+    let cnn = small_nature();
+    let params = cnn.init_orthogonal(2f32.sqrt(), &mut rng);
+    let batch = BACKWARD_SAMPLES_PER_TASK + SAMPLES_PER_TASK + 3;
+    let (pixels, dl) = random_batch(&cnn, batch, &mut rng);
+    let exact = pass(&cnn, &params, &pixels, &dl, 2);
+    let bf16 = cnn.clone().with_precision(ConvPrecision::Bf16);
+    let rounded = pass(&bf16, &params, &pixels, &dl, 2);
+    let relative = |a: &[f32], b: &[f32]| {
+        let diff: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+        let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+        (diff / norm).sqrt()
+    };
+    let features = relative(&rounded[0], &exact[0]);
+    assert!(features > 0.0 && features < 0.01, "features: {features}");
+    for (l, range) in (0..=cnn.convs().len()).map(|l| (l, cnn.layout().range(2 * l))) {
+        let e = relative(&rounded[1][range.clone()], &exact[1][range]);
+        assert!(e > 0.0 && e < 0.1, "layer {l}'s weight gradient: {e}");
+    }
 }
 
 #[test]

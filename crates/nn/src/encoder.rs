@@ -12,7 +12,7 @@ use std::ops::Range;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::cnn::{Cnn, CnnArch, CnnCache, ImageTooSmall, Pixels};
+use crate::cnn::{Cnn, CnnArch, CnnCache, ConvPrecision, ImageTooSmall, Pixels};
 use crate::conv::ImageShape;
 use crate::params::ParamBlocks;
 
@@ -67,7 +67,8 @@ pub(crate) struct SharedEncoder {
 
 impl SharedEncoder {
     /// The encoder of rows of `obs_dim` values holding `images` (ordered by offset, not
-    /// overlapping, inside the row), each image through the CNN `arch_for` picks.
+    /// overlapping, inside the row), each image through the CNN `arch_for` picks, its
+    /// products in `precision`.
     ///
     /// # Errors
     /// [`ImageTooSmall`] when an image is too small for its architecture.
@@ -78,6 +79,7 @@ impl SharedEncoder {
         obs_dim: usize,
         images: &[ImageInput],
         arch_for: impl Fn(ImageShape) -> CnnArch,
+        precision: ConvPrecision,
     ) -> Result<Self, ImageTooSmall> {
         let mut encoders = Vec::with_capacity(images.len());
         let mut passed = Vec::new();
@@ -92,7 +94,7 @@ impl SharedEncoder {
                 passed.push((row..input.offset, column));
                 column += input.offset - row;
             }
-            let cnn = Cnn::new(arch_for(input.shape), input.shape)?;
+            let cnn = Cnn::new(arch_for(input.shape), input.shape)?.with_precision(precision);
             let width = cnn.features();
             let params = layout.push_blocks(&encoders.len().to_string(), cnn.layout());
             encoders.push(ImageEncoder {

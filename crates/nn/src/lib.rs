@@ -39,6 +39,7 @@ mod activation;
 mod actor_critic;
 mod actor_critic_net;
 mod adam;
+mod bf16;
 mod branches;
 mod cnn;
 mod cnn_arch;
@@ -63,6 +64,7 @@ pub use actor_critic::{ActorCritic, Evaluation, Memory, NamedTensor, SampleRng, 
 pub use actor_critic_net::ActorCriticNet;
 pub use adam::Adam;
 pub use cnn::{Cnn, CnnArch, CnnCache, ConvSpec, ImageTooSmall, Pixels};
+pub use cnn_arch::ConvPrecision;
 pub use conv::{Conv2d, ImageShape};
 pub use distribution::{
     categorical_eval, categorical_mode, categorical_sample, gaussian_entropy, gaussian_eval,

@@ -33,6 +33,31 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Rows of the matrix.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns of the matrix.
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The value at row `r`, column `c`.
+    ///
+    /// # Panics
+    /// When the position lies outside the slice.
+    #[inline(always)]
+    pub(crate) fn at(&self, r: usize, c: usize) -> f32 {
+        self.data[(r as isize * self.row_stride + c as isize * self.col_stride) as usize]
+    }
+
+    /// The matrix's values when it is stored row-major without gaps.
+    pub(crate) fn row_major(&self) -> Option<&'a [f32]> {
+        (self.col_stride == 1 && self.row_stride == self.cols as isize)
+            .then(|| &self.data[..self.rows * self.cols])
+    }
+
     fn check(&self) {
         if self.rows > 0 && self.cols > 0 {
             let last = (self.rows - 1) as isize * self.row_stride

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 use crate::cnn::CnnArch;
+use crate::cnn_arch::ConvPrecision;
 use crate::conv::ImageShape;
 use crate::head::Head;
 use crate::recurrent::CellKind;
@@ -17,6 +18,11 @@ pub struct NetworkConfig {
     /// of the config, and so of its hash, when `auto`). Vector observations have none.
     #[serde(skip_serializing_if = "Encoder::is_auto")]
     pub encoder: Encoder,
+    /// The convolutions' products: `f32`, or `bf16` operands with float32 sums (weights,
+    /// gradients and Adam stay float32; fast where the CPU has AVX-512 BF16). Left out of
+    /// the config when `f32`.
+    #[serde(skip_serializing_if = "ConvPrecision::is_f32")]
+    pub conv_precision: ConvPrecision,
     /// Hidden layer widths of the policy network (after the encoder, if there is one).
     pub policy_hidden: Vec<usize>,
     /// Hidden layer widths of the value network (after the encoder, if there is one).
@@ -226,6 +232,7 @@ impl Default for NetworkConfig {
     fn default() -> Self {
         NetworkConfig {
             encoder: Encoder::Auto,
+            conv_precision: ConvPrecision::F32,
             policy_hidden: vec![64, 64],
             value_hidden: vec![64, 64],
             activation: Activation::Tanh,

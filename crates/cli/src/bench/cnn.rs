@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use strata_env::gym::default_python;
-use strata_nn::{Cnn, CnnArch, CnnCache, ImageShape, Pixels, SampleRng};
+use strata_nn::{Cnn, CnnArch, CnnCache, ConvPrecision, ImageShape, Pixels, SampleRng};
 
 use crate::bench::ledger::median;
 
@@ -31,10 +31,12 @@ pub struct CnnReport {
     pub torch_missing: Option<String>,
 }
 
-/// Strata's training speed over PyTorch's for one encoder and thread count.
+/// Strata's training speed over PyTorch's for one encoder, precision and thread count.
 #[derive(Serialize, Debug)]
 pub struct CnnRatio {
     pub arch: String,
+    /// `strata` (float32) or `strata bf16` (`network.conv_precision = "bf16"`).
+    pub runner: String,
     pub threads: usize,
     /// Median over the rounds of PyTorch's forward+backward time over Strata's.
     pub median: f64,
@@ -51,7 +53,7 @@ pub struct CnnRow {
     pub round: usize,
     /// `nature_cnn` or `minatar_cnn`.
     pub arch: String,
-    /// `strata` or `pytorch`.
+    /// `strata`, `strata bf16` (bfloat16 products) or `pytorch`.
     pub runner: String,
     /// Image shape, `[height, width, channels]`.
     pub shape: [usize; 3],
@@ -149,11 +151,24 @@ fn prepare(case: Case) -> Result<Prepared> {
     })
 }
 
-fn strata_row(p: &Prepared, threads: usize, reps: usize, round: usize) -> Result<CnnRow> {
+/// Strata's runners: float32, then bfloat16 products.
+const PRECISIONS: [(ConvPrecision, &str); 2] = [
+    (ConvPrecision::F32, "strata"),
+    (ConvPrecision::Bf16, "strata bf16"),
+];
+
+fn strata_row(
+    p: &Prepared,
+    (precision, runner): (ConvPrecision, &str),
+    threads: usize,
+    reps: usize,
+    round: usize,
+) -> Result<CnnRow> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()?;
-    let (case, cnn) = (&p.case, &p.cnn);
+    let case = &p.case;
+    let cnn = &p.cnn.clone().with_precision(precision);
     let ones = vec![1.0; case.batch * cnn.features()];
     let mut grads = vec![0.0; cnn.num_params()];
     let mut cache = CnnCache::default();
@@ -175,7 +190,7 @@ fn strata_row(p: &Prepared, threads: usize, reps: usize, round: usize) -> Result
         );
         (forward, train)
     });
-    let mut r = row(case, "strata", threads, forward_ms, train_ms, round);
+    let mut r = row(case, runner, threads, forward_ms, train_ms, round);
     r.working_bytes = Some(cache.bytes());
     Ok(r)
 }
@@ -278,7 +293,9 @@ pub fn run(quick: bool) -> Result<CnnReport> {
     for round in 0..rounds {
         for p in &prepared {
             for &t in &threads {
-                report.rows.push(strata_row(p, t, reps, round)?);
+                for precision in PRECISIONS {
+                    report.rows.push(strata_row(p, precision, t, reps, round)?);
+                }
             }
         }
         if report.torch_missing.is_none() {
@@ -296,10 +313,10 @@ pub fn run(quick: bool) -> Result<CnnReport> {
 /// Per encoder and thread count, the rounds' PyTorch-over-Strata time ratios.
 fn ratios(rows: &[CnnRow]) -> Vec<CnnRatio> {
     let mut out: Vec<CnnRatio> = Vec::new();
-    for r in rows.iter().filter(|r| r.runner == "strata" && r.round == 0) {
+    for r in rows.iter().filter(|r| r.runner != "pytorch" && r.round == 0) {
         let pairs: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|s| s.runner == "strata" && s.arch == r.arch && s.threads == r.threads)
+            .filter(|s| s.runner == r.runner && s.arch == r.arch && s.threads == r.threads)
             .filter_map(|s| {
                 let t = rows.iter().find(|t| {
                     t.runner == "pytorch"
@@ -316,6 +333,7 @@ fn ratios(rows: &[CnnRow]) -> Vec<CnnRatio> {
         let train: Vec<f64> = pairs.iter().map(|p| p.0).collect();
         out.push(CnnRatio {
             arch: r.arch.clone(),
+            runner: r.runner.clone(),
             threads: r.threads,
             median: median(train.clone()),
             min: train.iter().copied().fold(f64::INFINITY, f64::min),
@@ -330,15 +348,15 @@ fn print(report: &CnnReport) {
     println!("convolutional encoders, uint8 batches (median per batch, each round):");
     for r in &report.rows {
         println!(
-            "  round {} {:<11} {:>2}x{:<2}x{} batch {} {:<7} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s",
+            "  round {} {:<11} {:>2}x{:<2}x{} batch {} {:<11} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s",
             r.round + 1, r.arch, r.shape[0], r.shape[1], r.shape[2], r.batch, r.runner, r.threads,
             r.forward_ms, r.train_ms, r.train_images_per_sec
         );
     }
     for q in &report.ratios {
         println!(
-            "  {} {} thread(s): Strata at {:.2}x PyTorch's speed (forward+backward; rounds {:.2}-{:.2}x), forward alone {:.2}x",
-            q.arch, q.threads, q.median, q.min, q.max, q.forward_median
+            "  {} {} thread(s): {} at {:.2}x PyTorch's speed (forward+backward; rounds {:.2}-{:.2}x), forward alone {:.2}x",
+            q.arch, q.threads, q.runner, q.median, q.min, q.max, q.forward_median
         );
     }
     for r in report

@@ -129,9 +129,12 @@ impl ActorCriticNet {
         if images.is_empty() || archs.any(|a| a.is_none()) {
             return Ok(Self::new(obs_dim, head, config, rng));
         }
-        let encoder = SharedEncoder::new(obs_dim, images, |shape| {
-            config.encoder.arch_for(shape).expect("checked above")
-        })?;
+        let encoder = SharedEncoder::new(
+            obs_dim,
+            images,
+            |shape| config.encoder.arch_for(shape).expect("checked above"),
+            config.conv_precision,
+        )?;
         Ok(Self::build(obs_dim, Some(encoder), head, config, rng))
     }
 

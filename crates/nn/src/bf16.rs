@@ -1,0 +1,520 @@
+//! Products with bfloat16 operands and float32 sums, for the convolutions' large products
+//! (`network.conv_precision = "bf16"`). Each operand is rounded to bfloat16 (float32's
+//! exponent with 8 significant bits, to nearest even) as it is packed; the products of two
+//! bfloat16 values are exact in float32, and they are summed in float32. Weights,
+//! gradients and Adam's moments stay float32: only the products' inputs lose bits.
+//!
+//! Where the CPU has AVX-512 BF16, `vdpbf16ps` makes 32 products a cycle where fused
+//! float32 multiply-adds make 16. Elsewhere a portable loop computes the same sums in the
+//! same order (bit for bit, but for values below float32's normal range, which the
+//! instruction flushes to zero), only slower than float32.
+//!
+//! The instruction takes its operands in pairs along the inner dimension: output lane
+//! `j` gains `a[2j+1] * b[2j+1]`, then `a[2j] * b[2j]`. So the left-hand side is packed as
+//! rows of pairs (`u32`: the even element low, the odd one high) and the right-hand side as
+//! pairs of its rows, 16 columns a vector.
+
+use crate::matmul::View;
+
+/// Columns of the right-hand side one vector covers.
+const LANES: usize = 16;
+/// Rows of the left-hand side one register block computes (each right-hand load serves
+/// all of them).
+const ROWS: usize = 6;
+/// Vectors of columns one register block keeps (`ROWS * BLOCKS` accumulators).
+const BLOCKS: usize = 4;
+
+/// `x` rounded to the nearest bfloat16, ties to even (a NaN stays a NaN).
+#[inline(always)]
+pub(crate) fn to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+    if x.is_nan() {
+        ((bits >> 16) | 0x40) as u16
+    } else {
+        rounded as u16
+    }
+}
+
+/// The float32 value of a bfloat16.
+#[inline(always)]
+pub(crate) fn from_bf16(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
+
+/// Two bfloat16 values as the instruction reads a pair: `even` low, `odd` high.
+#[inline(always)]
+fn pair(even: f32, odd: f32) -> u32 {
+    u32::from(to_bf16(even)) | (u32::from(to_bf16(odd)) << 16)
+}
+
+/// Whether this CPU runs the products with `vdpbf16ps`.
+pub(crate) fn accelerated() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A `k x n` right-hand side rounded and packed: for each pair of rows, `n` rounded up
+/// to whole vectors of pairs (the columns past `n` are zero, and an odd `k`'s last row
+/// pairs with zeros).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PackedRhs {
+    pairs: usize,
+    cols: usize,
+    data: Vec<u32>,
+}
+
+impl PackedRhs {
+    /// Packs `rhs` into this buffer (its allocation is reused).
+    pub(crate) fn pack(&mut self, rhs: View<'_>) {
+        let (k, n) = (rhs.rows(), rhs.cols());
+        self.pairs = k.div_ceil(2);
+        self.cols = n;
+        let stride = padded(n);
+        self.data.clear();
+        self.data.resize(self.pairs * stride, 0);
+        let rows = rhs.row_major();
+        for (p, out) in self.data.chunks_exact_mut(stride).enumerate() {
+            let (even, odd) = (2 * p, 2 * p + 1);
+            match rows {
+                Some(data) if odd < k => {
+                    interleave(&data[even * n..][..n], &data[odd * n..][..n], &mut out[..n]);
+                }
+                _ => {
+                    for (c, o) in out[..n].iter_mut().enumerate() {
+                        let b = if odd < k { rhs.at(odd, c) } else { 0.0 };
+                        *o = pair(rhs.at(even, c), b);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pairs of rows.
+    fn pairs(&self) -> usize {
+        self.pairs
+    }
+}
+
+/// Columns rounded up to whole vectors.
+fn padded(n: usize) -> usize {
+    n.div_ceil(LANES) * LANES
+}
+
+/// `out[c] = (even[c], odd[c])` rounded, for two rows of a right-hand side.
+fn interleave(even: &[f32], odd: &[f32], out: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        // SAFETY: the features were just detected.
+        return unsafe { x86::interleave(even, odd, out) };
+    }
+    for ((o, a), b) in out.iter_mut().zip(even).zip(odd) {
+        *o = pair(*a, *b);
+    }
+}
+
+/// Rounds `src` into `out` value by value (`out` as bfloat16 values, two a `u32`).
+fn round_into(src: &[f32], out: &mut [u32]) {
+    debug_assert_eq!(src.len(), 2 * out.len());
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        // SAFETY: the features were just detected.
+        return unsafe { x86::round_into(src, out) };
+    }
+    for (o, p) in out.iter_mut().zip(src.chunks_exact(2)) {
+        *o = pair(p[0], p[1]);
+    }
+}
+
+/// A left-hand side packed as pairs along its inner dimension: the pair `p` of row `r`
+/// at `data[r * row_step + p * pair_step]`.
+struct PackedLhs<'a> {
+    data: &'a [u32],
+    rows: usize,
+    pairs: usize,
+    row_step: usize,
+    pair_step: usize,
+}
+
+/// Packs a `m x k` left-hand side as rows of pairs into `out`.
+fn pack_lhs<'a>(lhs: View<'_>, out: &'a mut Vec<u32>) -> PackedLhs<'a> {
+    let (m, k) = (lhs.rows(), lhs.cols());
+    let pairs = k.div_ceil(2);
+    out.clear();
+    out.resize(m * pairs, 0);
+    for (r, row) in out.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
+        match lhs.row_major() {
+            Some(data) if k % 2 == 0 => round_into(&data[r * k..][..k], row),
+            _ => {
+                for (p, o) in row.iter_mut().enumerate() {
+                    let odd = if 2 * p + 1 < k {
+                        lhs.at(r, 2 * p + 1)
+                    } else {
+                        0.0
+                    };
+                    *o = pair(lhs.at(r, 2 * p), odd);
+                }
+            }
+        }
+    }
+    PackedLhs {
+        data: out,
+        rows: m,
+        pairs,
+        row_step: pairs,
+        pair_step: 1,
+    }
+}
+
+thread_local! {
+    /// Each thread's packed left-hand side, and a right-hand side packed per call.
+    static SCRATCH: std::cell::RefCell<(Vec<u32>, PackedRhs, PackedRhs)> =
+        std::cell::RefCell::new(Default::default());
+}
+
+/// `dst (m x n, row-major) = [dst +] lhs (m x k) * rhs (k x n)`, the operands rounded
+/// to bfloat16, the products summed in float32 (in the inner dimension's order, then
+/// added to `dst` when `accumulate`).
+///
+/// # Panics
+/// When the shapes disagree or `dst` is too small.
+pub(crate) fn matmul_bf16(dst: &mut [f32], lhs: View<'_>, rhs: &PackedRhs, accumulate: bool) {
+    assert_eq!(lhs.cols().div_ceil(2), rhs.pairs(), "inner dimensions differ");
+    SCRATCH.with(|s| {
+        let packed = &mut s.borrow_mut().0;
+        product(dst, pack_lhs(lhs, packed), rhs, accumulate);
+    });
+}
+
+/// `dst (m x n) = [dst +] lhs^T * rhs`, for `lhs` (`k x m`) and `rhs` (`k x n`) sharing
+/// their rows (a weight gradient: the output gradients' transpose times the inputs), both
+/// packed here, in this thread's scratch, as pairs of their rows.
+///
+/// # Panics
+/// When the shapes disagree or `dst` is too small.
+pub(crate) fn matmul_bf16_tn(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumulate: bool) {
+    assert_eq!(lhs.rows(), rhs.rows(), "inner dimensions differ");
+    SCRATCH.with(|s| {
+        let (_, lhs_packed, rhs_packed) = &mut *s.borrow_mut();
+        lhs_packed.pack(lhs);
+        rhs_packed.pack(rhs);
+        let lhs = PackedLhs {
+            data: &lhs_packed.data,
+            rows: lhs_packed.cols,
+            pairs: lhs_packed.pairs,
+            row_step: 1,
+            pair_step: padded(lhs_packed.cols),
+        };
+        product(dst, lhs, rhs_packed, accumulate);
+    });
+}
+
+fn product(dst: &mut [f32], lhs: PackedLhs<'_>, rhs: &PackedRhs, accumulate: bool) {
+    let (m, n) = (lhs.rows, rhs.cols);
+    assert!(dst.len() >= m * n, "destination too small");
+    assert_eq!(lhs.pairs, rhs.pairs, "inner dimensions differ");
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = (m - 1) * lhs.row_step + lhs.pairs.saturating_sub(1) * lhs.pair_step;
+    assert!(lhs.pairs == 0 || last < lhs.data.len(), "left-hand side size");
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        // SAFETY: the features were just detected; the sizes were checked above.
+        unsafe { x86::product(dst, &lhs, rhs, accumulate) };
+        return;
+    }
+    portable(dst, &lhs, rhs, accumulate);
+}
+
+/// The instruction's arithmetic, one output at a time: per pair, the odd product then the
+/// even one added to the float32 sum.
+fn portable(dst: &mut [f32], lhs: &PackedLhs<'_>, rhs: &PackedRhs, accumulate: bool) {
+    let (n, stride) = (rhs.cols, padded(rhs.cols));
+    for r in 0..lhs.rows {
+        for c in 0..n {
+            let mut sum = 0.0f32;
+            for p in 0..lhs.pairs {
+                let a = lhs.data[r * lhs.row_step + p * lhs.pair_step];
+                let b = rhs.data[p * stride + c];
+                sum += from_bf16((a >> 16) as u16) * from_bf16((b >> 16) as u16);
+                sum += from_bf16(a as u16) * from_bf16(b as u16);
+            }
+            let d = &mut dst[r * n + c];
+            *d = if accumulate { *d + sum } else { sum };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{padded, PackedLhs, PackedRhs, BLOCKS, LANES, ROWS};
+    use std::arch::x86_64::*;
+
+    /// Rounds 16 floats to bfloat16 (to nearest even, as [`super::to_bf16`]).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn round16(p: *const f32) -> __m256i {
+        std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(p)))
+    }
+
+    /// `out[c] = (even[c], odd[c])`, 16 columns a step.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn interleave(even: &[f32], odd: &[f32], out: &mut [u32]) {
+        let n = out.len();
+        assert!(even.len() >= n && odd.len() >= n);
+        // Lanes 0..16 of the concatenation hold the even row, 16..32 the odd one.
+        let order = _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+            20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
+        );
+        let mut c = 0;
+        while c + LANES <= n {
+            let both = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(round16(even.as_ptr().add(c))),
+                round16(odd.as_ptr().add(c)),
+            );
+            let pairs = _mm512_permutexvar_epi16(order, both);
+            _mm512_storeu_si512(out.as_mut_ptr().add(c).cast(), pairs);
+            c += LANES;
+        }
+        for c in c..n {
+            out[c] = super::pair(even[c], odd[c]);
+        }
+    }
+
+    /// `src` rounded value by value into `out`, 16 values a step.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn round_into(src: &[f32], out: &mut [u32]) {
+        assert_eq!(src.len(), 2 * out.len());
+        let mut i = 0;
+        while i + LANES <= src.len() {
+            _mm256_storeu_si256(out.as_mut_ptr().add(i / 2).cast(), round16(src.as_ptr().add(i)));
+            i += LANES;
+        }
+        while i < src.len() {
+            out[i / 2] = super::pair(src[i], src[i + 1]);
+            i += 2;
+        }
+    }
+
+    /// Blocks of [`ROWS`] rows by [`BLOCKS`] vectors of columns, the rest in smaller
+    /// blocks; the last vector of a row is stored under a mask.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn product(
+        dst: &mut [f32],
+        lhs: &PackedLhs<'_>,
+        rhs: &PackedRhs,
+        accumulate: bool,
+    ) {
+        let m = lhs.rows;
+        let vectors = padded(rhs.cols) / LANES;
+        let mut row = 0;
+        while row < m {
+            let rows = (m - row).min(ROWS);
+            let mut v = 0;
+            while v < vectors {
+                let blocks = (vectors - v).min(BLOCKS);
+                let at = Block {
+                    row,
+                    vector: v,
+                    accumulate,
+                };
+                match (rows, blocks) {
+                    (6, 4) => block::<6, 4>(dst, lhs, rhs, at),
+                    (6, 3) => block::<6, 3>(dst, lhs, rhs, at),
+                    (6, 2) => block::<6, 2>(dst, lhs, rhs, at),
+                    (6, 1) => block::<6, 1>(dst, lhs, rhs, at),
+                    (r, 4) => per_row::<4>(dst, lhs, rhs, at, r),
+                    (r, 3) => per_row::<3>(dst, lhs, rhs, at, r),
+                    (r, 2) => per_row::<2>(dst, lhs, rhs, at, r),
+                    (r, _) => per_row::<1>(dst, lhs, rhs, at, r),
+                }
+                v += blocks;
+            }
+            row += rows;
+        }
+    }
+
+    /// Where a register block starts.
+    #[derive(Clone, Copy)]
+    struct Block {
+        row: usize,
+        vector: usize,
+        accumulate: bool,
+    }
+
+    /// Rows left over (fewer than [`ROWS`]), one at a time.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn per_row<const B: usize>(
+        dst: &mut [f32],
+        lhs: &PackedLhs<'_>,
+        rhs: &PackedRhs,
+        at: Block,
+        rows: usize,
+    ) {
+        for r in 0..rows {
+            block::<1, B>(dst, lhs, rhs, Block { row: at.row + r, ..at });
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn block<const R: usize, const B: usize>(
+        dst: &mut [f32],
+        lhs: &PackedLhs<'_>,
+        rhs: &PackedRhs,
+        at: Block,
+    ) {
+        let n = rhs.cols;
+        let stride = padded(n);
+        let mut acc = [[_mm512_setzero_ps(); B]; R];
+        let (row_step, pair_step) = (lhs.row_step, lhs.pair_step);
+        let mut a = lhs.data.as_ptr().add(at.row * row_step);
+        let mut b = rhs.data.as_ptr().add(at.vector * LANES);
+        for _ in 0..lhs.pairs {
+            let mut vb = [_mm512_setzero_si512(); B];
+            for (j, v) in vb.iter_mut().enumerate() {
+                *v = _mm512_loadu_si512(b.add(j * LANES).cast());
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let va = _mm512_set1_epi32(*a.add(r * row_step) as i32);
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_dpbf16_ps(*acc, cast(va), cast(vb[j]));
+                }
+            }
+            a = a.add(pair_step);
+            b = b.add(stride);
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let out = dst.as_mut_ptr().add((at.row + r) * n);
+            for (j, acc) in acc.iter().enumerate() {
+                let col = (at.vector + j) * LANES;
+                let left = n - col;
+                let mask: __mmask16 = if left >= LANES {
+                    0xffff
+                } else {
+                    (1u16 << left) - 1
+                };
+                let mut sum = *acc;
+                if at.accumulate {
+                    sum = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out.add(col)), sum);
+                }
+                _mm512_mask_storeu_ps(out.add(col), mask, sum);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn cast(v: __m512i) -> __m512bh {
+        // SAFETY: both are 512 bits of plain data.
+        unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(len: usize, seed: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i as f32 + seed) * 0.618).sin() * 3.0)
+            .collect()
+    }
+
+    /// The product of the operands rounded to bfloat16, in float64.
+    fn reference(a: View<'_>, b: View<'_>) -> Vec<f64> {
+        let (m, k, n) = (a.rows(), a.cols(), b.cols());
+        let round = |x: f32| f64::from(from_bf16(to_bf16(x)));
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| round(a.at(i, p)) * round(b.at(p, j))).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even_and_keeps_specials() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        assert_eq!(from_bf16(to_bf16(255.0)), 255.0); // bytes are exact
+        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even 1.
+        assert_eq!(from_bf16(to_bf16(1.0 + 1.0 / 256.0)), 1.0);
+        assert_eq!(from_bf16(to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 4.0 / 256.0);
+        assert_eq!(from_bf16(to_bf16(-2.5)), -2.5);
+        assert!(from_bf16(to_bf16(f32::NAN)).is_nan());
+        assert_eq!(from_bf16(to_bf16(f32::INFINITY)), f32::INFINITY);
+    }
+
+    /// Every shape the kernel splits differently (rows past a block, columns past a
+    /// vector, an odd inner dimension, transposed views) gives the reference's sums, and
+    /// the accelerated kernel equals the portable loop bit for bit.
+    #[test]
+    fn matches_the_rounded_reference_and_the_portable_loop() {
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (7, 5, 3),
+            (6, 64, 64),
+            (13, 37, 70),
+            (20, 256, 32),
+            (9, 2, 17),
+            (32, 40, 48),
+        ] {
+            let a = values(m * k, 0.3);
+            let b = values(k * n, 1.7);
+            // A^T stored row-major (k x m).
+            let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+            let want = reference(View::new(&a, m, k), View::new(&b, k, n));
+            let close = |got: &[f32]| {
+                for (g, w) in got.iter().zip(&want) {
+                    let tolerance = 1e-5 * (k as f64) * 9.0;
+                    assert!(
+                        (f64::from(*g) - 0.5 - w).abs() < tolerance,
+                        "{m}x{k}x{n}: {g} vs {w}"
+                    );
+                }
+            };
+            let mut packed = PackedRhs::default();
+            packed.pack(View::new(&b, k, n));
+            let mut slow = vec![0.5; m * n];
+            let mut lhs_packed = Vec::new();
+            portable(
+                &mut slow,
+                &pack_lhs(View::new(&a, m, k), &mut lhs_packed),
+                &packed,
+                true,
+            );
+            close(&slow);
+            for lhs in [View::new(&a, m, k), View::new(&at, k, m).t()] {
+                let mut fast = vec![0.5; m * n];
+                matmul_bf16(&mut fast, lhs, &packed, true);
+                assert_eq!(fast, slow, "{m}x{k}x{n}");
+            }
+            let mut tn = vec![0.5; m * n];
+            matmul_bf16_tn(&mut tn, View::new(&at, k, m), View::new(&b, k, n), true);
+            assert_eq!(tn, slow, "{m}x{k}x{n}, transposed");
+        }
+    }
+
+    #[test]
+    fn overwrites_without_accumulate_and_leaves_the_rest() {
+        let (m, k, n) = (3, 4, 5);
+        let (a, b) = (values(m * k, 0.0), values(k * n, 2.0));
+        let mut packed = PackedRhs::default();
+        packed.pack(View::new(&b, k, n));
+        let mut dst = vec![9.0; m * n + 2];
+        matmul_bf16(&mut dst, View::new(&a, m, k), &packed, false);
+        let want = reference(View::new(&a, m, k), View::new(&b, k, n));
+        for (d, w) in dst.iter().zip(&want) {
+            assert!((f64::from(*d) - w).abs() < 1e-4);
+        }
+        assert_eq!(&dst[m * n..], &[9.0, 9.0]);
+    }
+}
