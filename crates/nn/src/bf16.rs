@@ -5,16 +5,17 @@
 //! gradients and Adam's moments stay float32: only the products' inputs lose bits.
 //!
 //! Where the CPU has AVX-512 BF16, `vdpbf16ps` makes 32 products a cycle where fused
-//! float32 multiply-adds make 16. Elsewhere a portable loop computes the same sums in the
-//! same order (bit for bit, but for values below float32's normal range, which the
-//! instruction flushes to zero), only slower than float32.
+//! float32 multiply-adds make 16. Elsewhere the rounded operands are multiplied as float32
+//! (the same products, summed in `gemm`'s order), about as fast as float32 itself. As
+//! with `gemm`, a product's last bits depend on the CPU; on one machine a run is
+//! reproducible.
 //!
 //! The instruction takes its operands in pairs along the inner dimension: output lane
 //! `j` gains `a[2j+1] * b[2j+1]`, then `a[2j] * b[2j]`. So the left-hand side is packed as
 //! rows of pairs (`u32`: the even element low, the odd one high) and the right-hand side as
 //! pairs of its rows, 16 columns a vector.
 
-use crate::matmul::View;
+use crate::matmul::{matmul, View};
 
 /// Columns of the right-hand side one vector covers.
 const LANES: usize = 16;
@@ -232,11 +233,37 @@ fn product(dst: &mut [f32], lhs: PackedLhs<'_>, rhs: &PackedRhs, accumulate: boo
         unsafe { x86::product(dst, &lhs, rhs, accumulate) };
         return;
     }
-    portable(dst, &lhs, rhs, accumulate);
+    unpacked(dst, &lhs, rhs, accumulate);
+}
+
+/// Without the instruction: the rounded operands unpacked to float32 and multiplied by
+/// `gemm`, as fast as a float32 product. The products are the same (two bfloat16 values
+/// multiply exactly in float32); only the order of the sums differs from the instruction's.
+fn unpacked(dst: &mut [f32], lhs: &PackedLhs<'_>, rhs: &PackedRhs, accumulate: bool) {
+    let (m, k, n) = (lhs.rows, 2 * lhs.pairs, rhs.cols);
+    let stride = padded(n);
+    let mut a = vec![0.0; m * k];
+    for (r, row) in a.chunks_exact_mut(k).enumerate() {
+        for (p, v) in row.chunks_exact_mut(2).enumerate() {
+            let pair = lhs.data[r * lhs.row_step + p * lhs.pair_step];
+            v[0] = from_bf16(pair as u16);
+            v[1] = from_bf16((pair >> 16) as u16);
+        }
+    }
+    let mut b = vec![0.0; k * n];
+    for (p, rows) in b.chunks_exact_mut(2 * n).enumerate() {
+        let (even, odd) = rows.split_at_mut(n);
+        for (c, pair) in rhs.data[p * stride..][..n].iter().enumerate() {
+            even[c] = from_bf16(*pair as u16);
+            odd[c] = from_bf16((*pair >> 16) as u16);
+        }
+    }
+    matmul(dst, View::new(&a, m, k), View::new(&b, k, n), accumulate);
 }
 
 /// The instruction's arithmetic, one output at a time: per pair, the odd product then the
-/// even one added to the float32 sum.
+/// even one added to the float32 sum. The reference the kernel is tested against.
+#[cfg(test)]
 fn portable(dst: &mut [f32], lhs: &PackedLhs<'_>, rhs: &PackedRhs, accumulate: bool) {
     let (n, stride) = (rhs.cols, padded(rhs.cols));
     for r in 0..lhs.rows {
@@ -453,6 +480,25 @@ mod tests {
         assert_eq!(from_bf16(to_bf16(f32::INFINITY)), f32::INFINITY);
     }
 
+    /// The vectorised rounding and interleaving give the scalar rounding's bits, ties and
+    /// all, past the last whole vector too.
+    #[test]
+    fn vector_rounding_equals_the_scalar_one() {
+        let mut src: Vec<f32> = values(70, 0.9);
+        // Exact ties below and above an even and an odd last kept bit.
+        src.extend([1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -1.0 - 1.0 / 256.0, 1e30, -0.0]);
+        src.push(3.0);
+        let scalar: Vec<u32> = src.chunks_exact(2).map(|p| pair(p[0], p[1])).collect();
+        let mut rounded = vec![0; src.len() / 2];
+        round_into(&src, &mut rounded);
+        assert_eq!(rounded, scalar);
+        let (even, odd) = src.split_at(38);
+        let mut woven = vec![0; 37];
+        interleave(&even[..37], &odd[..37], &mut woven);
+        let want: Vec<u32> = (0..37).map(|c| pair(even[c], odd[c])).collect();
+        assert_eq!(woven, want);
+    }
+
     /// Every shape the kernel splits differently (rows past a block, columns past a
     /// vector, an odd inner dimension, transposed views) gives the reference's sums, and
     /// the accelerated kernel equals the portable loop bit for bit.
@@ -497,6 +543,14 @@ mod tests {
                 matmul_bf16(&mut fast, lhs, &packed, true);
                 assert_eq!(fast, slow, "{m}x{k}x{n}");
             }
+            let mut fallback = vec![0.5; m * n];
+            unpacked(
+                &mut fallback,
+                &pack_lhs(View::new(&a, m, k), &mut lhs_packed),
+                &packed,
+                true,
+            );
+            close(&fallback);
             let mut tn = vec![0.5; m * n];
             matmul_bf16_tn(&mut tn, View::new(&at, k, m), View::new(&b, k, n), true);
             assert_eq!(tn, slow, "{m}x{k}x{n}, transposed");

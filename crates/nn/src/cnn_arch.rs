@@ -26,7 +26,8 @@ pub enum ConvPrecision {
     F32,
     /// The convolutions' products take bfloat16 operands (rounded to nearest even) and sum
     /// in float32; weights, gradients and Adam stay float32. Twice the products a cycle
-    /// where the CPU has AVX-512 BF16; slower than `f32` where it has not.
+    /// where the CPU has AVX-512 BF16; about as fast as `f32` where it has not (the
+    /// rounded operands multiplied as float32).
     Bf16,
 }
 
