@@ -7,6 +7,8 @@
 
 use std::ops::Range;
 
+use strata_nn::round_to_bytes;
+
 /// Rows of `dim` observation values, the values in `byte_spans` stored as bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ObsRows {
@@ -200,13 +202,8 @@ impl ObsRows {
         }
         let mut at = 0;
         for span in byte_spans {
-            for (b, v) in bytes[at..at + span.len()]
-                .iter_mut()
-                .zip(&src[span.clone()])
-            {
-                // Whole numbers in 0..=255: the conversion is exact (and saturates).
-                *b = v.round() as u8;
-            }
+            // Whole numbers in 0..=255: the conversion is exact (and saturates).
+            round_to_bytes(&src[span.clone()], &mut bytes[at..at + span.len()]);
             at += span.len();
         }
     }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cnn::{Cnn, CnnArch, CnnCache, ConvPrecision, ImageTooSmall, Pixels};
 use crate::conv::ImageShape;
+use crate::kernels::round_to_bytes;
 use crate::params::ParamBlocks;
 
 /// How an image's stored values map to the encoder's inputs in [0, 1].
@@ -170,8 +171,11 @@ impl SharedEncoder {
             let pixels = match image.input.scale {
                 PixelScale::Byte => {
                     // Stored as exact integers: the cast loses nothing (and saturates).
-                    image.bytes.clear();
-                    image.bytes.extend(rows.flatten().map(|&v| v.round() as u8));
+                    let len = span.len();
+                    image.bytes.resize(batch * len, 0);
+                    for (bytes, row) in image.bytes.chunks_exact_mut(len).zip(rows) {
+                        round_to_bytes(row, bytes);
+                    }
                     Pixels::U8(&image.bytes)
                 }
                 PixelScale::Unit if whole => Pixels::F32(obs),

@@ -43,7 +43,12 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
         .spawn(move || {
             let (id, incarnation, events) = (setup.id, setup.incarnation, setup.events.clone());
             let (heartbeat, holding) = (Arc::clone(&setup.heartbeat), Arc::clone(&setup.holding));
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(setup)));
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                match own_thread_pool(setup.config.runtime.workers) {
+                    Some(pool) => pool.install(|| run(setup)),
+                    None => run(setup),
+                }
+            }));
             heartbeat.beat(Activity::Stopped);
             let error = match outcome {
                 Ok(Ok(Stop::Exit | Stop::Closed)) => return,
@@ -62,6 +67,22 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
             let holding = holding.get(id);
             let _ = events.try_send(WorkerEvent::Failed { worker: id, incarnation, error, holding });
         })
+}
+
+/// A pool of this thread alone, for a worker that has a core's share or less of the
+/// machine: its model's parallel passes (a CNN's) then run here, in order, instead of
+/// handing each step's few images to rayon's shared pool, whose threads every worker and
+/// the env processes contend for. With cores to spare the worker keeps the shared pool.
+fn own_thread_pool(workers: usize) -> Option<rayon::ThreadPool> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if workers < cores {
+        return None;
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .use_current_thread()
+        .build()
+        .ok()
 }
 
 fn exit_requested(commands: &Receiver<WorkerCommand>) -> bool {
