@@ -1,13 +1,14 @@
 //! Observation rows as the buffers keep them: the values inside images as bytes, a quarter
-//! of their size as floats, everything else as `f32`. Rows go in and come out as `f32`
-//! (what the model reads), so only storage changes.
+//! of their size as floats, everything else as `f32`. Rows go in as `f32` and come out as
+//! `f32` or, for training, as they are kept ([`ObsRows::batch`]), which an image encoder
+//! reads without turning bytes into floats and back.
 //!
 //! Image values are whole numbers in 0..=255 (bytes, or booleans as 0 and 1): stored as
 //! bytes they come back exactly.
 
 use std::ops::Range;
 
-use strata_nn::round_to_bytes;
+use strata_nn::{round_to_bytes, ObsBatch, SplitRows};
 
 /// Rows of `dim` observation values, the values in `byte_spans` stored as bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -160,6 +161,43 @@ impl ObsRows {
         }
     }
 
+    /// Replaces these rows with rows `rows` of `src`, in order, in `src`'s layout: a
+    /// minibatch gathered as the buffer keeps it (bytes stay bytes).
+    ///
+    /// # Panics
+    /// When a row is out of range.
+    pub fn gather_rows_from(&mut self, src: &ObsRows, rows: impl IntoIterator<Item = usize>) {
+        if self.dim != src.dim || self.byte_spans != src.byte_spans {
+            *self = ObsRows::new(0, src.dim, &src.byte_spans);
+        }
+        self.clear();
+        let (fw, bw) = (self.float_width, self.byte_width);
+        for row in rows {
+            self.floats
+                .extend_from_slice(&src.floats[row * fw..(row + 1) * fw]);
+            self.bytes
+                .extend_from_slice(&src.bytes[row * bw..(row + 1) * bw]);
+        }
+    }
+
+    /// Rows `rows` as the model reads them: plain floats when nothing is kept as bytes,
+    /// else split (see [`ObsBatch`]).
+    ///
+    /// # Panics
+    /// When the rows are out of range.
+    pub fn batch(&self, rows: Range<usize>) -> ObsBatch<'_> {
+        let (fw, bw) = (self.float_width, self.byte_width);
+        if self.byte_spans.is_empty() {
+            return ObsBatch::Floats(&self.floats[rows.start * fw..rows.end * fw]);
+        }
+        ObsBatch::Split(SplitRows {
+            dim: self.dim,
+            byte_spans: &self.byte_spans,
+            floats: &self.floats[rows.start * fw..rows.end * fw],
+            bytes: &self.bytes[rows.start * bw..rows.end * bw],
+        })
+    }
+
     /// Copies `count` rows of `src` from row `from` into rows `to..`.
     ///
     /// # Panics
@@ -278,6 +316,24 @@ mod tests {
         out.clear();
         rows.extend_into(0..1, &mut out);
         assert_eq!(out, row(7));
+    }
+
+    /// A minibatch gathered as kept reads back as the float rows it holds, split or dense.
+    #[test]
+    fn gathered_rows_read_as_the_model_reads_them() {
+        let mut rows = ObsRows::new(3, 8, &[1..7, 8..8]);
+        rows.write(0, &(0..3).flat_map(row).collect::<Vec<_>>());
+        let mut minibatch = ObsRows::default();
+        minibatch.gather_rows_from(&rows, [2, 0]);
+        let batch = minibatch.batch(0..2);
+        assert!(matches!(batch, ObsBatch::Split(_)));
+        let mut floats = Vec::new();
+        assert_eq!(batch.floats(&mut floats), &[row(2), row(0)].concat()[..]);
+        assert_eq!(batch.rows(8), 2);
+        let mut dense = ObsRows::dense(2, 8);
+        dense.write(0, &[row(4), row(1)].concat());
+        minibatch.gather_rows_from(&dense, [1]);
+        assert!(matches!(minibatch.batch(0..1), ObsBatch::Floats(r) if r == &row(1)[..]));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 use strata_nn::{ActorCritic, Evaluation, GradClip};
 
+use crate::obs_rows::ObsRows;
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
 use crate::rollout::RolloutBuffer;
 use crate::sequences::{has_admitted_step, sequence_count, SequenceBatch};
@@ -183,7 +184,8 @@ impl Ppo {
                 let real = match sequence_len {
                     None => {
                         self.mb.gather(rollout, ids, None, norm_adv);
-                        model.evaluate(&self.mb.obs, &self.mb.actions, &mut self.evaluation);
+                        let obs = self.mb.obs.batch(0..ids.len());
+                        model.evaluate(obs, &self.mb.actions, &mut self.evaluation);
                         None
                     }
                     Some(len) => {
@@ -192,7 +194,7 @@ impl Ppo {
                         self.mb
                             .gather(rollout, &seq.rows, Some(&seq.real), norm_adv);
                         model.evaluate_sequences(
-                            &self.mb.obs,
+                            self.mb.obs.batch(0..seq.rows.len()),
                             &self.mb.actions,
                             seq.sequences(),
                             &mut self.evaluation,
@@ -288,7 +290,7 @@ impl Ppo {
 /// One minibatch's columns, gathered contiguous.
 #[derive(Default)]
 struct Minibatch {
-    obs: Vec<f32>,
+    obs: ObsRows,
     actions: Vec<f32>,
     log_probs: Vec<f32>,
     advantages: Vec<f32>,
@@ -308,8 +310,7 @@ impl Minibatch {
         norm_adv: bool,
     ) {
         let ad = rollout.action_dim;
-        self.obs.clear();
-        rollout.obs.gather_into(idx.iter().copied(), &mut self.obs);
+        self.obs.gather_rows_from(&rollout.obs, idx.iter().copied());
         self.actions.clear();
         self.log_probs.clear();
         self.advantages.clear();

@@ -143,7 +143,6 @@ impl RolloutBuffer {
         let ad = self.action_dim;
         let mut stats = IsWeightStats::default();
         let (mut sum, mut above) = (0.0f64, 0usize);
-        let mut obs = Vec::new();
         // A recurrent policy runs each env's fragment as one sequence from its stored
         // first state.
         let chunk = if self.state_len > 0 {
@@ -153,8 +152,7 @@ impl RolloutBuffer {
         };
         for start in (0..self.len()).step_by(chunk.max(1)) {
             let end = (start + chunk).min(self.len());
-            obs.clear();
-            self.obs.extend_into(start..end, &mut obs);
+            let obs = self.obs.batch(start..end);
             let actions = &self.actions[start * ad..end * ad];
             if self.state_len > 0 {
                 let sequences = Sequences {
@@ -162,9 +160,9 @@ impl RolloutBuffer {
                     starts: &self.starts,
                     state0: &self.states[..self.num_envs * self.state_len],
                 };
-                model.evaluate_sequences(&obs, actions, sequences, &mut eval);
+                model.evaluate_sequences(obs, actions, sequences, &mut eval);
             } else {
-                model.evaluate(&obs, actions, &mut eval);
+                model.evaluate(obs, actions, &mut eval);
             }
             for (k, i) in (start..end).enumerate() {
                 let ratio = (eval.log_probs[k] - self.log_probs[i]).exp();

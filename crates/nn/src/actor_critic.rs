@@ -1,6 +1,7 @@
 //! What PPO needs from a model ([`ActorCritic`]), and the values it exchanges with one.
 
 pub use crate::distribution::SampleRng;
+use crate::obs_batch::ObsBatch;
 use crate::grad_clip::{GradClip, GradNorms};
 use crate::head::Head;
 use crate::NnError;
@@ -121,12 +122,12 @@ pub trait ActorCritic: Send {
     /// Keeps what [`ActorCritic::backward`] needs. A recurrent model takes each row as a
     /// sequence of one step from a zero state; it trains with
     /// [`ActorCritic::evaluate_sequences`].
-    fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation);
+    fn evaluate(&mut self, obs: ObsBatch<'_>, actions: &[f32], out: &mut Evaluation);
     /// [`ActorCritic::evaluate`] over whole sequences, each from its stored state (a
     /// feed-forward model ignores the sequences).
     fn evaluate_sequences(
         &mut self,
-        obs: &[f32],
+        obs: ObsBatch<'_>,
         actions: &[f32],
         sequences: Sequences<'_>,
         out: &mut Evaluation,

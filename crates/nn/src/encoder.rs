@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::cnn::{Cnn, CnnArch, CnnCache, ConvPrecision, ImageTooSmall, Pixels};
 use crate::conv::ImageShape;
 use crate::kernels::round_to_bytes;
+use crate::obs_batch::{ObsBatch, SplitRows};
 use crate::params::ParamBlocks;
 
 /// How an image's stored values map to the encoder's inputs in [0, 1].
@@ -54,6 +55,79 @@ struct ImageEncoder {
     grad: Vec<f32>,
 }
 
+/// Where a forward pass reads its rows from.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    Floats(&'a [f32]),
+    /// Split rows whose byte spans are the images.
+    Split(SplitRows<'a>),
+}
+
+impl ImageInput {
+    /// The image's values in a row.
+    fn span(&self) -> Range<usize> {
+        self.offset..self.offset + self.shape.len()
+    }
+}
+
+/// The pixels gathered into an image's own buffers.
+fn image_pixels<'a>(bytes: &'a [u8], floats: &'a [f32], scale: PixelScale) -> Pixels<'a> {
+    match scale {
+        PixelScale::Byte => Pixels::U8(bytes),
+        PixelScale::Unit => Pixels::F32(floats),
+    }
+}
+
+impl ImageEncoder {
+    /// This image's pixels for `batch` rows: in place when the rows hold them as they are
+    /// (`Some`), else gathered into its own buffers (`None`; read them with
+    /// [`image_pixels`]). `byte_offset`: where its bytes start in a split row's bytes.
+    fn pixels<'a>(&mut self, rows: Rows<'a>, byte_offset: usize, batch: usize) -> Option<Pixels<'a>> {
+        let len = self.input.shape.len();
+        match (rows, self.input.scale) {
+            (Rows::Split(split), scale) => {
+                let bw = split.byte_width();
+                if bw == len && scale == PixelScale::Byte {
+                    return Some(Pixels::U8(&split.bytes[..batch * len]));
+                }
+                let rows = split.bytes.chunks_exact(bw).map(|row| &row[byte_offset..][..len]);
+                match scale {
+                    PixelScale::Byte => {
+                        self.bytes.clear();
+                        rows.for_each(|row| self.bytes.extend_from_slice(row));
+                    }
+                    PixelScale::Unit => {
+                        self.floats.clear();
+                        rows.for_each(|row| self.floats.extend(row.iter().map(|&v| f32::from(v))));
+                    }
+                }
+                None
+            }
+            (Rows::Floats(obs), PixelScale::Unit) if len == obs.len() / batch.max(1) => {
+                Some(Pixels::F32(obs))
+            }
+            (Rows::Floats(obs), scale) => {
+                let dim = obs.len() / batch.max(1);
+                let rows = obs.chunks_exact(dim).map(|row| &row[self.input.span()]);
+                match scale {
+                    // Stored as exact integers: the cast loses nothing (and saturates).
+                    PixelScale::Byte => {
+                        self.bytes.resize(batch * len, 0);
+                        for (bytes, row) in self.bytes.chunks_exact_mut(len).zip(rows) {
+                            round_to_bytes(row, bytes);
+                        }
+                    }
+                    PixelScale::Unit => {
+                        self.floats.clear();
+                        rows.for_each(|row| self.floats.extend_from_slice(row));
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
 /// The encoder: a CNN per image, the rest of the row passed through.
 pub(crate) struct SharedEncoder {
     obs_dim: usize,
@@ -61,6 +135,8 @@ pub(crate) struct SharedEncoder {
     /// Spans of the row outside every image, and where each lands in a feature row.
     passed: Vec<(Range<usize>, usize)>,
     features: usize,
+    /// Split rows made floats, for an encoder that cannot read them in place.
+    scratch: Vec<f32>,
     /// Image `i`'s CNN's tensors as `{i}.*`.
     layout: ParamBlocks,
     out: Vec<f32>,
@@ -120,6 +196,7 @@ impl SharedEncoder {
             images: encoders,
             passed,
             features: column,
+            scratch: Vec::new(),
             layout,
             out: Vec::new(),
         })
@@ -156,56 +233,73 @@ impl SharedEncoder {
     }
 
     /// Encodes `batch` rows of `obs`; returns the feature rows (`batch x features`).
+    /// Split rows whose byte spans are this encoder's images, in order, are read in place:
+    /// their bytes are the pixels (a batch of one image a row not even copied), their
+    /// floats the values passed through.
     ///
     /// # Panics
     /// When `params` or `obs` have the wrong length.
-    pub(crate) fn forward(&mut self, params: &[f32], obs: &[f32], batch: usize) -> &[f32] {
+    pub(crate) fn forward(&mut self, params: &[f32], obs: ObsBatch<'_>, batch: usize) -> &[f32] {
         assert_eq!(params.len(), self.num_params(), "encoder parameter length");
-        assert_eq!(obs.len(), batch * self.obs_dim, "observation batch length");
-        let (obs_dim, width) = (self.obs_dim, self.features);
+        assert_eq!(obs.rows(self.obs_dim), batch, "observation batch length");
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let rows = match obs {
+            ObsBatch::Split(split) if self.images_are(split.byte_spans) => Rows::Split(split),
+            other => Rows::Floats(other.floats(&mut scratch)),
+        };
+        let width = self.features;
         self.out.resize(batch * width, 0.0);
+        let mut byte_offset = 0;
         for image in &mut self.images {
-            let span = image.input.offset..image.input.offset + image.input.shape.len();
-            let whole = span.len() == obs_dim;
-            let rows = obs.chunks_exact(obs_dim).map(|row| &row[span.clone()]);
-            let pixels = match image.input.scale {
-                PixelScale::Byte => {
-                    // Stored as exact integers: the cast loses nothing (and saturates).
-                    let len = span.len();
-                    image.bytes.resize(batch * len, 0);
-                    for (bytes, row) in image.bytes.chunks_exact_mut(len).zip(rows) {
-                        round_to_bytes(row, bytes);
-                    }
-                    Pixels::U8(&image.bytes)
-                }
-                PixelScale::Unit if whole => Pixels::F32(obs),
-                PixelScale::Unit => {
-                    image.floats.clear();
-                    image.floats.extend(rows.flatten());
-                    Pixels::F32(&image.floats)
+            let pixels = image.pixels(rows, byte_offset, batch);
+            byte_offset += image.input.shape.len();
+            let ImageEncoder {
+                cnn, cache, params: own, column, ..
+            } = image;
+            // The split rows' bytes may be the pixels themselves; the features are not.
+            let features = match pixels {
+                Some(pixels) => cnn.forward(&params[own.clone()], pixels, batch, cache),
+                None => {
+                    let pixels = image_pixels(&image.bytes, &image.floats, image.input.scale);
+                    cnn.forward(&params[own.clone()], pixels, batch, cache)
                 }
             };
-            let p = &params[image.params.clone()];
-            let features = image.cnn.forward(p, pixels, batch, &mut image.cache);
-            let f = image.cnn.features();
+            let f = cnn.features();
             for (out, feat) in self
                 .out
                 .chunks_exact_mut(width)
                 .zip(features.chunks_exact(f))
             {
-                out[image.column..image.column + f].copy_from_slice(feat);
+                out[*column..*column + f].copy_from_slice(feat);
             }
         }
+        let mut float_offset = 0;
         for (span, column) in &self.passed {
-            for (out, row) in self
-                .out
-                .chunks_exact_mut(width)
-                .zip(obs.chunks_exact(obs_dim))
-            {
-                out[*column..*column + span.len()].copy_from_slice(&row[span.clone()]);
+            let len = span.len();
+            for (r, out) in self.out.chunks_exact_mut(width).enumerate() {
+                let values = match rows {
+                    Rows::Floats(obs) => &obs[r * self.obs_dim..][span.clone()],
+                    Rows::Split(split) => {
+                        let fw = split.dim - split.byte_width();
+                        &split.floats[r * fw + float_offset..][..len]
+                    }
+                };
+                out[*column..*column + len].copy_from_slice(values);
             }
+            float_offset += len;
         }
+        self.scratch = scratch;
         &self.out
+    }
+
+    /// Whether `byte_spans` are exactly this encoder's images, in order.
+    fn images_are(&self, byte_spans: &[Range<usize>]) -> bool {
+        byte_spans.len() == self.images.len()
+            && self
+                .images
+                .iter()
+                .zip(byte_spans)
+                .all(|(image, span)| image.input.span() == *span)
     }
 
     /// Back-propagates `grad_features` (d loss / d features of the last forward pass) into

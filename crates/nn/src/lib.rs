@@ -54,6 +54,7 @@ mod kernels;
 mod matmul;
 mod mlp;
 mod network;
+mod obs_batch;
 mod params;
 mod recurrent;
 mod recurrent_core;
@@ -76,6 +77,7 @@ pub use head::Head;
 pub use kernels::round_to_bytes;
 pub use mlp::{Mlp, MlpCache};
 pub use network::{Core, Encoder, NetworkConfig, SdeHold};
+pub use obs_batch::{ObsBatch, SplitRows};
 pub use params::{cut, cut_mut, ParamBlocks, ParamSlot};
 pub use recurrent::{CellKind, Recurrent, RecurrentCache};
 

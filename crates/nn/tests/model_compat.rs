@@ -169,7 +169,7 @@ fn record(kind: &Kind) -> Value {
         &mut values,
     );
     let mut eval = Evaluation::default();
-    model.evaluate(&obs, &actions, &mut eval);
+    model.evaluate((&obs).into(), &actions, &mut eval);
     let d: Vec<f32> = (0..ROWS).map(|i| 0.1 * (i as f32 - 2.5)).collect();
     let d_means = vec![0.0; eval.means.len()];
     model.backward(&d, &d, &d, &d_means);

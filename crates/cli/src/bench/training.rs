@@ -242,7 +242,7 @@ fn network_passes(reps: usize) -> (f64, f64, f64, f64) {
     let (mut fwd, mut bwd, mut opt) = (0.0, 0.0, 0.0);
     for _ in 0..reps {
         let t0 = Instant::now();
-        model.evaluate(&obs, &actions, &mut eval);
+        model.evaluate((&obs).into(), &actions, &mut eval);
         let t1 = Instant::now();
         model.backward(&d_lp, &d_ent, &d_v, &[]);
         let t2 = Instant::now();

@@ -94,7 +94,7 @@ fn acting_step_by_step_agrees_with_evaluating_the_sequence() {
         assert_eq!(model.state_len(), per_stack * if shared { 1 } else { 2 });
         let r = act_through(&mut model, &mut rng);
         let mut e = Evaluation::default();
-        model.evaluate_sequences(&r.obs, &r.actions, r.sequences(), &mut e);
+        model.evaluate_sequences((&r.obs).into(), &r.actions, r.sequences(), &mut e);
         for i in 0..STEPS * ENVS {
             assert!(
                 (e.log_probs[i] - r.log_probs[i]).abs() < 1e-4,
@@ -108,7 +108,7 @@ fn acting_step_by_step_agrees_with_evaluating_the_sequence() {
             state0: &zeros,
             ..r.sequences()
         };
-        model.evaluate_sequences(&r.obs, &r.actions, fresh, &mut e);
+        model.evaluate_sequences((&r.obs).into(), &r.actions, fresh, &mut e);
         let moved = (0..STEPS * ENVS).filter(|&i| (e.values[i] - r.values[i]).abs() > 1e-4);
         // Env 2 restarts at step 0: its rows cannot tell; the others' early rows can.
         assert!(
@@ -132,7 +132,7 @@ fn check_sequence_gradients(core: Core, shared: bool, head: Head) {
     let (wl, we, wv) = (weights(), weights(), weights());
     let mut e = Evaluation::default();
     let mut loss = |model: &mut ActorCriticNet| -> f64 {
-        model.evaluate_sequences(&r.obs, &r.actions, r.sequences(), &mut e);
+        model.evaluate_sequences((&r.obs).into(), &r.actions, r.sequences(), &mut e);
         (0..n)
             .map(|i| f64::from(wl[i] * e.log_probs[i] + we[i] * e.entropy[i] + wv[i] * e.values[i]))
             .sum()
@@ -249,7 +249,7 @@ fn images_go_through_their_cnn_then_the_core() {
         starts: &starts,
         state0: &state0,
     };
-    model.evaluate_sequences(&obs, &actions, seq, &mut e);
+    model.evaluate_sequences((&obs).into(), &actions, seq, &mut e);
     for i in 0..STEPS * ENVS {
         assert!(
             (e.log_probs[i] - lp[i]).abs() < 1e-4 && (e.values[i] - v[i]).abs() < 1e-5,

@@ -5,12 +5,15 @@ use super::parallel;
 use crate::actor_critic::{Memory, Sequences};
 use crate::branches::add_branch_gradient;
 use crate::encoder::SharedEncoder;
+use crate::obs_batch::ObsBatch;
 use crate::recurrent_core::CoreSide;
 
 /// The encoder and the core, with the core's state scratch.
 pub(super) struct Front {
     pub(super) encoder: Option<SharedEncoder>,
     pub(super) core: Option<CoreSide>,
+    /// Split rows made floats, for networks without an encoder.
+    floats: Vec<f32>,
     /// The rows' states before a step (copied from the caller's [`Memory`], or zeros).
     state_in: Vec<f32>,
     /// Episode-start flags of independent rows (all set).
@@ -33,6 +36,7 @@ impl Front {
         Front {
             encoder,
             core,
+            floats: Vec::new(),
             state_in: Vec::new(),
             all_start: Vec::new(),
         }
@@ -43,19 +47,20 @@ impl Front {
     pub(super) fn forward<'a>(
         &'a mut self,
         (encoder_params, core_params): (&[f32], &[f32]),
-        obs: &'a [f32],
+        obs: ObsBatch<'a>,
         rows: usize,
         run: CoreRun<'_>,
     ) -> (&'a [f32], &'a [f32]) {
         let Front {
             encoder,
             core,
+            floats,
             state_in,
             all_start,
         } = self;
         let input: &'a [f32] = match encoder {
             Some(e) => e.forward(encoder_params, obs, rows),
-            None => obs,
+            None => obs.floats(floats),
         };
         let Some(core) = core else {
             return (input, input);

@@ -18,6 +18,7 @@ use crate::grad_clip::{GradClip, GradNorms};
 use crate::head::{Head, PolicyHead};
 use crate::mlp::Mlp;
 use crate::network::NetworkConfig;
+use crate::obs_batch::ObsBatch;
 use crate::params::{cut, cut_mut, ParamBlocks};
 use crate::recurrent_core::CoreSide;
 use crate::NnError;
@@ -271,12 +272,15 @@ impl ActorCriticNet {
     /// The training forward pass, the core stepping as `run` says.
     fn evaluate_with(
         &mut self,
-        obs: &[f32],
+        obs: ObsBatch<'_>,
         actions: &[f32],
         run: CoreRun<'_>,
         out: &mut Evaluation,
     ) {
-        let batch = self.batch_of(obs);
+        let batch = obs.rows(self.obs_dim);
+        if let ObsBatch::Floats(obs) = obs {
+            self.batch_of(obs);
+        }
         let [policy_params, value_params, log_std, encoder_params, core_params] =
             cut(&self.params, self.spans.all());
         let (policy_input, value_input) =
@@ -370,7 +374,7 @@ impl ActorCritic for ActorCriticNet {
             cut(&self.params, self.spans.all());
         let (policy_input, value_input) = self.front.forward(
             (encoder_params, core_params),
-            obs,
+            ObsBatch::Floats(obs),
             batch,
             CoreRun::Step(memory),
         );
@@ -395,7 +399,7 @@ impl ActorCritic for ActorCriticNet {
             cut(&self.params, self.spans.all());
         let (input, _) = self.front.forward(
             (encoder_params, core_params),
-            obs,
+            ObsBatch::Floats(obs),
             batch,
             CoreRun::Step(memory),
         );
@@ -407,7 +411,7 @@ impl ActorCritic for ActorCriticNet {
         let [_, value_params, _, encoder_params, core_params] = cut(&self.params, self.spans.all());
         let (_, input) = self.front.forward(
             (encoder_params, core_params),
-            obs,
+            ObsBatch::Floats(obs),
             batch,
             CoreRun::Step(memory),
         );
@@ -415,13 +419,13 @@ impl ActorCritic for ActorCriticNet {
         out[..batch].copy_from_slice(v);
     }
 
-    fn evaluate(&mut self, obs: &[f32], actions: &[f32], out: &mut Evaluation) {
+    fn evaluate(&mut self, obs: ObsBatch<'_>, actions: &[f32], out: &mut Evaluation) {
         self.evaluate_with(obs, actions, CoreRun::Rows, out);
     }
 
     fn evaluate_sequences(
         &mut self,
-        obs: &[f32],
+        obs: ObsBatch<'_>,
         actions: &[f32],
         sequences: Sequences<'_>,
         out: &mut Evaluation,

@@ -1,6 +1,7 @@
 //! Gradient and sampling checks of the CPU actor-critic.
 
 use super::*;
+use crate::obs_batch::ObsBatch;
 use crate::encoder::ImageInput;
 use rand::{Rng, SeedableRng};
 
@@ -45,7 +46,7 @@ impl LossProbe {
             wv,
         };
         let mut e = Evaluation::default();
-        model.evaluate(&probe.obs, &probe.actions, &mut e);
+        model.evaluate((&probe.obs).into(), &probe.actions, &mut e);
         for i in 0..batch {
             assert!((e.log_probs[i] - lp[i]).abs() < 1e-4);
             assert!((e.values[i] - v[i]).abs() < 1e-5);
@@ -58,7 +59,7 @@ impl LossProbe {
 
     fn loss(&self, model: &mut ActorCriticNet) -> f64 {
         let mut e = Evaluation::default();
-        model.evaluate(&self.obs, &self.actions, &mut e);
+        model.evaluate((&self.obs).into(), &self.actions, &mut e);
         (0..self.wl.len())
             .map(|i| {
                 f64::from(
@@ -257,7 +258,7 @@ fn ppo_initialisation_gives_near_uniform_policy() {
     );
     let obs = [0.5_f32, -0.2, 0.1, 0.3];
     let mut e = Evaluation::default();
-    m.evaluate(&obs, &[1.0], &mut e);
+    m.evaluate(ObsBatch::Floats(&obs), &[1.0], &mut e);
     // A 0.01-gain head makes the logits tiny: entropy close to ln 2.
     assert!((e.entropy[0] - 2f32.ln()).abs() < 1e-3);
 }
@@ -536,5 +537,88 @@ fn per_network_clip_groups_cover_every_parameter_once_with_each_core_on_its_side
             assert!(core_groups[..half].iter().all(|&g| g == 0));
             assert!(core_groups[half..].iter().all(|&g| g == 1));
         }
+    }
+}
+
+/// `rows` split as the experience buffer keeps them: the values in `spans` as bytes.
+fn split(rows: &[f32], dim: usize, spans: &[Range<usize>]) -> (Vec<f32>, Vec<u8>) {
+    let (mut floats, mut bytes) = (Vec::new(), Vec::new());
+    for row in rows.chunks_exact(dim) {
+        let mut at = 0;
+        for span in spans {
+            floats.extend_from_slice(&row[at..span.start]);
+            bytes.extend(row[span.clone()].iter().map(|&v| v as u8));
+            at = span.end;
+        }
+        floats.extend_from_slice(&row[at..]);
+    }
+    (floats, bytes)
+}
+
+/// Training on rows split as the buffer keeps them gives what training on float rows
+/// gives, bit for bit: with the images read in place (one byte image a whole row, or
+/// images among other values), and with byte spans other than the images (read as
+/// floats).
+#[test]
+fn split_rows_train_exactly_as_float_rows() {
+    use crate::conv::ImageShape;
+    use crate::encoder::PixelScale;
+    let (mixed_dim, mut mixed) = mixed_images();
+    let whole = vec![ImageInput {
+        offset: 0,
+        shape: ImageShape {
+            height: 10,
+            width: 10,
+            channels: 3,
+        },
+        scale: PixelScale::Byte,
+    }];
+    // Boolean images hold 0 and 1, which bytes keep.
+    mixed[1].scale = PixelScale::Unit;
+    let spans_of = |images: &[ImageInput]| -> Vec<Range<usize>> {
+        images
+            .iter()
+            .map(|i| i.offset..i.offset + i.shape.len())
+            .collect()
+    };
+    let cases = [
+        (300, whole.clone(), spans_of(&whole)),
+        (mixed_dim, mixed.clone(), spans_of(&mixed)),
+        (mixed_dim, mixed.clone(), spans_of(&mixed[..1])),
+    ];
+    for (dim, images, spans) in cases {
+        let mut rng = SampleRng::seed_from_u64(8);
+        let head = Head::Categorical { n: 3 };
+        let config = NetworkConfig::default();
+        let mut model = ActorCriticNet::with_images(dim, &images, head, &config, &mut rng).unwrap();
+        let batch = 5;
+        let mut rows = mixed_rows(&mut rng, &images, dim, batch);
+        for row in rows.chunks_exact_mut(dim) {
+            for image in images.iter().filter(|i| i.scale == PixelScale::Unit) {
+                for v in &mut row[image.offset..image.offset + image.shape.len()] {
+                    *v = v.round();
+                }
+            }
+        }
+        let actions: Vec<f32> = (0..batch).map(|i| (i % 3) as f32).collect();
+        let (floats, bytes) = split(&rows, dim, &spans);
+        let split_rows = ObsBatch::Split(crate::obs_batch::SplitRows {
+            dim,
+            byte_spans: &spans,
+            floats: &floats,
+            bytes: &bytes,
+        });
+        let mut results = Vec::new();
+        for obs in [ObsBatch::Floats(&rows), split_rows] {
+            let mut e = Evaluation::default();
+            model.evaluate(obs, &actions, &mut e);
+            let ones = vec![1.0; batch];
+            model.backward(&ones, &ones, &ones, &[]);
+            let grads = model.grads.clone();
+            model.zero_grad();
+            results.push((e.log_probs, e.entropy, e.values, grads));
+        }
+        assert!(results[0].3.iter().any(|g| *g != 0.0));
+        assert!(results[0] == results[1], "{dim} values, spans {spans:?}");
     }
 }
