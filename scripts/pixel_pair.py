@@ -5,7 +5,8 @@ commands, steps per second of wall clock, taking turns in one run.
 Each round runs `strata train --env gym:ENV` (its preset: CleanRL's `ppo_atari`
 hyperparameters, 8 envs x 128 steps, 4 epochs of 256-step minibatches) and then SB3 with
 the same hyperparameters, the same network and the same env processing, for the same
-steps; the ratio is taken within the round, since a shared machine's speed drifts from
+steps (whole updates of 1,024; SB3's value clipping keeps the clipped prediction alone,
+CleanRL's the larger loss, which changes nothing in the time taken); the ratio is taken within the round, since a shared machine's speed drifts from
 minute to minute. The wall clock is the whole command's: process start, env start and
 model setup included, evaluations off on both sides.
 
@@ -38,6 +39,10 @@ import tempfile
 import time
 
 
+# Env steps in one update of the presets: 8 envs x 128 steps.
+UPDATE = 1024
+
+
 def sb3_run(env_id, steps, threads, vec, seed):
     """One SB3 training run in this process; returns nothing (the parent times it)."""
     import gymnasium as gym
@@ -50,6 +55,8 @@ def sb3_run(env_id, steps, threads, vec, seed):
 
     torch.set_num_threads(threads)
     vec_cls = SubprocVecEnv if vec == "subproc" else DummyVecEnv
+    # Forked env processes inherit the registrations made below; spawned ones would not.
+    vec_kwargs = dict(start_method="fork") if vec == "subproc" else None
     hyper = dict(n_steps=128, batch_size=256, n_epochs=4, gamma=0.99, gae_lambda=0.95,
                  learning_rate=lambda left: 2.5e-4 * left, clip_range=0.1,
                  clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
@@ -59,7 +66,7 @@ def sb3_run(env_id, steps, threads, vec, seed):
 
         gym.register_envs(ale_py)
         env = make_atari_env(env_id, n_envs=8, seed=seed, vec_env_cls=vec_cls,
-                             env_kwargs={"frameskip": 1})
+                             vec_env_kwargs=vec_kwargs, env_kwargs={"frameskip": 1})
         env = VecFrameStack(env, n_stack=4)
         model = PPO("CnnPolicy", env, **hyper)
     else:
@@ -91,7 +98,7 @@ def sb3_run(env_id, steps, threads, vec, seed):
                 return self.net(obs)
 
         env = make_vec_env(env_id, n_envs=8, seed=seed, vec_env_cls=vec_cls,
-                           wrapper_class=ChannelsFirst)
+                           vec_env_kwargs=vec_kwargs, wrapper_class=ChannelsFirst)
         model = PPO("CnnPolicy", env, policy_kwargs=dict(
             features_extractor_class=MinAtarCnn, normalize_images=False, net_arch=[]),
             **hyper)
@@ -134,6 +141,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="append one JSON line per run to this file")
     a = p.parse_args()
+    if a.steps % UPDATE:
+        sys.exit(f"--steps {a.steps}: must be whole updates of {UPDATE} steps (8 envs x 128), "
+                 "which both sides train in")
 
     strata_env = dict(os.environ)
     strata_env.setdefault("STRATA_PYTHON", sys.executable)
@@ -149,7 +159,9 @@ def main():
                 cmd += ["--set", s]
             wall, out = timed(cmd, strata_env)
             reported = re.search(r"(\d+) steps in [\d.]+s", out)
-            steps = int(reported.group(1)) if reported else a.steps
+            if not reported:
+                sys.exit(f"no step count in Strata's output:\n{out[-2000:]}")
+            steps = int(reported.group(1))
             rows.append(dict(system="strata", round=round_, env=a.env, steps=steps,
                              wall_s=wall, sets=a.strata_set))
             wall, _ = timed([sys.executable, __file__, "sb3", "--env", a.env, "--steps",

@@ -154,13 +154,6 @@ impl ObsRows {
         }
     }
 
-    /// The given rows, in order, as floats appended to `out`.
-    pub fn gather_into(&self, rows: impl IntoIterator<Item = usize>, out: &mut Vec<f32>) {
-        for row in rows {
-            self.append_row(row, out);
-        }
-    }
-
     /// Replaces these rows with rows `rows` of `src`, in order, in `src`'s layout: a
     /// minibatch gathered as the buffer keeps it (bytes stay bytes).
     ///
@@ -298,9 +291,6 @@ mod tests {
         let mut out = Vec::new();
         rows.extend_into(0..3, &mut out);
         assert_eq!(out, values);
-        out.clear();
-        rows.gather_into([2, 0], &mut out);
-        assert_eq!(out, [row(2), row(0)].concat());
         // Appending, and copying between stores of either layout.
         let mut grown = ObsRows::new(0, 8, &pixels);
         grown.push(&row(5));

@@ -9,8 +9,8 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 use strata_nn::{ActorCritic, Evaluation, GradClip};
 
-use crate::obs_rows::ObsRows;
 use crate::loss::{bound_loss, ppo_loss, LossCoefficients, LossInput, LossTerms};
+use crate::obs_rows::ObsRows;
 use crate::rollout::RolloutBuffer;
 use crate::sequences::{has_admitted_step, sequence_count, SequenceBatch};
 use crate::PpoConfig;

@@ -1,9 +1,9 @@
 //! What PPO needs from a model ([`ActorCritic`]), and the values it exchanges with one.
 
 pub use crate::distribution::SampleRng;
-use crate::obs_batch::ObsBatch;
 use crate::grad_clip::{GradClip, GradNorms};
 use crate::head::Head;
+use crate::obs_batch::ObsBatch;
 use crate::NnError;
 
 /// A named block of parameters or optimiser state, for checkpoints.

@@ -25,13 +25,16 @@ const ROWS: usize = 6;
 /// Vectors of columns one register block keeps (`ROWS * BLOCKS` accumulators).
 const BLOCKS: usize = 4;
 
-/// `x` rounded to the nearest bfloat16, ties to even (a NaN stays a NaN).
+/// `x` rounded to the nearest bfloat16, ties to even (a NaN stays a NaN), a value below
+/// float32's normal range flushed to zero of its sign, as `vcvtneps2bf16` does.
 #[inline(always)]
 pub(crate) fn to_bf16(x: f32) -> u16 {
     let bits = x.to_bits();
     let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
     if x.is_nan() {
         ((bits >> 16) | 0x40) as u16
+    } else if bits & 0x7f80_0000 == 0 {
+        ((bits >> 16) & 0x8000) as u16
     } else {
         rounded as u16
     }
@@ -49,8 +52,19 @@ fn pair(even: f32, odd: f32) -> u32 {
     u32::from(to_bf16(even)) | (u32::from(to_bf16(odd)) << 16)
 }
 
-/// Whether this CPU runs the products with `vdpbf16ps`.
-pub(crate) fn accelerated() -> bool {
+#[cfg(test)]
+thread_local! {
+    /// Set by tests to run this thread's products as a CPU without the instruction would.
+    static WITHOUT_INSTRUCTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this CPU runs bfloat16 products with `vdpbf16ps` (AVX-512 BF16); without it
+/// they go through float32 `gemm` on the rounded operands.
+pub fn accelerated() -> bool {
+    #[cfg(test)]
+    if WITHOUT_INSTRUCTION.with(std::cell::Cell::get) {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -68,6 +82,7 @@ pub(crate) fn accelerated() -> bool {
 /// pairs with zeros).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PackedRhs {
+    rows: usize,
     pairs: usize,
     cols: usize,
     data: Vec<u32>,
@@ -77,11 +92,25 @@ impl PackedRhs {
     /// Packs `rhs` into this buffer (its allocation is reused).
     pub(crate) fn pack(&mut self, rhs: View<'_>) {
         let (k, n) = (rhs.rows(), rhs.cols());
-        self.pairs = k.div_ceil(2);
-        self.cols = n;
+        (self.rows, self.pairs, self.cols) = (k, k.div_ceil(2), n);
         let stride = padded(n);
         self.data.clear();
         self.data.resize(self.pairs * stride, 0);
+        if stride == 0 {
+            return;
+        }
+        if let Some(columns) = rhs.t().row_major() {
+            // A transposed row-major matrix (the filters for the forward product): each
+            // column's pairs are one contiguous run, rounded as such, then transposed.
+            let mut pairs = Vec::with_capacity(self.pairs);
+            for (c, column) in columns.chunks_exact(k.max(1)).enumerate().take(n) {
+                round_pairs(column, &mut pairs);
+                for (p, v) in pairs.iter().enumerate() {
+                    self.data[p * stride + c] = *v;
+                }
+            }
+            return;
+        }
         let rows = rhs.row_major();
         for (p, out) in self.data.chunks_exact_mut(stride).enumerate() {
             let (even, odd) = (2 * p, 2 * p + 1);
@@ -99,9 +128,21 @@ impl PackedRhs {
         }
     }
 
-    /// Pairs of rows.
-    fn pairs(&self) -> usize {
-        self.pairs
+    /// Rows (the inner dimension).
+    fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// `values` rounded into pairs (`out`, replacing what it held), an odd last value paired
+/// with zero.
+fn round_pairs(values: &[f32], out: &mut Vec<u32>) {
+    let whole = values.len() - values.len() % 2;
+    out.clear();
+    out.resize(values.len().div_ceil(2), 0);
+    round_into(&values[..whole], &mut out[..whole / 2]);
+    if whole < values.len() {
+        out[whole / 2] = pair(values[whole], 0.0);
     }
 }
 
@@ -151,9 +192,14 @@ fn pack_lhs<'a>(lhs: View<'_>, out: &'a mut Vec<u32>) -> PackedLhs<'a> {
     let pairs = k.div_ceil(2);
     out.clear();
     out.resize(m * pairs, 0);
+    let mut odd_row = Vec::new();
     for (r, row) in out.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
         match lhs.row_major() {
             Some(data) if k % 2 == 0 => round_into(&data[r * k..][..k], row),
+            Some(data) => {
+                round_pairs(&data[r * k..][..k], &mut odd_row);
+                row.copy_from_slice(&odd_row);
+            }
             _ => {
                 for (p, o) in row.iter_mut().enumerate() {
                     let odd = if 2 * p + 1 < k {
@@ -188,7 +234,7 @@ thread_local! {
 /// # Panics
 /// When the shapes disagree or `dst` is too small.
 pub(crate) fn matmul_bf16(dst: &mut [f32], lhs: View<'_>, rhs: &PackedRhs, accumulate: bool) {
-    assert_eq!(lhs.cols().div_ceil(2), rhs.pairs(), "inner dimensions differ");
+    assert_eq!(lhs.cols(), rhs.rows(), "inner dimensions differ");
     SCRATCH.with(|s| {
         let packed = &mut s.borrow_mut().0;
         product(dst, pack_lhs(lhs, packed), rhs, accumulate);
@@ -225,8 +271,17 @@ fn product(dst: &mut [f32], lhs: PackedLhs<'_>, rhs: &PackedRhs, accumulate: boo
     if m == 0 || n == 0 {
         return;
     }
+    if lhs.pairs == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return;
+    }
     let last = (m - 1) * lhs.row_step + lhs.pairs.saturating_sub(1) * lhs.pair_step;
-    assert!(lhs.pairs == 0 || last < lhs.data.len(), "left-hand side size");
+    assert!(
+        lhs.pairs == 0 || last < lhs.data.len(),
+        "left-hand side size"
+    );
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
         // SAFETY: the features were just detected; the sizes were checked above.
@@ -286,7 +341,8 @@ mod x86 {
     use super::{padded, PackedLhs, PackedRhs, BLOCKS, LANES, ROWS};
     use std::arch::x86_64::*;
 
-    /// Rounds 16 floats to bfloat16 (to nearest even, as [`super::to_bf16`]).
+    /// Rounds 16 floats to bfloat16 (to nearest even, denormals flushed, as
+    /// [`super::to_bf16`]).
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     unsafe fn round16(p: *const f32) -> __m256i {
         std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(p)))
@@ -299,8 +355,8 @@ mod x86 {
         assert!(even.len() >= n && odd.len() >= n);
         // Lanes 0..16 of the concatenation hold the even row, 16..32 the odd one.
         let order = _mm512_set_epi16(
-            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-            20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0,
         );
         let mut c = 0;
         while c + LANES <= n {
@@ -323,7 +379,10 @@ mod x86 {
         assert_eq!(src.len(), 2 * out.len());
         let mut i = 0;
         while i + LANES <= src.len() {
-            _mm256_storeu_si256(out.as_mut_ptr().add(i / 2).cast(), round16(src.as_ptr().add(i)));
+            _mm256_storeu_si256(
+                out.as_mut_ptr().add(i / 2).cast(),
+                round16(src.as_ptr().add(i)),
+            );
             i += LANES;
         }
         while i < src.len() {
@@ -388,7 +447,15 @@ mod x86 {
         rows: usize,
     ) {
         for r in 0..rows {
-            block::<1, B>(dst, lhs, rhs, Block { row: at.row + r, ..at });
+            block::<1, B>(
+                dst,
+                lhs,
+                rhs,
+                Block {
+                    row: at.row + r,
+                    ..at
+                },
+            );
         }
     }
 
@@ -416,8 +483,9 @@ mod x86 {
                     *acc = _mm512_dpbf16_ps(*acc, cast(va), cast(vb[j]));
                 }
             }
-            a = a.add(pair_step);
-            b = b.add(stride);
+            // Past the last pair these point beyond the data, unread: `wrapping_add`.
+            a = a.wrapping_add(pair_step);
+            b = b.wrapping_add(stride);
         }
         for (r, acc) in acc.iter().enumerate() {
             let out = dst.as_mut_ptr().add((at.row + r) * n);
@@ -472,7 +540,7 @@ mod tests {
     fn rounding_is_to_nearest_even_and_keeps_specials() {
         assert_eq!(to_bf16(1.0), 0x3f80);
         assert_eq!(from_bf16(to_bf16(255.0)), 255.0); // bytes are exact
-        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even 1.
+                                                      // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even 1.
         assert_eq!(from_bf16(to_bf16(1.0 + 1.0 / 256.0)), 1.0);
         assert_eq!(from_bf16(to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 4.0 / 256.0);
         assert_eq!(from_bf16(to_bf16(-2.5)), -2.5);
@@ -484,10 +552,19 @@ mod tests {
     /// all, past the last whole vector too.
     #[test]
     fn vector_rounding_equals_the_scalar_one() {
-        let mut src: Vec<f32> = values(70, 0.9);
+        // Below float32's normal range, inside a vector: flushed to zero of its sign.
+        let mut src: Vec<f32> = vec![1e-39, -1e-39];
+        src.extend(values(70, 0.9));
         // Exact ties below and above an even and an odd last kept bit.
-        src.extend([1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -1.0 - 1.0 / 256.0, 1e30, -0.0]);
-        src.push(3.0);
+        src.extend([
+            1.0 + 1.0 / 256.0,
+            1.0 + 3.0 / 256.0,
+            -1.0 - 1.0 / 256.0,
+            1e30,
+            -0.0,
+        ]);
+        src.extend([1e-39, -1e-39, 3.0]); // and in the tail
+        assert_eq!((to_bf16(1e-39), to_bf16(-1e-39)), (0, 0x8000));
         let scalar: Vec<u32> = src.chunks_exact(2).map(|p| pair(p[0], p[1])).collect();
         let mut rounded = vec![0; src.len() / 2];
         round_into(&src, &mut rounded);
@@ -499,9 +576,18 @@ mod tests {
         assert_eq!(woven, want);
     }
 
+    /// Runs `f` as a CPU without the instruction would.
+    fn without_instruction<R>(f: impl FnOnce() -> R) -> R {
+        WITHOUT_INSTRUCTION.with(|w| w.set(true));
+        let r = f();
+        WITHOUT_INSTRUCTION.with(|w| w.set(false));
+        r
+    }
+
     /// Every shape the kernel splits differently (rows past a block, columns past a
-    /// vector, an odd inner dimension, transposed views) gives the reference's sums, and
-    /// the accelerated kernel equals the portable loop bit for bit.
+    /// vector, an odd inner dimension, transposed views, filters packed from their
+    /// transpose) gives the rounded reference's sums on both paths; with the instruction,
+    /// every entry point equals the plain loop of its arithmetic bit for bit.
     #[test]
     fn matches_the_rounded_reference_and_the_portable_loop() {
         for &(m, k, n) in &[
@@ -515,8 +601,9 @@ mod tests {
         ] {
             let a = values(m * k, 0.3);
             let b = values(k * n, 1.7);
-            // A^T stored row-major (k x m).
+            // A^T stored row-major (k x m), B^T (n x k).
             let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
             let want = reference(View::new(&a, m, k), View::new(&b, k, n));
             let close = |got: &[f32]| {
                 for (g, w) in got.iter().zip(&want) {
@@ -527,6 +614,25 @@ mod tests {
                     );
                 }
             };
+            let every_entry = || {
+                let mut results = Vec::new();
+                for rhs in [View::new(&b, k, n), View::new(&bt, n, k).t()] {
+                    let mut packed = PackedRhs::default();
+                    packed.pack(rhs);
+                    for lhs in [View::new(&a, m, k), View::new(&at, k, m).t()] {
+                        let mut out = vec![0.5; m * n];
+                        matmul_bf16(&mut out, lhs, &packed, true);
+                        results.push(out);
+                    }
+                }
+                let mut tn = vec![0.5; m * n];
+                matmul_bf16_tn(&mut tn, View::new(&at, k, m), View::new(&b, k, n), true);
+                results.push(tn);
+                results
+            };
+            for out in without_instruction(every_entry) {
+                close(&out);
+            }
             let mut packed = PackedRhs::default();
             packed.pack(View::new(&b, k, n));
             let mut slow = vec![0.5; m * n];
@@ -538,22 +644,11 @@ mod tests {
                 true,
             );
             close(&slow);
-            for lhs in [View::new(&a, m, k), View::new(&at, k, m).t()] {
-                let mut fast = vec![0.5; m * n];
-                matmul_bf16(&mut fast, lhs, &packed, true);
-                assert_eq!(fast, slow, "{m}x{k}x{n}");
+            if accelerated() {
+                for out in every_entry() {
+                    assert_eq!(out, slow, "{m}x{k}x{n}");
+                }
             }
-            let mut fallback = vec![0.5; m * n];
-            unpacked(
-                &mut fallback,
-                &pack_lhs(View::new(&a, m, k), &mut lhs_packed),
-                &packed,
-                true,
-            );
-            close(&fallback);
-            let mut tn = vec![0.5; m * n];
-            matmul_bf16_tn(&mut tn, View::new(&at, k, m), View::new(&b, k, n), true);
-            assert_eq!(tn, slow, "{m}x{k}x{n}, transposed");
         }
     }
 

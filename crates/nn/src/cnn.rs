@@ -160,7 +160,9 @@ fn conv_backward(
                         let dy = View::new(dy, n, oc);
                         match filters {
                             Filters::Bf16(Some(w)) => matmul_bf16(dp, dy, w, false),
-                            Filters::Bf16(None) => unreachable!("an input gradient needs packed filters"),
+                            Filters::Bf16(None) => {
+                                unreachable!("an input gradient needs packed filters")
+                            }
                             Filters::F32(w) => matmul(dp, dy, View::new(w, oc, pl), false),
                         }
                         let local = (images.start - first) * image..(images.end - first) * image;

@@ -217,4 +217,3 @@ fn u8_and_scaled_f32_pixels_give_the_same_features_and_gradients() {
         assert!((x - y).abs() <= 1e-6 + 1e-4 * y.abs(), "{x} vs {y}");
     }
 }
-

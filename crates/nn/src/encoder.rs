@@ -79,18 +79,21 @@ fn image_pixels<'a>(bytes: &'a [u8], floats: &'a [f32], scale: PixelScale) -> Pi
 }
 
 impl ImageEncoder {
-    /// This image's pixels for `batch` rows: in place when the rows hold them as they are
-    /// (`Some`), else gathered into its own buffers (`None`; read them with
+    /// This image's pixels in rows of `dim` values: in place when the rows hold them as
+    /// they are (`Some`), else gathered into its own buffers (`None`; read them with
     /// [`image_pixels`]). `byte_offset`: where its bytes start in a split row's bytes.
-    fn pixels<'a>(&mut self, rows: Rows<'a>, byte_offset: usize, batch: usize) -> Option<Pixels<'a>> {
+    fn pixels<'a>(&mut self, rows: Rows<'a>, byte_offset: usize, dim: usize) -> Option<Pixels<'a>> {
         let len = self.input.shape.len();
         match (rows, self.input.scale) {
             (Rows::Split(split), scale) => {
                 let bw = split.byte_width();
                 if bw == len && scale == PixelScale::Byte {
-                    return Some(Pixels::U8(&split.bytes[..batch * len]));
+                    return Some(Pixels::U8(split.bytes));
                 }
-                let rows = split.bytes.chunks_exact(bw).map(|row| &row[byte_offset..][..len]);
+                let rows = split
+                    .bytes
+                    .chunks_exact(bw)
+                    .map(|row| &row[byte_offset..][..len]);
                 match scale {
                     PixelScale::Byte => {
                         self.bytes.clear();
@@ -103,16 +106,13 @@ impl ImageEncoder {
                 }
                 None
             }
-            (Rows::Floats(obs), PixelScale::Unit) if len == obs.len() / batch.max(1) => {
-                Some(Pixels::F32(obs))
-            }
+            (Rows::Floats(obs), PixelScale::Unit) if len == dim => Some(Pixels::F32(obs)),
             (Rows::Floats(obs), scale) => {
-                let dim = obs.len() / batch.max(1);
                 let rows = obs.chunks_exact(dim).map(|row| &row[self.input.span()]);
                 match scale {
                     // Stored as exact integers: the cast loses nothing (and saturates).
                     PixelScale::Byte => {
-                        self.bytes.resize(batch * len, 0);
+                        self.bytes.resize(obs.len() / dim * len, 0);
                         for (bytes, row) in self.bytes.chunks_exact_mut(len).zip(rows) {
                             round_to_bytes(row, bytes);
                         }
@@ -233,35 +233,43 @@ impl SharedEncoder {
     }
 
     /// Encodes `batch` rows of `obs`; returns the feature rows (`batch x features`).
-    /// Split rows whose byte spans are this encoder's images, in order, are read in place:
-    /// their bytes are the pixels (a batch of one image a row not even copied), their
-    /// floats the values passed through.
+    /// Split rows whose byte spans are this encoder's images, in order, are read as they
+    /// are: their bytes are the pixels (for rows of one image, the block itself, which the
+    /// CNN keeps a copy of for its backward pass), their floats the values passed through.
     ///
     /// # Panics
     /// When `params` or `obs` have the wrong length.
     pub(crate) fn forward(&mut self, params: &[f32], obs: ObsBatch<'_>, batch: usize) -> &[f32] {
         assert_eq!(params.len(), self.num_params(), "encoder parameter length");
         assert_eq!(obs.rows(self.obs_dim), batch, "observation batch length");
+        let width = self.features;
+        if batch == 0 {
+            self.out.clear();
+            return &self.out;
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         let rows = match obs {
             ObsBatch::Split(split) if self.images_are(split.byte_spans) => Rows::Split(split),
             other => Rows::Floats(other.floats(&mut scratch)),
         };
-        let width = self.features;
         self.out.resize(batch * width, 0.0);
         let mut byte_offset = 0;
         for image in &mut self.images {
-            let pixels = image.pixels(rows, byte_offset, batch);
+            let pixels = image.pixels(rows, byte_offset, self.obs_dim);
             byte_offset += image.input.shape.len();
             let ImageEncoder {
-                cnn, cache, params: own, column, ..
+                cnn,
+                cache,
+                params: cnn_params,
+                column,
+                ..
             } = image;
-            // The split rows' bytes may be the pixels themselves; the features are not.
+            let cnn_params = &params[cnn_params.clone()];
             let features = match pixels {
-                Some(pixels) => cnn.forward(&params[own.clone()], pixels, batch, cache),
+                Some(pixels) => cnn.forward(cnn_params, pixels, batch, cache),
                 None => {
                     let pixels = image_pixels(&image.bytes, &image.floats, image.input.scale);
-                    cnn.forward(&params[own.clone()], pixels, batch, cache)
+                    cnn.forward(cnn_params, pixels, batch, cache)
                 }
             };
             let f = cnn.features();
@@ -333,8 +341,12 @@ impl SharedEncoder {
             .iter()
             .map(|image| {
                 let s = image.input.shape;
+                let precision = match image.cnn.precision() {
+                    ConvPrecision::F32 => String::new(),
+                    p => format!(" ({})", p.name()),
+                };
                 format!(
-                    "{} on {}x{}x{}",
+                    "{}{precision} on {}x{}x{}",
                     image.cnn.arch().name(),
                     s.height,
                     s.width,

@@ -377,14 +377,28 @@ mod tests {
     fn bytes_round_as_the_scalar_cast_does() {
         let mut floats: Vec<f32> = (0..=255).map(|v| v as f32).collect();
         floats.extend([
-            0.5, 1.5, 2.5, 254.49, 254.5, -0.4, -0.6, -7.0, 255.6, 300.0, 1e9, f32::NAN,
+            0.5,
+            1.5,
+            2.5,
+            254.49,
+            254.5,
+            -0.4,
+            -0.6,
+            -7.0,
+            255.6,
+            300.0,
+            1e9,
+            f32::NAN,
         ]);
         floats.extend((0..37).map(|i| i as f32 * 7.31 - 20.0));
         let mut bytes = vec![0; floats.len()];
         round_to_bytes(&floats, &mut bytes);
         let want: Vec<u8> = floats.iter().map(|v| v.round() as u8).collect();
         assert_eq!(bytes, want);
-        assert_eq!(&bytes[256..268], &[1, 2, 3, 254, 255, 0, 0, 0, 255, 255, 255, 0]);
+        assert_eq!(
+            &bytes[256..268],
+            &[1, 2, 3, 254, 255, 0, 0, 0, 255, 255, 255, 0]
+        );
     }
 
     #[test]

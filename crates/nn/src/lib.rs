@@ -74,6 +74,7 @@ pub use distribution::{
 pub use encoder::{ImageInput, PixelScale};
 pub use grad_clip::{GradClip, GradNorms};
 pub use head::Head;
+pub use bf16::accelerated as bf16_accelerated;
 pub use kernels::round_to_bytes;
 pub use mlp::{Mlp, MlpCache};
 pub use network::{Core, Encoder, NetworkConfig, SdeHold};

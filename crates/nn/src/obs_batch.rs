@@ -35,13 +35,29 @@ impl SplitRows<'_> {
     }
 
     /// Number of rows.
+    ///
+    /// # Panics
+    /// When the spans leave the row or the two blocks do not hold the same whole rows.
     pub fn rows(&self) -> usize {
-        let float_width = self.dim - self.byte_width();
-        self.floats
+        let bw = self.byte_width();
+        assert!(
+            self.byte_spans.iter().all(|s| s.end <= self.dim) && bw <= self.dim,
+            "byte spans inside the row"
+        );
+        let fw = self.dim - bw;
+        let rows = self
+            .floats
             .len()
-            .checked_div(float_width)
-            .or_else(|| self.bytes.len().checked_div(self.byte_width()))
-            .unwrap_or(0)
+            .checked_div(fw)
+            .or_else(|| self.bytes.len().checked_div(bw))
+            .unwrap_or(0);
+        assert!(
+            self.floats.len() == rows * fw && self.bytes.len() == rows * bw,
+            "split rows: {} floats and {} bytes are not whole rows of {fw} and {bw}",
+            self.floats.len(),
+            self.bytes.len()
+        );
+        rows
     }
 
     /// The rows as whole float rows, into `out` (replacing what it held).
@@ -69,10 +85,22 @@ impl SplitRows<'_> {
 
 impl<'a> ObsBatch<'a> {
     /// Number of rows of `dim` values.
+    ///
+    /// # Panics
+    /// When the rows are not whole rows of `dim` values.
     pub fn rows(&self, dim: usize) -> usize {
         match self {
-            ObsBatch::Floats(obs) => obs.len().checked_div(dim).unwrap_or(0),
-            ObsBatch::Split(split) => split.rows(),
+            ObsBatch::Floats(obs) => {
+                assert!(
+                    dim > 0 && obs.len().is_multiple_of(dim),
+                    "observation batch length"
+                );
+                obs.len() / dim
+            }
+            ObsBatch::Split(split) => {
+                assert_eq!(split.dim, dim, "split rows of another width");
+                split.rows()
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use strata_env::{FaultKind, FaultPlan};
 use strata_ledger::{LedgerData, Storage};
+use strata_nn::ConvPrecision;
 use strata_runtime::{preset, run, RunConfig, RunDir, Trainer};
 
 /// Tests here count this process's Python children, so they run one at a time.
@@ -473,33 +474,44 @@ fn an_image_env_trains_with_the_cnn_its_picture_calls_for() {
         return;
     };
     // Channels-first, two channels: the CNN must see the square wherever the env puts
-    // its axes. Guessing earns 4 an episode, seeing the square 8.
-    let mut c = pixel_task(&[
-        ("order", toml::Value::String("chw".into())),
-        ("channels", toml::Value::Integer(2)),
-    ]);
-    c.train.seed = 1;
-    c.train.total_steps = 40_960;
-    c.train.deterministic = true;
-    c.network.policy_hidden = vec![];
-    c.network.value_hidden = vec![];
-    let mut resolved = c.clone();
-    strata_runtime::resolve_env(&mut resolved).unwrap();
-    assert_eq!(
-        strata_runtime::describe_encoders(&resolved).unwrap(),
-        ["minatar_cnn on 12x12x2"]
-    );
-    let t = train_through(c);
-    // The 288 pixel values of a row take a byte each, in the rollout (2048 rows) and in
-    // every fragment slot (observations and final observations).
-    let (rollout, fragments) = t.obs_memory_bytes();
-    assert_eq!(rollout, 2048 * 288);
-    assert_eq!(fragments % (2 * 2048 * 288), 0, "{fragments}");
-    let s = t.summary();
-    drop(t);
-    let last = s.final_mean_return.unwrap();
-    assert!(last >= 7.0, "mean return {last} (guessing earns 4)");
-    assert!(children().is_empty(), "{:?}", children());
+    // its axes. Guessing earns 4 an episode, seeing the square 8. It learns as well with
+    // the convolutions' products in bfloat16.
+    for precision in [ConvPrecision::F32, ConvPrecision::Bf16] {
+        let mut c = pixel_task(&[
+            ("order", toml::Value::String("chw".into())),
+            ("channels", toml::Value::Integer(2)),
+        ]);
+        c.train.seed = 1;
+        c.train.total_steps = 40_960;
+        c.train.deterministic = true;
+        c.network.policy_hidden = vec![];
+        c.network.value_hidden = vec![];
+        c.network.conv_precision = precision;
+        let mut resolved = c.clone();
+        strata_runtime::resolve_env(&mut resolved).unwrap();
+        let described = match precision {
+            ConvPrecision::F32 => "minatar_cnn on 12x12x2",
+            ConvPrecision::Bf16 => "minatar_cnn (bf16) on 12x12x2",
+        };
+        assert_eq!(
+            strata_runtime::describe_encoders(&resolved).unwrap(),
+            [described]
+        );
+        let t = train_through(c);
+        // The 288 pixel values of a row take a byte each, in the rollout (2048 rows) and
+        // in every fragment slot (observations and final observations).
+        let (rollout, fragments) = t.obs_memory_bytes();
+        assert_eq!(rollout, 2048 * 288);
+        assert_eq!(fragments % (2 * 2048 * 288), 0, "{fragments}");
+        let s = t.summary();
+        drop(t);
+        let last = s.final_mean_return.unwrap();
+        assert!(
+            last >= 7.0,
+            "{precision:?}: mean return {last} (guessing earns 4)"
+        );
+        assert!(children().is_empty(), "{:?}", children());
+    }
 }
 
 #[test]

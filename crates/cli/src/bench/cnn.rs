@@ -29,6 +29,9 @@ pub struct CnnReport {
     pub ratios: Vec<CnnRatio>,
     /// Why PyTorch's rows are missing, when they are.
     pub torch_missing: Option<String>,
+    /// Whether the `strata bf16` rows ran on `vdpbf16ps` (else float32 `gemm` on the
+    /// rounded operands).
+    pub bf16_accelerated: bool,
 }
 
 /// Strata's training speed over PyTorch's for one encoder, precision and thread count.
@@ -289,7 +292,10 @@ pub fn run(quick: bool) -> Result<CnnReport> {
         .into_iter()
         .map(prepare)
         .collect::<Result<Vec<_>>>()?;
-    let mut report = CnnReport::default();
+    let mut report = CnnReport {
+        bf16_accelerated: strata_nn::bf16_accelerated(),
+        ..CnnReport::default()
+    };
     for round in 0..rounds {
         for p in &prepared {
             for &t in &threads {
@@ -313,7 +319,10 @@ pub fn run(quick: bool) -> Result<CnnReport> {
 /// Per encoder and thread count, the rounds' PyTorch-over-Strata time ratios.
 fn ratios(rows: &[CnnRow]) -> Vec<CnnRatio> {
     let mut out: Vec<CnnRatio> = Vec::new();
-    for r in rows.iter().filter(|r| r.runner != "pytorch" && r.round == 0) {
+    for r in rows
+        .iter()
+        .filter(|r| r.runner != "pytorch" && r.round == 0)
+    {
         let pairs: Vec<(f64, f64)> = rows
             .iter()
             .filter(|s| s.runner == r.runner && s.arch == r.arch && s.threads == r.threads)
@@ -346,6 +355,14 @@ fn ratios(rows: &[CnnRow]) -> Vec<CnnRatio> {
 
 fn print(report: &CnnReport) {
     println!("convolutional encoders, uint8 batches (median per batch, each round):");
+    println!(
+        "  strata bf16: {}",
+        if report.bf16_accelerated {
+            "vdpbf16ps (AVX-512 BF16)"
+        } else {
+            "no AVX-512 BF16 here: the rounded operands through float32 gemm"
+        }
+    );
     for r in &report.rows {
         println!(
             "  round {} {:<11} {:>2}x{:<2}x{} batch {} {:<11} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s",

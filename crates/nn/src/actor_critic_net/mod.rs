@@ -278,9 +278,6 @@ impl ActorCriticNet {
         out: &mut Evaluation,
     ) {
         let batch = obs.rows(self.obs_dim);
-        if let ObsBatch::Floats(obs) = obs {
-            self.batch_of(obs);
-        }
         let [policy_params, value_params, log_std, encoder_params, core_params] =
             cut(&self.params, self.spans.all());
         let (policy_input, value_input) =

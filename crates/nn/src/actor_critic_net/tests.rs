@@ -1,8 +1,8 @@
 //! Gradient and sampling checks of the CPU actor-critic.
 
 use super::*;
-use crate::obs_batch::ObsBatch;
 use crate::encoder::ImageInput;
+use crate::obs_batch::ObsBatch;
 use rand::{Rng, SeedableRng};
 
 /// A loss over a minibatch the model acted on: sum_i wl_i logp_i + we_i H_i + wv_i V_i,

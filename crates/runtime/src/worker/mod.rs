@@ -73,6 +73,9 @@ pub fn spawn(setup: WorkerSetup) -> std::io::Result<JoinHandle<()>> {
 /// machine: its model's parallel passes (a CNN's) then run here, in order, instead of
 /// handing each step's few images to rayon's shared pool, whose threads every worker and
 /// the env processes contend for. With cores to spare the worker keeps the shared pool.
+/// Nothing in a worker spawns rayon work it then waits for outside a parallel call (this
+/// thread never runs rayon's loop on its own); rayon keeps such a pool's registry, a few
+/// KB, after the worker stops, once per worker start.
 fn own_thread_pool(workers: usize) -> Option<rayon::ThreadPool> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if workers < cores {
