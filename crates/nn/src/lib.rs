@@ -64,6 +64,7 @@ pub use activation::{fast_tanh, Activation};
 pub use actor_critic::{ActorCritic, Evaluation, Memory, NamedTensor, SampleRng, Sequences};
 pub use actor_critic_net::ActorCriticNet;
 pub use adam::Adam;
+pub use bf16::accelerated as bf16_accelerated;
 pub use cnn::{Cnn, CnnArch, CnnCache, ConvSpec, ImageTooSmall, Pixels};
 pub use cnn_arch::ConvPrecision;
 pub use conv::{Conv2d, ImageShape};
@@ -74,7 +75,6 @@ pub use distribution::{
 pub use encoder::{ImageInput, PixelScale};
 pub use grad_clip::{GradClip, GradNorms};
 pub use head::Head;
-pub use bf16::accelerated as bf16_accelerated;
 pub use kernels::round_to_bytes;
 pub use mlp::{Mlp, MlpCache};
 pub use network::{Core, Encoder, NetworkConfig, SdeHold};

@@ -583,3 +583,6 @@ mod tests;
 
 #[cfg(test)]
 mod core_tests;
+
+#[cfg(test)]
+mod split_rows_tests;
