@@ -16,7 +16,9 @@ use strata_env::{
     make_vec_env_with_latency, EnvSpec, InjectFault, NormalizeObservation, NormalizerStats,
     RunningMeanStd, ScaleReward, StepCost, Stream, VecEnv,
 };
-use strata_nn::{ActorCritic, ActorCriticNet, Head, ImageInput, ImageShape, PixelScale, SampleRng};
+use strata_nn::{
+    ActorCritic, ActorCriticNet, ConvPrecision, Head, ImageInput, ImageShape, PixelScale, SampleRng,
+};
 
 use crate::{ConfigError, RunConfig};
 
@@ -63,7 +65,13 @@ fn gym_layout(config: &RunConfig, id: &str) -> Result<GymLayout, ConfigError> {
 /// when the env's layout differs from the recorded one.
 pub fn resolve_env(config: &mut RunConfig) -> Result<(), ConfigError> {
     let Some(id) = config.env.gym_target().map(str::to_string) else {
-        return Ok(());
+        if config.network.conv_precision == ConvPrecision::F32 {
+            return Ok(());
+        }
+        let images = !strata_env::spec_for(&config.env.name)?
+            .image_ranges()
+            .is_empty();
+        return check_conv_precision(config, images);
     };
     let found = describe_gym(config, &id)?;
     match &config.env.gym.layout {
@@ -84,9 +92,30 @@ pub fn resolve_env(config: &mut RunConfig) -> Result<(), ConfigError> {
                     config.env.name
                 )));
             }
-            Ok(())
+            check_conv_precision(config, images)
         }
     }
+}
+
+/// Refuses bfloat16 convolutions for a model that has none: they would change nothing,
+/// and the config would say otherwise.
+fn check_conv_precision(config: &RunConfig, images: bool) -> Result<(), ConfigError> {
+    if config.network.conv_precision == ConvPrecision::F32
+        || (images && !config.network.encoder.is_flat())
+    {
+        return Ok(());
+    }
+    Err(ConfigError::Config(format!(
+        "network.conv_precision = \"{}\": the model of env `{}` has no convolutions ({}); \
+         leave it out",
+        config.network.conv_precision.name(),
+        config.env.name,
+        if images {
+            "network.encoder = \"mlp\" feeds its images to an MLP"
+        } else {
+            "it observes no images"
+        }
+    )))
 }
 
 /// The spec of a config's env: a built-in's, or a `gym:` env's from its recorded layout
@@ -331,5 +360,22 @@ pub fn initial_normalizer(config: &RunConfig, obs_dim: usize) -> NormalizerStats
             .normalize_obs
             .then(|| RunningMeanStd::new(obs_dim)),
         returns: config.env.normalize_reward.then(|| RunningMeanStd::new(1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_convolutions_without_images_are_refused_by_name() {
+        let mut config = crate::preset("cartpole").unwrap();
+        resolve_env(&mut config).unwrap();
+        config.network.conv_precision = ConvPrecision::Bf16;
+        let error = resolve_env(&mut config).unwrap_err().to_string();
+        assert!(
+            error.contains("network.conv_precision") && error.contains("no images"),
+            "{error}"
+        );
     }
 }
