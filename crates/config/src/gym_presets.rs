@@ -254,8 +254,9 @@ fn minatar() -> RunConfig {
 /// and keeps v5's sticky actions (a repeat probability of 0.25), which CleanRL's v4
 /// `NoFrameskip` ids leave out; `--set env.gym.kwargs.repeat_action_probability=0`
 /// matches them. NatureCNN's convolutions take bfloat16 operands with float32 sums
-/// (`network.conv_precision = "bf16"`): 0.7x the time an update where the CPU has AVX-512
-/// BF16, the same curves to 300k steps over two seeds each (docs/environments.md).
+/// (`network.conv_precision = "bf16"`): NatureCNN's passes in 0.72x float32's time where
+/// the CPU has AVX-512 BF16, the same curves to 300k steps over two seeds each
+/// (docs/environments.md).
 fn atari() -> RunConfig {
     let mut config = minatar();
     config.train.total_steps = 10_000_000;
