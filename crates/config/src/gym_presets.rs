@@ -263,6 +263,13 @@ fn atari() -> RunConfig {
     config.network.encoder = Encoder::NatureCnn;
     config.network.conv_precision = ConvPrecision::Bf16;
     config.env.gym.kwargs.insert("frameskip".into(), 1.into());
+    // The wrapper reads ALE's grey screen itself; an RGB observation built at every
+    // emulated frame would be thrown away (6-8% of a Breakout command, the same frames).
+    config
+        .env
+        .gym
+        .kwargs
+        .insert("obs_type".into(), "grayscale".into());
     config.env.gym.wrappers = vec!["atari".into()];
     config
 }
@@ -361,6 +368,7 @@ mod tests {
         let atari = gym_preset("gym:ALE/Pong-v5", "ALE/Pong-v5");
         assert_eq!(atari.env.gym.wrappers, ["atari"]);
         assert_eq!(atari.env.gym.kwargs["frameskip"].as_integer(), Some(1));
+        assert_eq!(atari.env.gym.kwargs["obs_type"].as_str(), Some("grayscale"));
         assert_eq!(atari.network.encoder, Encoder::NatureCnn);
         assert_eq!(atari.network.conv_precision, ConvPrecision::Bf16);
         assert_eq!(minatar().network.conv_precision, ConvPrecision::F32);
