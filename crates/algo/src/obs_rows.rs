@@ -149,8 +149,9 @@ impl ObsRows {
     /// # Panics
     /// When the rows are out of range.
     pub fn extend_into(&self, rows: Range<usize>, out: &mut Vec<f32>) {
-        for row in rows {
-            self.append_row(row, out);
+        match self.batch(rows) {
+            ObsBatch::Floats(floats) => out.extend_from_slice(floats),
+            ObsBatch::Split(split) => split.extend_floats(out),
         }
     }
 
@@ -235,34 +236,6 @@ impl ObsRows {
         for span in byte_spans {
             // Whole numbers in 0..=255: the conversion is exact (and saturates).
             round_to_bytes(&src[span.clone()], &mut bytes[at..at + span.len()]);
-            at += span.len();
-        }
-    }
-
-    fn append_row(&self, row: usize, out: &mut Vec<f32>) {
-        let (fw, bw) = (self.float_width, self.byte_width);
-        if self.byte_spans.is_empty() {
-            out.extend_from_slice(&self.floats[row * fw..(row + 1) * fw]);
-            return;
-        }
-        let start = out.len();
-        out.resize(start + self.dim, 0.0);
-        let dst = &mut out[start..];
-        let floats = &self.floats[row * fw..(row + 1) * fw];
-        let bytes = &self.bytes[row * bw..(row + 1) * bw];
-        let mut at = 0;
-        for span in &self.float_spans {
-            dst[span.clone()].copy_from_slice(&floats[at..at + span.len()]);
-            at += span.len();
-        }
-        let mut at = 0;
-        for span in &self.byte_spans {
-            for (v, b) in dst[span.clone()]
-                .iter_mut()
-                .zip(&bytes[at..at + span.len()])
-            {
-                *v = f32::from(*b);
-            }
             at += span.len();
         }
     }

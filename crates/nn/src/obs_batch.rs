@@ -60,11 +60,10 @@ impl SplitRows<'_> {
         rows
     }
 
-    /// The rows as whole float rows, into `out` (replacing what it held).
-    pub fn to_floats(&self, out: &mut Vec<f32>) {
+    /// The rows as whole float rows, appended to `out`.
+    pub fn extend_floats(&self, out: &mut Vec<f32>) {
         let (rows, bw) = (self.rows(), self.byte_width());
         let fw = self.dim - bw;
-        out.clear();
         out.reserve(rows * self.dim);
         for r in 0..rows {
             let (floats, bytes) = (
@@ -112,7 +111,8 @@ impl<'a> ObsBatch<'a> {
         match *self {
             ObsBatch::Floats(obs) => obs,
             ObsBatch::Split(split) => {
-                split.to_floats(scratch);
+                scratch.clear();
+                split.extend_floats(scratch);
                 scratch
             }
         }
@@ -149,7 +149,8 @@ mod tests {
         };
         assert_eq!((split.byte_width(), split.rows()), (4, 2));
         let mut out = vec![5.0];
-        split.to_floats(&mut out);
+        split.extend_floats(&mut out);
+        assert_eq!(out.remove(0), 5.0, "appended after what was there");
         let want = [
             0.5, 1.0, 2.0, -1.0, 2.0, 3.0, 4.0, //
             9.0, 255.0, 0.0, 8.0, 7.0, 6.0, 7.0,
