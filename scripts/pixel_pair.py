@@ -2,10 +2,9 @@
 """Strata's pixel presets against Stable-Baselines3's PPO at the same recipe: whole
 commands, steps per second of wall clock, taking turns in one run.
 
-Each round runs `strata train --env gym:ENV` (its preset: CleanRL's `ppo_atari`
-hyperparameters, 8 envs x 128 steps, 4 epochs of 256-step minibatches) and then SB3 with
-the same hyperparameters, the same network and the same env processing, for the same
-steps (whole updates of 1,024; SB3's value clipping keeps the clipped prediction alone,
+Each round runs `strata train --env gym:ENV` (its preset) and then SB3 with the same
+hyperparameters, the same network and the same env processing, for the same steps (whole
+updates; SB3's value clipping keeps the clipped prediction alone,
 CleanRL's the larger loss, which changes nothing in the time taken); the ratio is taken within the round, since a shared machine's speed drifts from
 minute to minute. The wall clock is the whole command's: process start, env start and
 model setup included, evaluations off on both sides.
@@ -13,9 +12,13 @@ model setup included, evaluations off on both sides.
   * Atari (`ALE/Breakout-v5`): SB3's `make_atari_env` (its `AtariWrapper`: up to 30
     no-ops, 4 frames a step max-pooled, 84x84 grey, a life per episode, FIRE at reset,
     rewards clipped) with 4 frames stacked, the env made with `frameskip=1` as Strata's
-    preset makes it; `CnnPolicy` (NatureCNN, 512 features, the heads on them).
+    preset makes it; `CnnPolicy` (NatureCNN, 512 features, the heads on them); CleanRL's
+    `ppo_atari` hyperparameters, 8 envs x 128 steps (updates of 1,024 steps), 4 epochs of
+    256-step minibatches.
   * MinAtar (`MinAtar/Breakout-v1`, ...): the MinAtar agent's encoder as an SB3 features
-    extractor (one 16-filter 3x3 convolution, 128 features), the heads on it.
+    extractor (one 16-filter 3x3 convolution, 128 features), 64-64 tanh layers before
+    each head; the preset's pgx recipe, 256 envs x 128 steps (updates of 32,768 steps), 3
+    epochs of 1,024-step minibatches, learning rate 3e-4, clip 0.2.
 
 SB3 gets as many torch threads as Strata's learner has (`--threads`, this machine's CPU
 count by default), its envs in one process as `make_atari_env` makes them (`--sb3-vec
@@ -39,8 +42,26 @@ import tempfile
 import time
 
 
-# Env steps in one update of the presets: 8 envs x 128 steps.
-UPDATE = 1024
+# Each family's recipe, as Strata's presets have it: envs, SB3's PPO arguments, the
+# layers between the features and the heads.
+COMMON = dict(n_steps=128, gamma=0.99, gae_lambda=0.95, ent_coef=0.01, vf_coef=0.5,
+              max_grad_norm=0.5)
+ATARI = dict(n_envs=8, net_arch=[], ppo=dict(
+    COMMON, batch_size=256, n_epochs=4, learning_rate=lambda left: 2.5e-4 * left,
+    clip_range=0.1, clip_range_vf=0.1))
+MINATAR = dict(n_envs=256, net_arch=dict(pi=[64, 64], vf=[64, 64]), ppo=dict(
+    COMMON, batch_size=1024, n_epochs=3, learning_rate=3e-4, clip_range=0.2,
+    clip_range_vf=0.2))
+
+
+def recipe(env_id):
+    return ATARI if env_id.startswith("ALE/") else MINATAR
+
+
+def update_steps(env_id):
+    """Env steps in one update of the preset."""
+    r = recipe(env_id)
+    return r["n_envs"] * r["ppo"]["n_steps"]
 
 
 def sb3_run(env_id, steps, threads, vec, seed):
@@ -57,15 +78,13 @@ def sb3_run(env_id, steps, threads, vec, seed):
     vec_cls = SubprocVecEnv if vec == "subproc" else DummyVecEnv
     # Forked env processes inherit the registrations made below; spawned ones would not.
     vec_kwargs = dict(start_method="fork") if vec == "subproc" else None
-    hyper = dict(n_steps=128, batch_size=256, n_epochs=4, gamma=0.99, gae_lambda=0.95,
-                 learning_rate=lambda left: 2.5e-4 * left, clip_range=0.1,
-                 clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
-                 seed=seed, device="cpu", verbose=0)
+    family = recipe(env_id)
+    hyper = dict(family["ppo"], seed=seed, device="cpu", verbose=0)
     if env_id.startswith("ALE/"):
         import ale_py
 
         gym.register_envs(ale_py)
-        env = make_atari_env(env_id, n_envs=8, seed=seed, vec_env_cls=vec_cls,
+        env = make_atari_env(env_id, n_envs=family["n_envs"], seed=seed, vec_env_cls=vec_cls,
                              vec_env_kwargs=vec_kwargs, env_kwargs={"frameskip": 1})
         env = VecFrameStack(env, n_stack=4)
         model = PPO("CnnPolicy", env, **hyper)
@@ -97,10 +116,11 @@ def sb3_run(env_id, steps, threads, vec, seed):
             def forward(self, obs):
                 return self.net(obs)
 
-        env = make_vec_env(env_id, n_envs=8, seed=seed, vec_env_cls=vec_cls,
+        env = make_vec_env(env_id, n_envs=family["n_envs"], seed=seed, vec_env_cls=vec_cls,
                            vec_env_kwargs=vec_kwargs, wrapper_class=ChannelsFirst)
         model = PPO("CnnPolicy", env, policy_kwargs=dict(
-            features_extractor_class=MinAtarCnn, normalize_images=False, net_arch=[]),
+            features_extractor_class=MinAtarCnn, normalize_images=False,
+            net_arch=family["net_arch"]),
             **hyper)
     model.learn(total_timesteps=steps)
     env.close()
@@ -141,8 +161,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="append one JSON line per run to this file")
     a = p.parse_args()
-    if a.steps % UPDATE:
-        sys.exit(f"--steps {a.steps}: must be whole updates of {UPDATE} steps (8 envs x 128), "
+    update = update_steps(a.env)
+    if a.steps % update:
+        sys.exit(f"--steps {a.steps}: must be whole updates of {update} steps for {a.env}, "
                  "which both sides train in")
 
     strata_env = dict(os.environ)

@@ -27,7 +27,7 @@ fn the_pixel_bench_measures_the_pieces_and_derives_both_ceilings() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        out.contains("gym:MinAtar/Breakout-v1: 1024 steps an update"),
+        out.contains("gym:MinAtar/Breakout-v1: 32768 steps an update"),
         "{out}"
     );
     let report: serde_json::Value =
@@ -36,7 +36,7 @@ fn the_pixel_bench_measures_the_pieces_and_derives_both_ceilings() {
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
-    assert_eq!(r["steps_per_update"], 1024);
+    assert_eq!(r["steps_per_update"], 32768);
     assert_eq!(r["preset_mode"], "sync");
     for k in [
         "learn_seconds",
@@ -49,11 +49,11 @@ fn the_pixel_bench_measures_the_pieces_and_derives_both_ceilings() {
     let (learn, collect) = (f("learn_seconds"), f("collect_seconds"));
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b;
     assert!(
-        close(f("ceiling_in_turns"), 1024.0 / (learn + collect)),
+        close(f("ceiling_in_turns"), 32768.0 / (learn + collect)),
         "{r}"
     );
     assert!(
-        close(f("ceiling_overlapped"), 1024.0 / learn.max(collect)),
+        close(f("ceiling_overlapped"), 32768.0 / learn.max(collect)),
         "{r}"
     );
     // Taking turns, the preset cannot beat the sum of its pieces by much (the rest of an
