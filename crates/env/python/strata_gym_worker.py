@@ -29,6 +29,7 @@ header, then arrays at 64-byte aligned offsets in the order of ``REGION_ARRAYS``
 error area.
 """
 import argparse
+import gc
 import importlib
 import json
 import mmap
@@ -559,6 +560,11 @@ def serve(args, np, gym, make, kwargs):
 
     commands = {ord(COMMAND_STEP): step_all, ord(COMMAND_RESET): reset_all}
     words = Header(buf)
+    # Everything made so far (the packages imported, MinAtar's with matplotlib and SciPy,
+    # and the envs) lives as long as the process: left out of the collector's passes, the
+    # full collections the steps' garbage triggers stay short.
+    gc.collect()
+    gc.freeze()
     os.write(args.reply_fd, REPLY_DONE)
     done = words.done()
     while True:

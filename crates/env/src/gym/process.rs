@@ -110,6 +110,25 @@ fn spawn_command(command: Command, timeout: Duration) -> std::io::Result<Child> 
     answer.recv_timeout(timeout).map_err(|_| timed_out())?
 }
 
+/// The thread-count variables of the math libraries NumPy and its neighbours load.
+const MATH_THREADS: [&str; 4] = [
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+];
+
+/// One math thread per env process unless the user chose otherwise: a process steps its
+/// envs one after another, and a BLAS pool in each of them (OpenBLAS starts one thread a
+/// core by default) would spin beside the trainer's own threads on the same cores.
+fn single_threaded_math(command: &mut Command) {
+    for name in MATH_THREADS {
+        if std::env::var_os(name).is_none() {
+            command.env(name, "1");
+        }
+    }
+}
+
 /// Writes all of `data` without raising SIGPIPE when the peer is gone.
 fn send_all(socket: &UnixStream, mut data: &[u8]) -> std::io::Result<()> {
     while !data.is_empty() {
@@ -158,6 +177,7 @@ impl EnvProcess {
             .stdin(Stdio::from(OwnedFd::from(program_in)))
             .stdout(Stdio::from(stderr))
             .process_group(0);
+        single_threaded_math(&mut command);
         let parent = rustix::process::getpid();
         // SAFETY: the closure runs in the forked child before exec and makes only
         // async-signal-safe system calls (prctl, getppid, fcntl), allocating nothing: its
@@ -515,4 +535,29 @@ fn describe_status(status: std::process::ExitStatus) -> String {
         _ => "",
     };
     format!("was killed by signal {signal}{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_on(command: &Command, name: &str) -> Option<String> {
+        command
+            .get_envs()
+            .find(|(key, _)| *key == name)
+            .and_then(|(_, value)| value.map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    #[test]
+    fn env_processes_get_one_math_thread_unless_the_user_chose() {
+        let mut command = Command::new("python3");
+        single_threaded_math(&mut command);
+        for name in MATH_THREADS {
+            match std::env::var_os(name) {
+                // The user's choice is inherited, not overwritten.
+                Some(_) => assert_eq!(set_on(&command, name), None, "{name}"),
+                None => assert_eq!(set_on(&command, name).as_deref(), Some("1"), "{name}"),
+            }
+        }
+    }
 }
