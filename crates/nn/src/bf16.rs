@@ -15,6 +15,7 @@
 //! rows of pairs (`u32`: the even element low, the odd one high) and the right-hand side as
 //! pairs of its rows, 16 columns a vector.
 
+use crate::amx::{self, BLOCK_ROWS, TILE_PAIRS};
 use crate::matmul::{matmul, View};
 
 /// Columns of the right-hand side one vector covers.
@@ -92,10 +93,7 @@ impl PackedRhs {
     /// Packs `rhs` into this buffer (its allocation is reused).
     pub(crate) fn pack(&mut self, rhs: View<'_>) {
         let (k, n) = (rhs.rows(), rhs.cols());
-        (self.rows, self.pairs, self.cols) = (k, k.div_ceil(2), n);
-        let stride = padded(n);
-        self.data.clear();
-        self.data.resize(self.pairs * stride, 0);
+        let stride = self.size(k, n);
         if stride == 0 {
             return;
         }
@@ -112,7 +110,12 @@ impl PackedRhs {
             return;
         }
         let rows = rhs.row_major();
-        for (p, out) in self.data.chunks_exact_mut(stride).enumerate() {
+        for (p, out) in self
+            .data
+            .chunks_exact_mut(stride)
+            .take(self.pairs)
+            .enumerate()
+        {
             let (even, odd) = (2 * p, 2 * p + 1);
             match rows {
                 Some(data) if odd < k => {
@@ -126,6 +129,39 @@ impl PackedRhs {
                 }
             }
         }
+    }
+
+    /// Sizes the buffer for a `k x n` right-hand side and zeroes what no packing writes:
+    /// the columns past `n` and the pair rows up to whole tiles (which the AMX tiles read
+    /// and the other paths skip), not the whole buffer (a weight gradient's patches are
+    /// megabytes). Returns the stride between pair rows.
+    fn size(&mut self, k: usize, n: usize) -> usize {
+        (self.rows, self.pairs, self.cols) = (k, k.div_ceil(2), n);
+        let stride = padded(n);
+        let len = self.pairs.next_multiple_of(TILE_PAIRS) * stride;
+        if self.data.len() < len {
+            self.data.resize(len, 0);
+        }
+        self.data.truncate(len);
+        if stride > n {
+            for row in self.data.chunks_exact_mut(stride) {
+                row[n..].fill(0);
+            }
+        }
+        self.data[self.pairs * stride..].fill(0);
+        stride
+    }
+
+    /// A `k x n` right-hand side that `fill(pairs, stride)` writes straight into the
+    /// packed layout: pair row `p` (rows `2p` and `2p + 1` interleaved, an odd `k`'s last
+    /// row with zeros) at `pairs[p * stride..]`, its `n` pairs.
+    pub(crate) fn gathered(
+        &mut self,
+        (k, n): (usize, usize),
+        fill: impl FnOnce(&mut [u32], usize),
+    ) {
+        let stride = self.size(k, n);
+        fill(&mut self.data, stride);
     }
 
     /// Rows (the inner dimension).
@@ -186,14 +222,34 @@ struct PackedLhs<'a> {
     pair_step: usize,
 }
 
-/// Packs a `m x k` left-hand side as rows of pairs into `out`.
+/// Sizes `out` for `m` rows of `pairs` pairs as the AMX tiles read them (each row padded
+/// with zero pairs to whole tiles, the rows with zero rows to whole blocks; the other
+/// paths read only the real pairs) and zeroes the padding; the real pairs are left to the
+/// caller to write (not zeroed first: a minibatch's patches are megabytes). Returns the
+/// row step.
+fn size_rows(out: &mut Vec<u32>, m: usize, pairs: usize) -> usize {
+    let row_step = pairs.next_multiple_of(TILE_PAIRS);
+    let len = m.next_multiple_of(BLOCK_ROWS) * row_step;
+    if out.len() < len {
+        out.resize(len, 0);
+    }
+    if row_step > pairs {
+        for row in out[..m * row_step].chunks_exact_mut(row_step) {
+            row[pairs..].fill(0);
+        }
+    }
+    out[m * row_step..len].fill(0);
+    row_step
+}
+
+/// Packs a `m x k` left-hand side as rows of pairs into `out` (see [`size_rows`]).
 fn pack_lhs<'a>(lhs: View<'_>, out: &'a mut Vec<u32>) -> PackedLhs<'a> {
     let (m, k) = (lhs.rows(), lhs.cols());
     let pairs = k.div_ceil(2);
-    out.clear();
-    out.resize(m * pairs, 0);
+    let row_step = size_rows(out, m, pairs);
     let mut odd_row = Vec::new();
-    for (r, row) in out.chunks_exact_mut(pairs.max(1)).enumerate().take(m) {
+    for (r, row) in out.chunks_exact_mut(row_step.max(1)).enumerate().take(m) {
+        let row = &mut row[..pairs];
         match lhs.row_major() {
             Some(data) if k % 2 == 0 => round_into(&data[r * k..][..k], row),
             Some(data) => {
@@ -216,9 +272,47 @@ fn pack_lhs<'a>(lhs: View<'_>, out: &'a mut Vec<u32>) -> PackedLhs<'a> {
         data: out,
         rows: m,
         pairs,
-        row_step: pairs,
+        row_step,
         pair_step: 1,
     }
+}
+
+/// Bytes as bfloat16 pairs (exact: every byte value is a bfloat16; `src.len() == 2 *
+/// out.len()`).
+pub(crate) fn byte_pairs(src: &[u8], out: &mut [u32]) {
+    debug_assert_eq!(src.len(), 2 * out.len());
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        // SAFETY: the features were just detected.
+        return unsafe { x86::byte_pairs(src, out) };
+    }
+    for (o, p) in out.iter_mut().zip(src.chunks_exact(2)) {
+        let half = |b: u8| f32::from(b).to_bits() >> 16;
+        *o = half(p[0]) | (half(p[1]) << 16);
+    }
+}
+
+/// `out[c] = (even[c], odd[c])` for two rows of bytes, as bfloat16 (exact).
+pub(crate) fn byte_interleave(even: &[u8], odd: &[u8], out: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        // SAFETY: the features were just detected.
+        return unsafe { x86::byte_interleave(even, odd, out) };
+    }
+    for ((o, a), b) in out.iter_mut().zip(even).zip(odd) {
+        let half = |b: u8| f32::from(b).to_bits() >> 16;
+        *o = half(*a) | (half(*b) << 16);
+    }
+}
+
+/// `out[c] = (even[c], odd[c])` for two rows of floats, rounded to bfloat16.
+pub(crate) fn float_interleave(even: &[f32], odd: &[f32], out: &mut [u32]) {
+    interleave(even, odd, out);
+}
+
+/// Floats rounded to bfloat16 pairs (`src.len() == 2 * out.len()`).
+pub(crate) fn float_pairs(src: &[f32], out: &mut [u32]) {
+    round_into(src, out);
 }
 
 thread_local! {
@@ -241,18 +335,68 @@ pub(crate) fn matmul_bf16(dst: &mut [f32], lhs: View<'_>, rhs: &PackedRhs, accum
     });
 }
 
+/// `dst (m x n, row-major) = [dst +] lhs (m x k) * rhs (k x n)` as [`matmul_bf16`], for
+/// a left-hand side that `fill(rows, row_step)` writes straight into this thread's packed
+/// buffer as bfloat16 pairs (row `r`'s `k / 2` pairs at `rows[r * row_step..]`; `k`
+/// even), as a convolution's patches are gathered.
+///
+/// # Panics
+/// When `k` is odd, the shapes disagree or `dst` is too small.
+pub(crate) fn matmul_bf16_gathered(
+    dst: &mut [f32],
+    (m, k): (usize, usize),
+    fill: impl FnOnce(&mut [u32], usize),
+    rhs: &PackedRhs,
+    accumulate: bool,
+) {
+    assert!(k.is_multiple_of(2), "a gathered left-hand side comes in whole pairs");
+    assert_eq!(k, rhs.rows(), "inner dimensions differ");
+    SCRATCH.with(|s| {
+        let packed = &mut s.borrow_mut().0;
+        let row_step = size_rows(packed, m, k / 2);
+        fill(packed, row_step);
+        let lhs = PackedLhs {
+            data: packed,
+            rows: m,
+            pairs: k / 2,
+            row_step,
+            pair_step: 1,
+        };
+        product(dst, lhs, rhs, accumulate);
+    });
+}
+
 /// `dst (m x n) = [dst +] lhs^T * rhs`, for `lhs` (`k x m`) and `rhs` (`k x n`) sharing
 /// their rows (a weight gradient: the output gradients' transpose times the inputs), both
 /// packed here, in this thread's scratch, as pairs of their rows.
 ///
+/// (The convolutions gather their right-hand side themselves: the tests' entry point.)
+///
 /// # Panics
 /// When the shapes disagree or `dst` is too small.
+#[cfg(test)]
 pub(crate) fn matmul_bf16_tn(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumulate: bool) {
     assert_eq!(lhs.rows(), rhs.rows(), "inner dimensions differ");
+    matmul_bf16_tn_gathered(dst, lhs, |packed| packed.pack(rhs), accumulate);
+}
+
+/// As [`matmul_bf16_tn`], for a right-hand side that `fill` packs into this thread's
+/// buffer itself ([`PackedRhs::gathered`]: a convolution's patches gathered straight
+/// into pairs of rows).
+///
+/// # Panics
+/// When the shapes disagree or `dst` is too small.
+pub(crate) fn matmul_bf16_tn_gathered(
+    dst: &mut [f32],
+    lhs: View<'_>,
+    fill: impl FnOnce(&mut PackedRhs),
+    accumulate: bool,
+) {
     SCRATCH.with(|s| {
         let (_, lhs_packed, rhs_packed) = &mut *s.borrow_mut();
         lhs_packed.pack(lhs);
-        rhs_packed.pack(rhs);
+        fill(rhs_packed);
+        assert_eq!(lhs.rows(), rhs_packed.rows(), "inner dimensions differ");
         let lhs = PackedLhs {
             data: &lhs_packed.data,
             rows: lhs_packed.cols,
@@ -282,6 +426,9 @@ fn product(dst: &mut [f32], lhs: PackedLhs<'_>, rhs: &PackedRhs, accumulate: boo
         lhs.pairs == 0 || last < lhs.data.len(),
         "left-hand side size"
     );
+    if accelerated() && amx::available() {
+        return on_tiles(dst, &lhs, rhs, accumulate);
+    }
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
         // SAFETY: the features were just detected; the sizes were checked above.
@@ -289,6 +436,44 @@ fn product(dst: &mut [f32], lhs: PackedLhs<'_>, rhs: &PackedRhs, accumulate: boo
         return;
     }
     unpacked(dst, &lhs, rhs, accumulate);
+}
+
+thread_local! {
+    /// Each thread's left-hand side laid out as rows of pairs for the tiles, when it came
+    /// packed as pairs of rows (a weight gradient's output gradients).
+    static TILE_ROWS_SCRATCH: std::cell::RefCell<Vec<u32>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// On the AMX tiles: the left-hand side as rows of pairs (transposed here when it came as
+/// pairs of rows), both sides' zero padding read as whole tiles.
+fn on_tiles(dst: &mut [f32], lhs: &PackedLhs<'_>, rhs: &PackedRhs, accumulate: bool) {
+    let (m, n) = (lhs.rows, rhs.cols);
+    let pairs = lhs.pairs.next_multiple_of(TILE_PAIRS);
+    let (b, b_stride) = (&rhs.data[..], padded(n));
+    if lhs.pair_step == 1 && lhs.row_step >= pairs {
+        return amx::product(
+            dst,
+            (m, n),
+            lhs.data,
+            lhs.row_step,
+            b,
+            b_stride,
+            pairs,
+            accumulate,
+        );
+    }
+    TILE_ROWS_SCRATCH.with(|scratch| {
+        let rows = &mut *scratch.borrow_mut();
+        rows.clear();
+        rows.resize(m.next_multiple_of(BLOCK_ROWS) * pairs, 0);
+        for (r, row) in rows.chunks_exact_mut(pairs).enumerate().take(m) {
+            for (p, v) in row[..lhs.pairs].iter_mut().enumerate() {
+                *v = lhs.data[r * lhs.row_step + p * lhs.pair_step];
+            }
+        }
+        amx::product(dst, (m, n), rows, pairs, b, b_stride, pairs, accumulate);
+    });
 }
 
 /// Without the instruction: the rounded operands unpacked to float32 and multiplied by
@@ -350,6 +535,53 @@ mod x86 {
         }
         for c in c..n {
             out[c] = super::pair(even[c], odd[c]);
+        }
+    }
+
+    /// `out[c] = (even[c], odd[c])` for two rows of bytes, 16 columns a step.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn byte_interleave(even: &[u8], odd: &[u8], out: &mut [u32]) {
+        let n = out.len();
+        assert!(even.len() >= n && odd.len() >= n);
+        // A byte's bfloat16 is its float's high half: in the high half of a lane already.
+        let floats = |p: *const u8| {
+            _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                p.cast(),
+            ))))
+        };
+        let mut c = 0;
+        while c + LANES <= n {
+            let low = _mm512_srli_epi32::<16>(floats(even.as_ptr().add(c)));
+            let high = _mm512_and_si512(floats(odd.as_ptr().add(c)), _mm512_set1_epi32(-65536));
+            _mm512_storeu_si512(out.as_mut_ptr().add(c).cast(), _mm512_or_si512(low, high));
+            c += LANES;
+        }
+        for c in c..n {
+            let bf = |b: u8| f32::from(b).to_bits() >> 16;
+            out[c] = bf(even[c]) | (bf(odd[c]) << 16);
+        }
+    }
+
+    /// Bytes to bfloat16 pairs, 32 bytes a step (each byte converted to a float, whose
+    /// high half is its bfloat16).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn byte_pairs(src: &[u8], out: &mut [u32]) {
+        assert_eq!(src.len(), 2 * out.len());
+        let half = |p: *const u8| {
+            let floats = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())));
+            _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(_mm512_castps_si512(floats)))
+        };
+        let mut i = 0;
+        while i + 2 * LANES <= src.len() {
+            let p = src.as_ptr().add(i);
+            let pairs = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(half(p)), half(p.add(16)));
+            _mm512_storeu_si512(out.as_mut_ptr().add(i / 2).cast(), pairs);
+            i += 2 * LANES;
+        }
+        while i < src.len() {
+            let bf = |b: u8| f32::from(b).to_bits() >> 16;
+            out[i / 2] = bf(src[i]) | (bf(src[i + 1]) << 16);
+            i += 2;
         }
     }
 

@@ -70,10 +70,11 @@ fn without_instruction<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Every shape the kernel splits differently (rows past a block, columns past a
-/// vector, an odd inner dimension, transposed views, filters packed from their
-/// transpose) gives the rounded reference's sums on both paths; with the instruction,
-/// every entry point equals the plain loop of its arithmetic bit for bit.
+/// Every shape the kernels split differently (rows past a block, columns past a
+/// vector or a tile, an odd inner dimension, transposed views, filters packed from their
+/// transpose) gives the rounded reference's sums on every path; with the instruction,
+/// every entry point equals the plain loop of its arithmetic bit for bit, and on the AMX
+/// tiles (where the CPU has them) every entry point gives the same bits.
 #[test]
 fn matches_the_rounded_reference_and_the_portable_loop() {
     for &(m, k, n) in &[
@@ -84,6 +85,8 @@ fn matches_the_rounded_reference_and_the_portable_loop() {
         (20, 256, 32),
         (9, 2, 17),
         (32, 40, 48),
+        (45, 70, 40),
+        (64, 96, 64),
     ] {
         let a = values(m * k, 0.3);
         let b = values(k * n, 1.7);
@@ -131,8 +134,17 @@ fn matches_the_rounded_reference_and_the_portable_loop() {
         );
         close(&slow);
         if accelerated() {
-            for out in every_entry() {
+            for out in amx::without_tiles(every_entry) {
                 assert_eq!(out, slow, "{m}x{k}x{n}");
+            }
+        }
+        if accelerated() && amx::available() {
+            // The tiles sum a tile's pairs in an order of their own: close to the
+            // reference, and every entry point the same bits (one packing, one order).
+            let on_tiles = every_entry();
+            for out in &on_tiles {
+                close(out);
+                assert_eq!(out, &on_tiles[0], "{m}x{k}x{n} on the tiles");
             }
         }
     }
@@ -170,4 +182,43 @@ fn portable(dst: &mut [f32], lhs: &PackedLhs<'_>, rhs: &PackedRhs, accumulate: b
             *d = if accumulate { *d + sum } else { sum };
         }
     }
+}
+
+/// Bytes and floats paired for a gathered left-hand side round as the packing does, and
+/// the product of a gathered left-hand side equals the product of the same rows packed,
+/// bit for bit, on whichever path this CPU takes.
+#[test]
+fn gathered_rows_equal_packed_rows() {
+    // Every byte, past a whole vector's 32 too.
+    let bytes: Vec<u8> = (0..=255).chain(7..=48).collect();
+    let floats: Vec<f32> = bytes.iter().map(|b| f32::from(*b)).collect();
+    let want: Vec<u32> = floats.chunks_exact(2).map(|p| pair(p[0], p[1])).collect();
+    let mut from_bytes = vec![0; bytes.len() / 2];
+    byte_pairs(&bytes, &mut from_bytes);
+    assert_eq!(from_bytes, want);
+    without_instruction(|| byte_pairs(&bytes, &mut from_bytes));
+    assert_eq!(from_bytes, want);
+    let (even, odd) = bytes.split_at(150);
+    let want: Vec<u32> = (0..148)
+        .map(|c| pair(f32::from(even[c]), f32::from(odd[c])))
+        .collect();
+    let mut woven = vec![0; 148];
+    byte_interleave(even, odd, &mut woven);
+    assert_eq!(woven, want);
+    without_instruction(|| byte_interleave(even, odd, &mut woven));
+    assert_eq!(woven, want);
+    let (m, k, n) = (45, 70, 40);
+    let (a, b) = (values(m * k, 0.3), values(k * n, 1.7));
+    let mut packed = PackedRhs::default();
+    packed.pack(View::new(&b, k, n));
+    let mut want = vec![0.5; m * n];
+    matmul_bf16(&mut want, View::new(&a, m, k), &packed, true);
+    let mut got = vec![0.5; m * n];
+    let fill = |rows: &mut [u32], step: usize| {
+        for (r, row) in a.chunks_exact(k).enumerate() {
+            float_pairs(row, &mut rows[r * step..][..k / 2]);
+        }
+    };
+    matmul_bf16_gathered(&mut got, (m, k), fill, &packed, true);
+    assert_eq!(got, want);
 }

@@ -13,7 +13,10 @@
 use rand::Rng;
 
 use crate::activation::Activation;
-use crate::bf16::{matmul_bf16, matmul_bf16_tn, PackedRhs};
+use crate::bf16::{
+    byte_interleave, byte_pairs, float_interleave, float_pairs, matmul_bf16, matmul_bf16_gathered,
+    matmul_bf16_tn_gathered, PackedRhs,
+};
 pub use crate::cnn_arch::{CnnArch, ConvPrecision, ConvSpec};
 use crate::conv::{Conv2d, ImageShape};
 use crate::init::{orthogonal, orthogonal_transposed};
@@ -104,6 +107,39 @@ fn gather(conv: &Conv2d, pixels: Pixels<'_>, images: std::ops::Range<usize>, out
     }
 }
 
+/// Gathers the patches of `images` as bfloat16 pairs into a packed left-hand side (row
+/// `r` at `rows[r * row_step..]`), bytes unscaled as in [`gather`] (and exact: every byte
+/// is a bfloat16). The layer's kernel rows must be even ([`Conv2d::pairs_gatherable`]).
+fn gather_pairs(
+    conv: &Conv2d,
+    pixels: Pixels<'_>,
+    images: std::ops::Range<usize>,
+    rows: &mut [u32],
+    row_step: usize,
+) {
+    let span = images.start * conv.input.len()..images.end * conv.input.len();
+    match pixels {
+        Pixels::U8(px) => conv.im2col_pairs(&px[span], byte_pairs, rows, row_step),
+        Pixels::F32(px) => conv.im2col_pairs(&px[span], float_pairs, rows, row_step),
+    }
+}
+
+/// Gathers the patches of `images` as pairs of patch rows into a packed right-hand side
+/// ([`Conv2d::im2col_row_pairs`]), bytes unscaled as in [`gather`].
+fn gather_row_pairs(
+    conv: &Conv2d,
+    pixels: Pixels<'_>,
+    images: std::ops::Range<usize>,
+    pairs: &mut [u32],
+    stride: usize,
+) {
+    let span = images.start * conv.input.len()..images.end * conv.input.len();
+    match pixels {
+        Pixels::U8(px) => conv.im2col_row_pairs(&px[span], byte_interleave, pairs, stride),
+        Pixels::F32(px) => conv.im2col_row_pairs(&px[span], float_interleave, pairs, stride),
+    }
+}
+
 /// A layer's filters as its backward products read them: float32 as stored, or packed for
 /// bfloat16 products (`None` for the first layer, whose input gets no gradient: its one
 /// product, the weight gradient, packs its operands per step).
@@ -146,15 +182,30 @@ fn conv_backward(
                 let n = dy.len() / oc;
                 let images =
                     first + j * SAMPLES_PER_TASK..first + j * SAMPLES_PER_TASK + n / positions;
-                let scratch = if d_in.is_some() { 2 * n * pl } else { n * pl };
+                // bfloat16 patches are gathered straight into the packed pairs of rows.
+                let floats = if matches!(filters, Filters::F32(_)) {
+                    n * pl
+                } else {
+                    0
+                };
+                let scratch = floats + if d_in.is_some() { n * pl } else { 0 };
                 with_scratch(scratch, |scratch| {
-                    let (p, dp) = scratch.split_at_mut(n * pl);
-                    gather(conv, input, images.clone(), p);
+                    let (p, dp) = scratch.split_at_mut(floats);
                     // dW += dY^T P (filters as rows).
-                    let (dy_rows, p) = (View::new(dy, n, oc), View::new(p, n, pl));
+                    let dy_rows = View::new(dy, n, oc);
                     match filters {
-                        Filters::Bf16(_) => matmul_bf16_tn(part_w, dy_rows, p, j > 0),
-                        Filters::F32(_) => matmul(part_w, dy_rows.t(), p, j > 0),
+                        Filters::Bf16(_) => {
+                            let fill = |packed: &mut PackedRhs| {
+                                packed.gathered((n, pl), |pairs, stride| {
+                                    gather_row_pairs(conv, input, images.clone(), pairs, stride);
+                                });
+                            };
+                            matmul_bf16_tn_gathered(part_w, dy_rows, fill, j > 0);
+                        }
+                        Filters::F32(_) => {
+                            gather(conv, input, images.clone(), p);
+                            matmul(part_w, dy_rows.t(), View::new(p, n, pl), j > 0);
+                        }
                     }
                     if let Some(d_in) = d_in.as_deref_mut() {
                         let dy = View::new(dy, n, oc);
@@ -469,15 +520,24 @@ impl Cnn {
             y.par_chunks_mut(rows * oc).enumerate().for_each(|(k, y)| {
                 let n = y.len() / oc;
                 let first = k * SAMPLES_PER_TASK;
-                with_scratch(n * pl, |p| {
-                    gather(conv, input, first..first + n / conv.positions(), p);
-                    let p = View::new(p, n, pl);
-                    match &w_bf16 {
-                        Some(w) => matmul_bf16(y, p, w, false),
-                        None => matmul(y, p, View::new(w, oc, pl).t(), false),
+                let images = first..first + n / conv.positions();
+                match &w_bf16 {
+                    // Patches gathered straight into bfloat16 pairs.
+                    Some(w) if conv.pairs_gatherable() => {
+                        let fill =
+                            |rows: &mut [u32], step| gather_pairs(conv, input, images, rows, step);
+                        matmul_bf16_gathered(y, (n, pl), fill, w, false);
                     }
-                    bias_activation(y, b, Some(Activation::Relu));
-                });
+                    _ => with_scratch(n * pl, |p| {
+                        gather(conv, input, images, p);
+                        let p = View::new(p, n, pl);
+                        match &w_bf16 {
+                            Some(w) => matmul_bf16(y, p, w, false),
+                            None => matmul(y, p, View::new(w, oc, pl).t(), false),
+                        }
+                    }),
+                }
+                bias_activation(y, b, Some(Activation::Relu));
             });
         }
         let features = self.features();

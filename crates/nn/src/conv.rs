@@ -107,6 +107,94 @@ impl Conv2d {
         }
     }
 
+    /// As [`Conv2d::im2col`], but each patch row written as bfloat16 pairs straight into a
+    /// packed left-hand side (row `r` at `patches[r * row_step..]`, its
+    /// [`Conv2d::patch_len`]` / 2` pairs), `to_pairs` rounding one kernel row of values
+    /// into pairs: no float patches in between. Only for an even kernel row
+    /// ([`Conv2d::pairs_gatherable`]), so that no pair straddles two of them.
+    ///
+    /// # Panics
+    /// When the kernel row is odd or `patches` is too small for `images`.
+    pub fn im2col_pairs<T: Copy>(
+        &self,
+        images: &[T],
+        to_pairs: impl Fn(&[T], &mut [u32]),
+        patches: &mut [u32],
+        row_step: usize,
+    ) {
+        assert!(self.pairs_gatherable(), "an odd kernel row straddles pairs");
+        let (image, positions, run) = (self.input.len(), self.positions(), self.run());
+        let rows = images.len() / image.max(1) * positions;
+        assert!(
+            patches.len() >= rows * row_step,
+            "patch rows for the images"
+        );
+        let mut row = 0;
+        for img in images.chunks_exact(image) {
+            let mut starts = self.run_starts();
+            for _ in 0..positions {
+                let out = &mut patches[row * row_step..];
+                for j in 0..self.kernel {
+                    let start = starts.next().expect("a run per kernel row");
+                    to_pairs(&img[start..start + run], &mut out[j * run / 2..][..run / 2]);
+                }
+                row += 1;
+            }
+        }
+    }
+
+    /// The patches of `images` packed as pairs of patch rows (bfloat16's right-hand side
+    /// of a weight gradient, [`crate::bf16`]): pair row `p` holds rows `2p` and `2p + 1`
+    /// interleaved by `interleave(even, odd, out)` one kernel row at a time, at
+    /// `pairs[p * stride..]`; an odd last row is paired with zeros. No float patches in
+    /// between.
+    ///
+    /// # Panics
+    /// When `pairs` is too small for `images`.
+    pub fn im2col_row_pairs<T: Copy + Default>(
+        &self,
+        images: &[T],
+        interleave: impl Fn(&[T], &[T], &mut [u32]),
+        pairs: &mut [u32],
+        stride: usize,
+    ) {
+        let (image, positions, run) = (self.input.len(), self.positions(), self.run());
+        let rows = images.len() / image.max(1) * positions;
+        assert!(
+            pairs.len() >= rows.div_ceil(2) * stride,
+            "pair rows for the images"
+        );
+        let zeros = vec![T::default(); run];
+        let kernel_row = |r: usize, ky: usize| {
+            let start = image * (r / positions) + self.run_start(r % positions, ky);
+            &images[start..start + run]
+        };
+        for p in 0..rows.div_ceil(2) {
+            let out = &mut pairs[p * stride..];
+            for ky in 0..self.kernel {
+                let odd = if 2 * p + 1 < rows {
+                    kernel_row(2 * p + 1, ky)
+                } else {
+                    &zeros[..]
+                };
+                interleave(kernel_row(2 * p, ky), odd, &mut out[ky * run..][..run]);
+            }
+        }
+    }
+
+    /// Where kernel row `ky` of output position `position`'s patch starts in its image.
+    fn run_start(&self, position: usize, ky: usize) -> usize {
+        let out = self.out_shape();
+        let (oy, ox) = (position / out.width, position % out.width);
+        ((oy * self.stride + ky) * self.input.width + ox * self.stride) * self.input.channels
+    }
+
+    /// Whether [`Conv2d::im2col_pairs`] can gather this layer's patches: its kernel rows
+    /// hold an even number of values.
+    pub fn pairs_gatherable(&self) -> bool {
+        self.run().is_multiple_of(2)
+    }
+
     /// Values in one kernel row of a patch: `kernel` pixels of `in_channels` contiguous
     /// values, contiguous in the image too.
     fn run(&self) -> usize {
@@ -226,6 +314,71 @@ mod tests {
             (lhs - rhs).abs() < 1e-3 * lhs.abs().max(1.0),
             "{lhs} vs {rhs}"
         );
+    }
+
+    /// Gathering pairs straight from the images writes each patch row's values, paired as
+    /// `to_pairs` pairs them, where a float patch row would have them; the padding past a
+    /// row is left alone.
+    #[test]
+    fn pair_patches_are_the_float_patches_paired() {
+        // NatureCNN's second layer in small: kernel rows of 2 x 4 values.
+        let conv = layer(6, 5, 4, 3, 2, 2);
+        assert!(conv.pairs_gatherable() && !layer(5, 5, 3, 1, 3, 1).pairs_gatherable());
+        let batch = 3;
+        let x: Vec<f32> = (0..batch * conv.input.len())
+            .map(|i| i as f32 * 0.5)
+            .collect();
+        let pl = conv.patch_len();
+        let mut patches = vec![0.0; batch * conv.positions() * pl];
+        conv.im2col(&x, |v| v, &mut patches);
+        let to_pairs = |src: &[f32], out: &mut [u32]| {
+            for (o, p) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = (p[0] as u32) | ((p[1] as u32) << 16);
+            }
+        };
+        let row_step = pl / 2 + 3;
+        let mut pairs = vec![u32::MAX; batch * conv.positions() * row_step];
+        conv.im2col_pairs(&x, to_pairs, &mut pairs, row_step);
+        for (r, row) in patches.chunks_exact(pl).enumerate() {
+            let mut want = vec![0; pl / 2];
+            to_pairs(row, &mut want);
+            assert_eq!(pairs[r * row_step..][..pl / 2], want[..], "row {r}");
+            assert!(pairs[r * row_step + pl / 2..][..3]
+                .iter()
+                .all(|v| *v == u32::MAX));
+        }
+    }
+
+    /// Pairs of patch rows gathered from the images are the float patches' rows two by
+    /// two, an odd last row paired with zeros, for layers whose patch rows straddle
+    /// images and whose kernel rows are odd.
+    #[test]
+    fn row_pair_patches_are_the_float_patches_interleaved() {
+        for conv in [layer(6, 5, 4, 3, 2, 2), layer(5, 5, 3, 2, 3, 1)] {
+            let batch = 3;
+            let x: Vec<f32> = (0..batch * conv.input.len()).map(|i| i as f32).collect();
+            let (pl, rows) = (conv.patch_len(), batch * conv.positions());
+            let mut patches = vec![0.0; rows * pl];
+            conv.im2col(&x, |v| v, &mut patches);
+            let interleave = |even: &[f32], odd: &[f32], out: &mut [u32]| {
+                for ((o, a), b) in out.iter_mut().zip(even).zip(odd) {
+                    *o = (*a as u32) | ((*b as u32) << 16);
+                }
+            };
+            let stride = pl + 5;
+            let mut pairs = vec![u32::MAX; rows.div_ceil(2) * stride];
+            conv.im2col_row_pairs(&x, interleave, &mut pairs, stride);
+            for p in 0..rows.div_ceil(2) {
+                let even = &patches[2 * p * pl..][..pl];
+                let zeros = vec![0.0; pl];
+                let odd = patches
+                    .get((2 * p + 1) * pl..(2 * p + 2) * pl)
+                    .unwrap_or(&zeros);
+                let mut want = vec![0; pl];
+                interleave(even, odd, &mut want);
+                assert_eq!(pairs[p * stride..][..pl], want[..], "pair row {p}");
+            }
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod activation;
 mod actor_critic;
 mod actor_critic_net;
 mod adam;
+mod amx;
 mod bf16;
 mod branches;
 mod cnn;
