@@ -245,7 +245,7 @@ fn cleanrl_atari_ppo() -> PpoConfig {
 /// steps: where published PPO curves on MinAtar have separated from random play on
 /// every game.
 fn minatar() -> RunConfig {
-    assemble(
+    pixel_workers(assemble(
         EnvConfig {
             num_envs: 256,
             ..EnvConfig::default()
@@ -273,7 +273,17 @@ fn minatar() -> RunConfig {
             activation: Activation::Tanh,
             ..NetworkConfig::default()
         },
-    )
+    ))
+}
+
+/// The pixel presets' two rollout workers, each with half the envs: while one worker's
+/// model picks its envs' actions, the other's envs step, where one worker alternates the
+/// two and leaves a core idle through each. In sync mode every sample still comes from
+/// the version being trained, as with one worker. Measured on 2 cores: Breakout 386 ->
+/// 463-491 steps/s, MinAtar Breakout 16.9-17.1k -> 18.6-19.1k (whole commands).
+fn pixel_workers(mut config: RunConfig) -> RunConfig {
+    config.runtime.workers = 2;
+    config
 }
 
 /// The Atari games: CleanRL's `ppo_atari` (its hyperparameters above) on NatureCNN with the heads straight on its 512 features, for 10M steps. The
@@ -309,7 +319,7 @@ fn atari() -> RunConfig {
         .kwargs
         .insert("obs_type".into(), "grayscale".into());
     config.env.gym.wrappers = vec!["atari".into()];
-    config
+    pixel_workers(config)
 }
 
 /// Any other id: SB3's PPO defaults in SB3's layout, one env x 2048 steps, with rewards
