@@ -241,7 +241,7 @@ fn cleanrl_atari_ppo() -> PpoConfig {
 /// Atari recipe (8 envs, 16 minibatches of 256 an update), which these presets had
 /// before, stops Breakout at the reactive plateau (5-7: the paddle waits where the ball
 /// usually lands), as it stops SB3 at the same settings; this recipe leaves it (14-24
-/// greedy at 5M over three seeds) and runs 3-4x faster on a CPU (docs/parity.md). 5M
+/// greedy at 5M over three seeds, measured with one rollout worker) and runs 3-4x faster on a CPU (docs/parity.md). 5M
 /// steps: where published PPO curves on MinAtar have separated from random play on
 /// every game.
 fn minatar() -> RunConfig {

@@ -11,7 +11,7 @@
 //! instructions are written as inline assembly: Rust's AMX intrinsics are not stable.
 
 /// Rows of a tile (of the left-hand side and of the sums).
-pub(crate) const TILE_ROWS: usize = 16;
+const TILE_ROWS: usize = 16;
 /// Pairs of the inner dimension a tile spans (its 64 bytes a row).
 pub(crate) const TILE_PAIRS: usize = 16;
 /// Columns of the sums one tile covers.
@@ -35,8 +35,13 @@ pub(crate) fn without_tiles<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The environment variable that keeps bfloat16 products off the tiles (any value): for
+/// comparing the kernels, or a host whose signal stacks cannot hold the tiles' state.
+pub const NO_TILES_VAR: &str = "STRATA_NO_AMX";
+
 /// Whether bfloat16 products run on the AMX tiles here: the CPU has AMX-TILE and
-/// AMX-BF16 and the kernel granted this process their state (asked once).
+/// AMX-BF16, [`NO_TILES_VAR`] is unset, and the kernel granted this process their state
+/// (asked once).
 pub(crate) fn available() -> bool {
     #[cfg(test)]
     if WITHOUT_TILES.with(std::cell::Cell::get) {
@@ -46,8 +51,11 @@ pub(crate) fn available() -> bool {
     {
         static GRANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *GRANTED.get_or_init(|| {
-            // SAFETY: CPUID and the arch_prctl request have no memory effects.
-            unsafe { x86::has_tiles() && x86::request_tile_state() }
+            // SAFETY: CPUID has no memory effects. The request changes the process for
+            // good: signal frames grow by the tiles' 8 KB, and Linux then refuses a
+            // `sigaltstack` too small for them (Rust's own are sized for it).
+            std::env::var_os(NO_TILES_VAR).is_none()
+                && unsafe { x86::has_tiles() && x86::request_tile_state() }
         })
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
@@ -88,6 +96,14 @@ pub(crate) fn product(
     if m == 0 || n == 0 {
         return;
     }
+    if pairs == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return;
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    let _ = accumulate;
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     // SAFETY: the tiles were granted (`available`), every tile read lies inside `a` and `b`
     // as just checked, and stores go to `dst` only inside its `m x n`.
@@ -103,6 +119,9 @@ mod x86 {
 
     /// CPUID leaf 7: AMX-BF16 (EDX bit 22) and AMX-TILE (EDX bit 24).
     pub(super) unsafe fn has_tiles() -> bool {
+        if std::arch::x86_64::__cpuid(0).eax < 7 {
+            return false;
+        }
         let leaf = std::arch::x86_64::__cpuid_count(7, 0);
         leaf.edx & (1 << 22) != 0 && leaf.edx & (1 << 24) != 0
     }
@@ -143,8 +162,14 @@ mod x86 {
     }
 
     /// One block's sums: tile `tmm(2i + j)` holds rows `16 i..` and columns `16 j..`.
-    /// Tiles wholly inside `dst` are loaded from and stored to it; the others go through
-    /// `spill`, of which only the part inside `dst` is written back.
+    /// Tiles wholly inside `dst` are loaded from and stored to it (accumulating, the
+    /// products are added to `dst`'s values); the others start from zero and go through
+    /// `spill`, of which only the part inside `dst` is added or written back. Both are
+    /// fixed by the shape, so a product's bits are too.
+    ///
+    /// The tile registers are named in the assembly without being declared clobbered:
+    /// Rust has no register class for them and never allocates them, so their values
+    /// live from one `asm!` block to the next within [`product`].
     struct Block<'a> {
         dst: *mut f32,
         n: usize,

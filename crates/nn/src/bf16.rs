@@ -59,8 +59,44 @@ thread_local! {
     static WITHOUT_INSTRUCTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether this CPU runs bfloat16 products with `vdpbf16ps` (AVX-512 BF16); without it
-/// they go through float32 `gemm` on the rounded operands.
+/// Which kernel runs bfloat16 products here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Kernel {
+    /// The AMX tiles (`tdpbf16ps`).
+    Tiles,
+    /// AVX-512 BF16's `vdpbf16ps`.
+    Vector,
+    /// Float32 `gemm` on the rounded operands.
+    Float32,
+}
+
+impl Bf16Kernel {
+    /// What it is, in a few words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Bf16Kernel::Tiles => "AMX tiles (tdpbf16ps)",
+            Bf16Kernel::Vector => "vdpbf16ps (AVX-512 BF16)",
+            Bf16Kernel::Float32 => {
+                "no bfloat16 instructions here: the rounded operands through float32 gemm"
+            }
+        }
+    }
+}
+
+/// The kernel this CPU (and [`crate::AMX_OFF_VAR`]) gives bfloat16 products.
+pub fn kernel() -> Bf16Kernel {
+    if accelerated() && amx::available() {
+        Bf16Kernel::Tiles
+    } else if accelerated() {
+        Bf16Kernel::Vector
+    } else {
+        Bf16Kernel::Float32
+    }
+}
+
+/// Whether this CPU has AVX-512 BF16 (`vdpbf16ps`), which packs the operands (and, without
+/// the AMX tiles, multiplies them); without it they go through float32 `gemm` on the
+/// rounded operands.
 pub fn accelerated() -> bool {
     #[cfg(test)]
     if WITHOUT_INSTRUCTION.with(std::cell::Cell::get) {
@@ -153,15 +189,19 @@ impl PackedRhs {
     }
 
     /// A `k x n` right-hand side that `fill(pairs, stride)` writes straight into the
-    /// packed layout: pair row `p` (rows `2p` and `2p + 1` interleaved, an odd `k`'s last
-    /// row with zeros) at `pairs[p * stride..]`, its `n` pairs.
+    /// packed layout: every pair of pair row `p` (rows `2p` and `2p + 1` interleaved, an
+    /// odd `k`'s last row with zeros) at `pairs[p * stride..]`, `n` of them. `fill`
+    /// returns the rows it covered, which must be `k`.
+    ///
+    /// # Panics
+    /// When `fill` covered other than `k` rows.
     pub(crate) fn gathered(
         &mut self,
         (k, n): (usize, usize),
-        fill: impl FnOnce(&mut [u32], usize),
+        fill: impl FnOnce(&mut [u32], usize) -> usize,
     ) {
         let stride = self.size(k, n);
-        fill(&mut self.data, stride);
+        assert_eq!(fill(&mut self.data, stride), k, "rows gathered");
     }
 
     /// Rows (the inner dimension).
@@ -337,24 +377,29 @@ pub(crate) fn matmul_bf16(dst: &mut [f32], lhs: View<'_>, rhs: &PackedRhs, accum
 
 /// `dst (m x n, row-major) = [dst +] lhs (m x k) * rhs (k x n)` as [`matmul_bf16`], for
 /// a left-hand side that `fill(rows, row_step)` writes straight into this thread's packed
-/// buffer as bfloat16 pairs (row `r`'s `k / 2` pairs at `rows[r * row_step..]`; `k`
-/// even), as a convolution's patches are gathered.
+/// buffer as bfloat16 pairs (every pair of row `r`, `k / 2` of them, at `rows[r *
+/// row_step..]`; `k` even), as a convolution's patches are gathered. `fill` returns the
+/// rows it wrote, which must be `m`.
 ///
 /// # Panics
-/// When `k` is odd, the shapes disagree or `dst` is too small.
+/// When `k` is odd, `fill` wrote other than `m` rows, the shapes disagree or `dst` is
+/// too small.
 pub(crate) fn matmul_bf16_gathered(
     dst: &mut [f32],
     (m, k): (usize, usize),
-    fill: impl FnOnce(&mut [u32], usize),
+    fill: impl FnOnce(&mut [u32], usize) -> usize,
     rhs: &PackedRhs,
     accumulate: bool,
 ) {
-    assert!(k.is_multiple_of(2), "a gathered left-hand side comes in whole pairs");
+    assert!(
+        k.is_multiple_of(2),
+        "a gathered left-hand side comes in whole pairs"
+    );
     assert_eq!(k, rhs.rows(), "inner dimensions differ");
     SCRATCH.with(|s| {
         let packed = &mut s.borrow_mut().0;
         let row_step = size_rows(packed, m, k / 2);
-        fill(packed, row_step);
+        assert_eq!(fill(packed, row_step), m, "rows gathered");
         let lhs = PackedLhs {
             data: packed,
             rows: m,
@@ -421,12 +466,9 @@ fn product(dst: &mut [f32], lhs: PackedLhs<'_>, rhs: &PackedRhs, accumulate: boo
         }
         return;
     }
-    let last = (m - 1) * lhs.row_step + lhs.pairs.saturating_sub(1) * lhs.pair_step;
-    assert!(
-        lhs.pairs == 0 || last < lhs.data.len(),
-        "left-hand side size"
-    );
-    if accelerated() && amx::available() {
+    let last = (m - 1) * lhs.row_step + (lhs.pairs - 1) * lhs.pair_step;
+    assert!(last < lhs.data.len(), "left-hand side size");
+    if kernel() == Bf16Kernel::Tiles {
         return on_tiles(dst, &lhs, rhs, accumulate);
     }
     #[cfg(target_arch = "x86_64")]

@@ -218,6 +218,7 @@ fn gathered_rows_equal_packed_rows() {
         for (r, row) in a.chunks_exact(k).enumerate() {
             float_pairs(row, &mut rows[r * step..][..k / 2]);
         }
+        m
     };
     matmul_bf16_gathered(&mut got, (m, k), fill, &packed, true);
     assert_eq!(got, want);

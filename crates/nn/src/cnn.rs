@@ -116,7 +116,7 @@ fn gather_pairs(
     images: std::ops::Range<usize>,
     rows: &mut [u32],
     row_step: usize,
-) {
+) -> usize {
     let span = images.start * conv.input.len()..images.end * conv.input.len();
     match pixels {
         Pixels::U8(px) => conv.im2col_pairs(&px[span], byte_pairs, rows, row_step),
@@ -132,7 +132,7 @@ fn gather_row_pairs(
     images: std::ops::Range<usize>,
     pairs: &mut [u32],
     stride: usize,
-) {
+) -> usize {
     let span = images.start * conv.input.len()..images.end * conv.input.len();
     match pixels {
         Pixels::U8(px) => conv.im2col_row_pairs(&px[span], byte_interleave, pairs, stride),
@@ -197,7 +197,7 @@ fn conv_backward(
                         Filters::Bf16(_) => {
                             let fill = |packed: &mut PackedRhs| {
                                 packed.gathered((n, pl), |pairs, stride| {
-                                    gather_row_pairs(conv, input, images.clone(), pairs, stride);
+                                    gather_row_pairs(conv, input, images.clone(), pairs, stride)
                                 });
                             };
                             matmul_bf16_tn_gathered(part_w, dy_rows, fill, j > 0);

@@ -114,17 +114,22 @@ impl Conv2d {
     /// ([`Conv2d::pairs_gatherable`]), so that no pair straddles two of them.
     ///
     /// # Panics
-    /// When the kernel row is odd or `patches` is too small for `images`.
+    /// When the kernel row is odd, a row step cannot hold a patch row, or `patches` is
+    /// too small for `images`. Returns the patch rows written.
     pub fn im2col_pairs<T: Copy>(
         &self,
         images: &[T],
         to_pairs: impl Fn(&[T], &mut [u32]),
         patches: &mut [u32],
         row_step: usize,
-    ) {
+    ) -> usize {
         assert!(self.pairs_gatherable(), "an odd kernel row straddles pairs");
         let (image, positions, run) = (self.input.len(), self.positions(), self.run());
-        let rows = images.len() / image.max(1) * positions;
+        let rows = images.len() / image * positions;
+        assert!(
+            row_step >= self.patch_len() / 2,
+            "row step shorter than a patch row"
+        );
         assert!(
             patches.len() >= rows * row_step,
             "patch rows for the images"
@@ -141,6 +146,7 @@ impl Conv2d {
                 row += 1;
             }
         }
+        rows
     }
 
     /// The patches of `images` packed as pairs of patch rows (bfloat16's right-hand side
@@ -150,16 +156,21 @@ impl Conv2d {
     /// between.
     ///
     /// # Panics
-    /// When `pairs` is too small for `images`.
+    /// When a stride cannot hold a patch row, or `pairs` is too small for `images`.
+    /// Returns the patch rows covered.
     pub fn im2col_row_pairs<T: Copy + Default>(
         &self,
         images: &[T],
         interleave: impl Fn(&[T], &[T], &mut [u32]),
         pairs: &mut [u32],
         stride: usize,
-    ) {
+    ) -> usize {
         let (image, positions, run) = (self.input.len(), self.positions(), self.run());
-        let rows = images.len() / image.max(1) * positions;
+        let rows = images.len() / image * positions;
+        assert!(
+            stride >= self.patch_len(),
+            "stride shorter than a patch row"
+        );
         assert!(
             pairs.len() >= rows.div_ceil(2) * stride,
             "pair rows for the images"
@@ -180,6 +191,7 @@ impl Conv2d {
                 interleave(kernel_row(2 * p, ky), odd, &mut out[ky * run..][..run]);
             }
         }
+        rows
     }
 
     /// Where kernel row `ky` of output position `position`'s patch starts in its image.
@@ -338,7 +350,8 @@ mod tests {
         };
         let row_step = pl / 2 + 3;
         let mut pairs = vec![u32::MAX; batch * conv.positions() * row_step];
-        conv.im2col_pairs(&x, to_pairs, &mut pairs, row_step);
+        let written = conv.im2col_pairs(&x, to_pairs, &mut pairs, row_step);
+        assert_eq!(written, batch * conv.positions());
         for (r, row) in patches.chunks_exact(pl).enumerate() {
             let mut want = vec![0; pl / 2];
             to_pairs(row, &mut want);
@@ -367,7 +380,10 @@ mod tests {
             };
             let stride = pl + 5;
             let mut pairs = vec![u32::MAX; rows.div_ceil(2) * stride];
-            conv.im2col_row_pairs(&x, interleave, &mut pairs, stride);
+            assert_eq!(
+                conv.im2col_row_pairs(&x, interleave, &mut pairs, stride),
+                rows
+            );
             for p in 0..rows.div_ceil(2) {
                 let even = &patches[2 * p * pl..][..pl];
                 let zeros = vec![0.0; pl];

@@ -29,9 +29,9 @@ pub struct CnnReport {
     pub ratios: Vec<CnnRatio>,
     /// Why PyTorch's rows are missing, when they are.
     pub torch_missing: Option<String>,
-    /// Whether the `strata bf16` rows ran on `vdpbf16ps` (else float32 `gemm` on the
-    /// rounded operands).
-    pub bf16_accelerated: bool,
+    /// The kernel the `strata bf16` rows ran on (the AMX tiles, `vdpbf16ps`, or float32
+    /// `gemm` on the rounded operands).
+    pub bf16_kernel: String,
 }
 
 /// Strata's training speed over PyTorch's for one encoder, precision and thread count.
@@ -293,7 +293,7 @@ pub fn run(quick: bool) -> Result<CnnReport> {
         .map(prepare)
         .collect::<Result<Vec<_>>>()?;
     let mut report = CnnReport {
-        bf16_accelerated: strata_nn::bf16_accelerated(),
+        bf16_kernel: strata_nn::bf16_kernel().describe().to_string(),
         ..CnnReport::default()
     };
     for round in 0..rounds {
@@ -355,14 +355,7 @@ fn ratios(rows: &[CnnRow]) -> Vec<CnnRatio> {
 
 fn print(report: &CnnReport) {
     println!("convolutional encoders, uint8 batches (median per batch, each round):");
-    println!(
-        "  strata bf16: {}",
-        if report.bf16_accelerated {
-            "vdpbf16ps (AVX-512 BF16)"
-        } else {
-            "no AVX-512 BF16 here: the rounded operands through float32 gemm"
-        }
-    );
+    println!("  strata bf16: {}", report.bf16_kernel);
     for r in &report.rows {
         println!(
             "  round {} {:<11} {:>2}x{:<2}x{} batch {} {:<11} {} thread(s): forward {:>7.2} ms, forward+backward {:>7.2} ms, {:>6.0} images/s",
