@@ -1,7 +1,7 @@
 //! bfloat16 products on the AMX tiles (`tdpbf16ps`), for CPUs that have them (Intel's
 //! Sapphire Rapids and later). One instruction multiplies a 16 x 32 bfloat16 tile by a
 //! 32 x 16 one into 16 x 16 float32 sums: 8,192 products where `vdpbf16ps` makes 32, about
-//! eight times its rate on the same core. The operands are the ones [`crate::bf16`] packs
+//! eight times its rate on the same core. The operands are the ones the bf16 module packs
 //! for `vdpbf16ps` (pairs along the inner dimension, the right-hand side as pairs of its
 //! rows), padded with zeros to whole tiles.
 //!
