@@ -13,11 +13,10 @@
 use rand::Rng;
 
 use crate::activation::Activation;
-use crate::bf16::{
-    byte_interleave, byte_pairs, float_interleave, float_pairs, matmul_bf16, matmul_bf16_gathered,
-    matmul_bf16_tn_gathered, PackedRhs,
-};
+use crate::bf16::{matmul_bf16, matmul_bf16_gathered, matmul_bf16_tn_gathered, PackedRhs};
 pub use crate::cnn_arch::{CnnArch, ConvPrecision, ConvSpec};
+pub use crate::cnn_gather::Pixels;
+use crate::cnn_gather::{gather, gather_pairs, gather_row_pairs};
 use crate::conv::{Conv2d, ImageShape};
 use crate::init::{orthogonal, orthogonal_transposed};
 use crate::kernels::{activation_backward, add_rows, bias_activation};
@@ -41,24 +40,6 @@ const SAMPLES_PER_TASK: usize = 4;
 /// a partial of its own, and the partials are summed in task order: more images a task,
 /// fewer partials to sum.
 const BACKWARD_SAMPLES_PER_TASK: usize = 16;
-
-/// Pixels of a batch of channels-last images.
-#[derive(Clone, Copy, Debug)]
-pub enum Pixels<'a> {
-    /// Bytes, scaled by 1/255 as they are gathered (they stay bytes until then).
-    U8(&'a [u8]),
-    /// Floats, used as they are (images already in [0, 1], or a layer's output).
-    F32(&'a [f32]),
-}
-
-impl Pixels<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Pixels::U8(p) => p.len(),
-            Pixels::F32(p) => p.len(),
-        }
-    }
-}
 
 /// A copy of the last forward pass's pixels: every layer's patches are gathered again in
 /// the backward pass instead of being kept (they are the largest intermediates, every
@@ -94,49 +75,6 @@ impl KeptPixels {
             KeptPixels::F32(v) => Pixels::F32(v),
             KeptPixels::None => Pixels::F32(&[]),
         }
-    }
-}
-
-/// Gathers the patches of `images` (whole images of `conv`'s input) into `out`, bytes
-/// unscaled (see [`BYTE_SCALE`]).
-fn gather(conv: &Conv2d, pixels: Pixels<'_>, images: std::ops::Range<usize>, out: &mut [f32]) {
-    let span = images.start * conv.input.len()..images.end * conv.input.len();
-    match pixels {
-        Pixels::U8(px) => conv.im2col(&px[span], f32::from, out),
-        Pixels::F32(px) => conv.im2col(&px[span], |v| v, out),
-    }
-}
-
-/// Gathers the patches of `images` as bfloat16 pairs into a packed left-hand side (row
-/// `r` at `rows[r * row_step..]`), bytes unscaled as in [`gather`] (and exact: every byte
-/// is a bfloat16). The layer's kernel rows must be even ([`Conv2d::pairs_gatherable`]).
-fn gather_pairs(
-    conv: &Conv2d,
-    pixels: Pixels<'_>,
-    images: std::ops::Range<usize>,
-    rows: &mut [u32],
-    row_step: usize,
-) -> usize {
-    let span = images.start * conv.input.len()..images.end * conv.input.len();
-    match pixels {
-        Pixels::U8(px) => conv.im2col_pairs(&px[span], byte_pairs, rows, row_step),
-        Pixels::F32(px) => conv.im2col_pairs(&px[span], float_pairs, rows, row_step),
-    }
-}
-
-/// Gathers the patches of `images` as pairs of patch rows into a packed right-hand side
-/// ([`Conv2d::im2col_row_pairs`]), bytes unscaled as in [`gather`].
-fn gather_row_pairs(
-    conv: &Conv2d,
-    pixels: Pixels<'_>,
-    images: std::ops::Range<usize>,
-    pairs: &mut [u32],
-    stride: usize,
-) -> usize {
-    let span = images.start * conv.input.len()..images.end * conv.input.len();
-    match pixels {
-        Pixels::U8(px) => conv.im2col_row_pairs(&px[span], byte_interleave, pairs, stride),
-        Pixels::F32(px) => conv.im2col_row_pairs(&px[span], float_interleave, pairs, stride),
     }
 }
 

@@ -44,6 +44,7 @@ mod bf16;
 mod branches;
 mod cnn;
 mod cnn_arch;
+mod cnn_gather;
 mod conv;
 mod distribution;
 mod encoder;
