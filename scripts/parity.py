@@ -12,6 +12,8 @@ Usage:
   parity.py table [--out docs/parity.md]   (between the page's results markers)
   parity.py collapse --env ID [--keep DIR]  (how often each system ends below 90% of the
                                             best return any run reached)
+  parity.py kl --env ID --keep DIR [--updates 6]  (the first updates' approximate KL of
+                                            each system, over the last epoch and over all)
 
 Strata runs `strata train --env gym:ID --seed S --max-steps N` (its generic preset, the
 periodic evaluations off so the wall clock is training alone), then `strata eval` over the
@@ -157,11 +159,29 @@ if log_csv:
         norms["global"].append(float(norm))
         return norm
     ppo_module.th.nn.utils.clip_grad_norm_ = clip_and_keep
+    # SB3 logs as train/approx_kl the mean over the last epoch's minibatches only (its list
+    # is reset each epoch); Strata's approx_kl is the mean over every epoch. The same k3
+    # estimate, taken over every minibatch of every epoch, pairs the two like for like.
+    batch_kls, current = [], {}
+    get_batches, evaluate = model.rollout_buffer.get, pol.evaluate_actions
+    def get_and_keep(*a, **k):
+        for batch in get_batches(*a, **k):
+            current["old_log_prob"] = batch.old_log_prob
+            yield batch
+    def evaluate_and_keep(*a, **k):
+        values, log_prob, entropy = evaluate(*a, **k)
+        with torch.no_grad():
+            log_ratio = log_prob - current["old_log_prob"]
+            batch_kls.append(float(torch.mean(torch.exp(log_ratio) - 1 - log_ratio)))
+        return values, log_prob, entropy
+    model.rollout_buffer.get, pol.evaluate_actions = get_and_keep, evaluate_and_keep
     train = model.train
     def train_and_log():
         for kept in norms.values():
             kept.clear()
+        batch_kls.clear()
         train()
+        model.logger.record("train/approx_kl_all_epochs", float(np.mean(batch_kls)))
         model.logger.record("train/grad_norm", float(np.mean(norms["global"])))
         model.logger.record("train/grad_norm_max", float(np.max(norms["global"])))
         model.logger.record("train/policy_grad_norm", float(np.mean(norms["policy"])))
@@ -332,6 +352,41 @@ def collapse(args):
     write_between(args.out, "\n".join(lines) + "\n", COLLAPSE_START, COLLAPSE_END)
 
 
+def early_kls(folder, updates):
+    """Per kept run in a system's folder: the approximate KL of its first `updates`
+    updates, as (last epoch's mean, every epoch's mean) pairs. SB3 logs the first as
+    `train/approx_kl` and the second (parity.py's addition) on the row after the update;
+    Strata's metrics carry `approx_kl_last_epoch` and `approx_kl`."""
+    runs = []
+    for path in sorted(folder.glob("seed*.d/progress.csv")):
+        rows = list(csv.DictReader(path.open()))[1:updates + 1]
+        runs.append([(float(r["train/approx_kl"]), float(r["train/approx_kl_all_epochs"]))
+                     for r in rows if r.get("train/approx_kl_all_epochs")])
+    for path in sorted(folder.glob("seed*.metrics.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()][:updates]
+        runs.append([(r["approx_kl_last_epoch"], r["approx_kl"])
+                     for r in rows if "approx_kl_last_epoch" in r])
+    return [run for run in runs if len(run) == updates]
+
+
+def kl(args):
+    """The first updates' approximate KL, each system's median over its kept runs, taken
+    both ways: over the last epoch (what SB3 logs) and over every epoch (what Strata logs)."""
+    base = Path(args.keep) / args.env
+    systems = {f.name: early_kls(f, args.updates) for f in sorted(base.iterdir()) if f.is_dir()}
+    systems = {name: runs for name, runs in systems.items() if runs}
+    if not systems:
+        sys.exit(f"no kept runs under {base} with both KL figures for {args.updates} updates")
+    head = " | ".join(f"{name} ({len(runs)} runs): last epoch / every epoch"
+                      for name, runs in systems.items())
+    lines = [f"| update | {head} |", "|---:|" + "---|" * len(systems)]
+    for u in range(args.updates):
+        cells = [f"{statistics.median(r[u][0] for r in runs):.4f} / "
+                 f"{statistics.median(r[u][1] for r in runs):.4f}" for runs in systems.values()]
+        lines.append(f"| {u + 1} | " + " | ".join(cells) + " |")
+    print("\n".join(lines))
+
+
 def write_between(out, text, start_marker, end_marker):
     """Prints `text`, or puts it into the page `out` between its markers."""
     if out == "-":
@@ -366,10 +421,14 @@ def main():
                    help="a run ends low below this fraction of the best return")
     c.add_argument("--keep", metavar="DIR", help="runs kept by `run --keep`: count KL spikes")
     c.add_argument("--out", default="-", help="a page with collapse markers, or - (stdout)")
+    k = sub.add_parser("kl", help="the first updates' KL, last epoch and every epoch")
+    k.add_argument("--env", required=True)
+    k.add_argument("--keep", metavar="DIR", required=True, help="runs kept by `run --keep`")
+    k.add_argument("--updates", type=int, default=6)
     for p in (r, t, c):
         p.add_argument("--results", default=str(REPO / "docs/parity/results.jsonl"))
     args = parser.parse_args()
-    return {"run": run, "table": table, "collapse": collapse}[args.command](args)
+    return {"run": run, "table": table, "collapse": collapse, "kl": kl}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -91,3 +91,25 @@ def test_a_systems_folder_name_is_safe():
     assert parity.slug("strata env.num_envs=8 ppo.n_steps=256") == \
         "strata-env.num_envs_8-ppo.n_steps_256"
     assert parity.slug('strata env.gym.kwargs.path="a/b"') == "strata-env.gym.kwargs.path_a_b_"
+
+
+def test_kl_pairs_each_systems_last_epoch_and_every_epoch(tmp_path, capsys):
+    keep = tmp_path / "keep" / "Hopper-v4"
+    # SB3's first row has no training yet; its row u carries update u's statistics.
+    for seed, scale in [(1, 1.0), (2, 3.0), (3, 2.0)]:
+        (keep / "sb3" / f"seed{seed}.d").mkdir(parents=True)
+        with (keep / "sb3" / f"seed{seed}.d" / "progress.csv").open("w") as f:
+            f.write("rollout/ep_rew_mean,train/approx_kl,train/approx_kl_all_epochs\n1,,\n")
+            f.writelines(f"1,{0.02 * scale * u},{0.01 * scale * u}\n" for u in (1, 2, 3))
+    (keep / "strata").mkdir()
+    (keep / "strata" / "seed1.metrics.jsonl").write_text("\n".join(
+        json.dumps({"approx_kl": 0.01 * u, "approx_kl_last_epoch": 0.03 * u})
+        for u in (1, 2, 3)))
+    # A run from before the last-epoch figure existed is left out, not counted as zero.
+    (keep / "strata" / "seed2.metrics.jsonl").write_text(json.dumps({"approx_kl": 0.5}))
+    parity.kl(argparse.Namespace(keep=str(tmp_path / "keep"), env="Hopper-v4", updates=2))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("| update | sb3 (3 runs): last epoch / every epoch | "
+                      "strata (1 runs): last epoch / every epoch |"), out
+    assert out[2] == "| 1 | 0.0400 / 0.0200 | 0.0300 / 0.0100 |", out
+    assert out[3] == "| 2 | 0.0800 / 0.0400 | 0.0600 / 0.0200 |", out

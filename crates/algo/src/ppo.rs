@@ -24,8 +24,13 @@ pub struct UpdateStats {
     pub value_loss: f32,
     /// Mean entropy.
     pub entropy: f32,
-    /// Mean approximate KL (k3).
+    /// Mean approximate KL (k3) over every minibatch of every epoch.
     pub approx_kl: f32,
+    /// Mean approximate KL over the last epoch's minibatches only: what SB3 logs as
+    /// `train/approx_kl`, for comparisons with it (above the all-epoch mean, since the
+    /// policy moves away from the behaviour policy epoch by epoch).
+    #[serde(default)]
+    pub approx_kl_last_epoch: f32,
     /// Mean clip fraction.
     pub clip_fraction: f32,
     /// `1 - Var(returns - values) / Var(returns)` over the rollout.
@@ -177,6 +182,7 @@ impl Ppo {
         let norm_adv = c.norm_adv;
         model.zero_grad();
         'epochs: for _ in 0..n_epochs {
+            let (mut epoch_kl, mut epoch_minibatches) = (0.0_f32, 0_u32);
             self.indices.shuffle(&mut self.rng);
             let indices = std::mem::take(&mut self.indices);
             for ids in indices.chunks(per_minibatch) {
@@ -263,6 +269,11 @@ impl Ppo {
                 sums.value_loss += terms.value_loss;
                 sums.entropy += terms.entropy;
                 sums.approx_kl += terms.approx_kl;
+                epoch_kl += terms.approx_kl;
+                epoch_minibatches += 1;
+                // Kept as it goes, so an epoch cut short by the KL stop counts for what it
+                // trained, and one stopped before its first step leaves the last full one.
+                stats.approx_kl_last_epoch = epoch_kl / epoch_minibatches as f32;
                 sums.clip_fraction += terms.clip_fraction;
                 stats.minibatches += 1;
             }
@@ -467,5 +478,55 @@ mod tests {
         rollout.compute_advantages(0.99, 0.95);
         let s = strict.update(&mut model, &rollout, 1.0);
         assert!(s.early_stopped && s.epochs < 10, "{s:?}");
+    }
+
+    /// The all-epoch KL averages the first epoch, where the policy has barely moved, with
+    /// the later ones; the last epoch's mean (SB3's `approx_kl`) sits above it, and with
+    /// one epoch the two are the same figure.
+    #[test]
+    fn last_epoch_kl_is_the_last_epochs_mean() {
+        let update = |n_epochs| {
+            let mut rng = SampleRng::seed_from_u64(3);
+            let mut model = ActorCriticNet::new(
+                1,
+                Head::Categorical { n: 2 },
+                &NetworkConfig::default(),
+                &mut rng,
+            );
+            let config = PpoConfig {
+                n_steps: 1,
+                batch_size: 16,
+                n_epochs,
+                learning_rate: 1e-2,
+                ..PpoConfig::default()
+            };
+            let mut rollout = RolloutBuffer::new(64, 1, 1, 1);
+            let obs = rollout.obs.as_dense().unwrap().to_vec();
+            model.act(
+                &obs,
+                Memory::none(),
+                &mut rng,
+                &[],
+                &mut rollout.actions,
+                &mut rollout.log_probs,
+                &mut rollout.values,
+            );
+            for k in 0..64 {
+                rollout.rewards[k] = rollout.actions[k] * 2.0 - 1.0;
+                rollout.terminated[k] = true;
+            }
+            rollout.compute_advantages(0.99, 0.95);
+            Ppo::new(config, 1).update(&mut model, &rollout, 1.0)
+        };
+        let one = update(1);
+        assert_eq!(one.approx_kl_last_epoch, one.approx_kl, "{one:?}");
+        let four = update(4);
+        assert!(four.approx_kl > 0.0, "{four:?}");
+        assert!(
+            four.approx_kl_last_epoch > 1.2 * four.approx_kl,
+            "last epoch {} against all epochs {}",
+            four.approx_kl_last_epoch,
+            four.approx_kl
+        );
     }
 }

@@ -68,6 +68,10 @@ impl RunDir {
             ("ppo/value_loss", f64::from(ppo.value_loss)),
             ("ppo/entropy", f64::from(ppo.entropy)),
             ("ppo/approx_kl", f64::from(ppo.approx_kl)),
+            (
+                "ppo/approx_kl_last_epoch",
+                f64::from(ppo.approx_kl_last_epoch),
+            ),
             ("ppo/clip_fraction", f64::from(ppo.clip_fraction)),
             ("ppo/explained_variance", f64::from(ppo.explained_variance)),
             ("ppo/learning_rate", f64::from(ppo.learning_rate)),
