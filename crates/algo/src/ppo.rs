@@ -405,17 +405,47 @@ mod tests {
         assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-5);
     }
 
+    /// A two-armed bandit's model: one constant observation, two actions.
+    fn bandit_model(rng: &mut SampleRng) -> ActorCriticNet {
+        ActorCriticNet::new(
+            1,
+            Head::Categorical { n: 2 },
+            &NetworkConfig::default(),
+            rng,
+        )
+    }
+
+    /// One batch of 64 one-step bandit episodes sampled by `model`, each action paid by
+    /// `pay`, advantages computed.
+    fn bandit_batch(
+        model: &mut ActorCriticNet,
+        rollout: &mut RolloutBuffer,
+        rng: &mut SampleRng,
+        pay: impl Fn(f32) -> f32,
+    ) {
+        let obs = rollout.obs.as_dense().unwrap().to_vec();
+        model.act(
+            &obs,
+            Memory::none(),
+            rng,
+            &[],
+            &mut rollout.actions,
+            &mut rollout.log_probs,
+            &mut rollout.values,
+        );
+        for k in 0..64 {
+            rollout.rewards[k] = pay(rollout.actions[k]);
+            rollout.terminated[k] = true;
+        }
+        rollout.compute_advantages(0.99, 0.95);
+    }
+
     /// A one-step bandit: action 1 pays 1, action 0 pays 0. PPO must learn to prefer 1,
     /// and the KL early stop must cut epochs short with a tiny target.
     #[test]
     fn learns_a_bandit_and_stops_early_on_kl() {
         let mut rng = SampleRng::seed_from_u64(0);
-        let mut model = ActorCriticNet::new(
-            1,
-            Head::Categorical { n: 2 },
-            &NetworkConfig::default(),
-            &mut rng,
-        );
+        let mut model = bandit_model(&mut rng);
         let config = PpoConfig {
             n_steps: 1,
             batch_size: 16,
@@ -427,32 +457,13 @@ mod tests {
         let mut rollout = RolloutBuffer::new(64, 1, 1, 1);
 
         for _ in 0..30 {
-            let obs = rollout.obs.as_dense().unwrap().to_vec();
-            model.act(
-                &obs,
-                Memory::none(),
-                &mut rng,
-                &[],
-                &mut rollout.actions,
-                &mut rollout.log_probs,
-                &mut rollout.values,
-            );
-            for k in 0..64 {
-                rollout.rewards[k] = rollout.actions[k];
-                rollout.terminated[k] = true;
-            }
-            rollout.compute_advantages(0.99, 0.95);
+            bandit_batch(&mut model, &mut rollout, &mut rng, |a| a);
             ppo.update(&mut model, &rollout, 1.0);
         }
         let share = rollout.actions.iter().sum::<f32>() / 64.0;
         assert!(share > 0.9, "share of the paying action: {share}");
         // A fresh, undecided model with a tiny KL target stops within the first epoch.
-        let mut model = ActorCriticNet::new(
-            1,
-            Head::Categorical { n: 2 },
-            &NetworkConfig::default(),
-            &mut rng,
-        );
+        let mut model = bandit_model(&mut rng);
         let mut strict = Ppo::new(
             PpoConfig {
                 target_kl: Some(1e-6),
@@ -462,20 +473,7 @@ mod tests {
             },
             1,
         );
-        let obs = rollout.obs.as_dense().unwrap().to_vec();
-        model.act(
-            &obs,
-            Memory::none(),
-            &mut rng,
-            &[],
-            &mut rollout.actions,
-            &mut rollout.log_probs,
-            &mut rollout.values,
-        );
-        for k in 0..64 {
-            rollout.rewards[k] = rollout.actions[k] * 2.0 - 1.0;
-        }
-        rollout.compute_advantages(0.99, 0.95);
+        bandit_batch(&mut model, &mut rollout, &mut rng, |a| a * 2.0 - 1.0);
         let s = strict.update(&mut model, &rollout, 1.0);
         assert!(s.early_stopped && s.epochs < 10, "{s:?}");
     }
@@ -487,12 +485,7 @@ mod tests {
     fn last_epoch_kl_is_the_last_epochs_mean() {
         let update = |n_epochs| {
             let mut rng = SampleRng::seed_from_u64(3);
-            let mut model = ActorCriticNet::new(
-                1,
-                Head::Categorical { n: 2 },
-                &NetworkConfig::default(),
-                &mut rng,
-            );
+            let mut model = bandit_model(&mut rng);
             let config = PpoConfig {
                 n_steps: 1,
                 batch_size: 16,
@@ -501,21 +494,7 @@ mod tests {
                 ..PpoConfig::default()
             };
             let mut rollout = RolloutBuffer::new(64, 1, 1, 1);
-            let obs = rollout.obs.as_dense().unwrap().to_vec();
-            model.act(
-                &obs,
-                Memory::none(),
-                &mut rng,
-                &[],
-                &mut rollout.actions,
-                &mut rollout.log_probs,
-                &mut rollout.values,
-            );
-            for k in 0..64 {
-                rollout.rewards[k] = rollout.actions[k] * 2.0 - 1.0;
-                rollout.terminated[k] = true;
-            }
-            rollout.compute_advantages(0.99, 0.95);
+            bandit_batch(&mut model, &mut rollout, &mut rng, |a| a * 2.0 - 1.0);
             Ppo::new(config, 1).update(&mut model, &rollout, 1.0)
         };
         let one = update(1);
