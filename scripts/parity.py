@@ -10,8 +10,9 @@ skipped, so a subset can be rerun (`--force`) or the suite continued after a sto
 Usage:
   parity.py run [--envs ID,ID] [--seeds 1-5] [--systems strata,sb3] [--force] [--keep DIR]
   parity.py table [--out docs/parity.md]   (between the page's results markers)
-  parity.py collapse --env ID [--keep DIR]  (how often each system ends below 90% of the
-                                            best return any run reached)
+  parity.py collapse --env ID [--keep DIR] [--out docs/parity.md]  (how often each system
+                                            ends below 90% of the best return any run
+                                            reached; between the page's markers for ID)
   parity.py kl --env ID --keep DIR [--updates 6]  (the first updates' approximate KL of
                                             each system, over the last epoch and over all)
 
@@ -64,7 +65,11 @@ SUITE = {
 EVAL_EPISODES = 20
 # Where `table --out PAGE` puts the table in the page.
 RESULTS_START, RESULTS_END = "<!-- results -->", "<!-- /results -->"
-COLLAPSE_START, COLLAPSE_END = "<!-- collapse -->", "<!-- /collapse -->"
+
+
+def collapse_markers(env):
+    """Where `collapse --out PAGE` puts one env's table: each env has its own markers."""
+    return f"<!-- collapse {env} -->", f"<!-- /collapse {env} -->"
 EVAL_SEED = 777_000
 
 
@@ -349,7 +354,7 @@ def collapse(args):
         lines.append(f"| {label} | {len(group)} | {len(low)} | {len(low) / len(group):.0%} | "
                      + ", ".join(f"s{r['seed']} {r['greedy_return']:.0f}" for r in low)
                      + f" | {kept_text} |")
-    write_between(args.out, "\n".join(lines) + "\n", COLLAPSE_START, COLLAPSE_END)
+    write_between(args.out, "\n".join(lines) + "\n", *collapse_markers(args.env))
 
 
 def early_kls(folder, updates):

@@ -74,7 +74,8 @@ def test_collapse_counts_runs_that_end_low_fall_and_spike(tmp_path):
         f.write("rollout/ep_rew_mean,train/approx_kl\n50,\n")
         f.writelines(f"{100 * u},0.2\n" for u in range(1, 20))
     page = tmp_path / "page.md"
-    page.write_text(f"a\n{parity.COLLAPSE_START}\n{parity.COLLAPSE_END}\nb\n")
+    start, end = parity.collapse_markers("InvertedDoublePendulum-v5")
+    page.write_text(f"a\n{start}\n{end}\nb\n")
     args = argparse.Namespace(results=str(results), env="InvertedDoublePendulum-v5",
                               fraction=0.9, keep=str(tmp_path / "keep"), out=str(page))
     parity.collapse(args)
