@@ -27,8 +27,9 @@ pub struct UpdateStats {
     /// Mean approximate KL (k3) over every minibatch of every epoch.
     pub approx_kl: f32,
     /// Mean approximate KL over the last epoch's minibatches only: what SB3 logs as
-    /// `train/approx_kl`, for comparisons with it (above the all-epoch mean, since the
-    /// policy moves away from the behaviour policy epoch by epoch).
+    /// `train/approx_kl`, for comparisons with it (usually above the all-epoch mean, since
+    /// the policy moves away from the behaviour policy epoch by epoch). Like SB3's, it
+    /// includes the minibatch whose KL stopped the update early.
     #[serde(default)]
     pub approx_kl_last_epoch: f32,
     /// Mean clip fraction.
@@ -234,6 +235,11 @@ impl Ppo {
                 forward += t1 - t0;
                 if let Some(kl) = target_kl {
                     if terms.approx_kl > 1.5 * kl {
+                        // SB3 counts the minibatch that trips the stop in the epoch's
+                        // KL before breaking; so does the figure compared with it.
+                        epoch_kl += terms.approx_kl;
+                        epoch_minibatches += 1;
+                        stats.approx_kl_last_epoch = epoch_kl / epoch_minibatches as f32;
                         stats.early_stopped = true;
                         self.indices = indices;
                         break 'epochs;
@@ -271,8 +277,7 @@ impl Ppo {
                 sums.approx_kl += terms.approx_kl;
                 epoch_kl += terms.approx_kl;
                 epoch_minibatches += 1;
-                // Kept as it goes, so an epoch cut short by the KL stop counts for what it
-                // trained, and one stopped before its first step leaves the last full one.
+                // Kept as it goes, so an epoch cut short by the KL stop counts what it saw.
                 stats.approx_kl_last_epoch = epoch_kl / epoch_minibatches as f32;
                 sums.clip_fraction += terms.clip_fraction;
                 stats.minibatches += 1;
@@ -476,6 +481,9 @@ mod tests {
         bandit_batch(&mut model, &mut rollout, &mut rng, |a| a * 2.0 - 1.0);
         let s = strict.update(&mut model, &rollout, 1.0);
         assert!(s.early_stopped && s.epochs < 10, "{s:?}");
+        // The minibatch that tripped the stop is in the last epoch's KL, as in SB3's log,
+        // and not in the all-epoch mean of the minibatches that trained.
+        assert!(s.approx_kl_last_epoch > s.approx_kl, "{s:?}");
     }
 
     /// The all-epoch KL averages the first epoch, where the policy has barely moved, with
