@@ -65,12 +65,12 @@ SUITE = {
 EVAL_EPISODES = 20
 # Where `table --out PAGE` puts the table in the page.
 RESULTS_START, RESULTS_END = "<!-- results -->", "<!-- /results -->"
+EVAL_SEED = 777_000
 
 
 def collapse_markers(env):
     """Where `collapse --out PAGE` puts one env's table: each env has its own markers."""
     return f"<!-- collapse {env} -->", f"<!-- /collapse {env} -->"
-EVAL_SEED = 777_000
 
 
 def seeds(text):
@@ -296,10 +296,10 @@ def table(args):
 
 
 def kept_updates(keep, env, system, seed):
-    """(training return, approx KL) per update of a run kept by `--keep`, or None; updates
-    before the first finished episode (no return yet) are left out. SB3's logger writes an
-    update's training statistics on the next update's row (it logs before training), so
-    each KL is paired here with the row before."""
+    """(training return, approx KL over the update's last epoch) per update of a run kept
+    by `--keep`, or None; updates before the first finished episode (no return yet) are
+    left out. SB3's logger writes an update's training statistics on the next update's
+    row (it logs before training), so each KL is paired here with the row before."""
     path = kept_file(keep, env, system, seed)
     if not path.exists():
         return None
@@ -308,8 +308,11 @@ def kept_updates(keep, env, system, seed):
         pairs = [(before.get("rollout/ep_rew_mean"), row.get("train/approx_kl"))
                  for before, row in zip(rows, rows[1:])]
         return [(float(ret), float(kl)) for ret, kl in pairs if ret and kl]
+    # SB3's figure is its last epoch's mean; Strata's runs log that one too since
+    # 2026-12-06 (older runs only the every-epoch mean, a little lower, taken in its stead).
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [(r["mean_return"], r["approx_kl"]) for r in rows if r.get("mean_return") is not None]
+    return [(r["mean_return"], r.get("approx_kl_last_epoch", r["approx_kl"]))
+            for r in rows if r.get("mean_return") is not None]
 
 
 def collapsed(updates):
@@ -359,9 +362,10 @@ def collapse(args):
 
 def early_kls(folder, updates):
     """Per kept run in a system's folder: the approximate KL of its first `updates`
-    updates, as (last epoch's mean, every epoch's mean) pairs. SB3 logs the first as
-    `train/approx_kl` and the second (parity.py's addition) on the row after the update;
-    Strata's metrics carry `approx_kl_last_epoch` and `approx_kl`."""
+    updates, as (last epoch's mean, every epoch's mean) pairs. SB3 logs both on the row
+    after the update (its logger dumps before training, so row 0 has neither): the first
+    as `train/approx_kl`, the second as `train/approx_kl_all_epochs` (parity.py's
+    addition). Strata's metrics carry `approx_kl_last_epoch` and `approx_kl`."""
     runs = []
     for path in sorted(folder.glob("seed*.d/progress.csv")):
         rows = list(csv.DictReader(path.open()))[1:updates + 1]
@@ -378,6 +382,8 @@ def kl(args):
     """The first updates' approximate KL, each system's median over its kept runs, taken
     both ways: over the last epoch (what SB3 logs) and over every epoch (what Strata logs)."""
     base = Path(args.keep) / args.env
+    if not base.is_dir():
+        sys.exit(f"no kept runs of {args.env}: {base} is not a folder (see `run --keep`)")
     systems = {f.name: early_kls(f, args.updates) for f in sorted(base.iterdir()) if f.is_dir()}
     systems = {name: runs for name, runs in systems.items() if runs}
     if not systems:

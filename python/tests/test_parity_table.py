@@ -5,6 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "parity.py"
 spec = importlib.util.spec_from_file_location("parity", SCRIPT)
 parity = importlib.util.module_from_spec(spec)
@@ -66,8 +68,10 @@ def test_collapse_counts_runs_that_end_low_fall_and_spike(tmp_path):
     (keep / "strata").mkdir(parents=True)
     (keep / "strata" / "seed1.metrics.jsonl").write_text("\n".join(
         json.dumps({"mean_return": r, "approx_kl": k}) for r, k in [(None, 0.0), *fall]))
+    # Seed 2 logs its last epoch's KL too (twice the all-epoch mean here): that one is read.
     (keep / "strata" / "seed2.metrics.jsonl").write_text("\n".join(
-        json.dumps({"mean_return": r, "approx_kl": k}) for r, k in climb))
+        json.dumps({"mean_return": r, "approx_kl": k, "approx_kl_last_epoch": 2 * k})
+        for r, k in climb))
     # SB3 writes an update's KL on the next row; the first row has no training yet.
     (keep / "sb3" / "seed1.d").mkdir(parents=True)
     with (keep / "sb3" / "seed1.d" / "progress.csv").open("w") as f:
@@ -84,7 +88,7 @@ def test_collapse_counts_runs_that_end_low_fall_and_spike(tmp_path):
     strata = next(r for r in text if r.startswith("| strata (1,000 steps) |"))
     # Ceiling 9300: below 8370 ends low. SB3 seed 2 does; its kept seed 1 spikes 19 times.
     assert "| 2 | 1 | 50% | s2 3000 | 1 | 0 | 19 | 0.20 |" in sb3, sb3
-    assert "| 2 | 0 | 0% |  | 2 | 1 s1 | 2 | 1.50 |" in strata, strata
+    assert "| 2 | 0 | 0% |  | 2 | 1 s1 | 2 | 3.00 |" in strata, strata
     assert text[0] == "a" and text[-1] == "b"
 
 
@@ -114,3 +118,11 @@ def test_kl_pairs_each_systems_last_epoch_and_every_epoch(tmp_path, capsys):
                       "strata (1 runs): last epoch / every epoch |"), out
     assert out[2] == "| 1 | 0.0400 / 0.0200 | 0.0300 / 0.0100 |", out
     assert out[3] == "| 2 | 0.0800 / 0.0400 | 0.0600 / 0.0200 |", out
+
+
+def test_kl_without_kept_runs_names_the_missing_folder(tmp_path):
+    args = argparse.Namespace(keep=str(tmp_path), env="Hopper-v4", updates=2)
+    with pytest.raises(SystemExit) as stop:
+        parity.kl(args)
+    assert "no kept runs of Hopper-v4" in str(stop.value.code)
+    assert str(tmp_path / "Hopper-v4") in str(stop.value.code)
