@@ -21,8 +21,10 @@ periodic evaluations off so the wall clock is training alone), then `strata eval
 same fresh episodes as SB3. SB3 runs `PPO("MlpPolicy", env)` with every default (one env,
 2048 steps per update, no normalisation) and one torch thread. With `--keep DIR` each run's
 per-update statistics stay under DIR/ENV/SYSTEM/: Strata's metrics.jsonl, SB3's
-progress.csv with the gradient norm before clipping added (all parameters, the policy's,
-the value network's), which `collapse --keep DIR` reads for falls and KL spikes.
+progress.csv with two additions, the gradient norm before clipping (all parameters, the
+policy's, the value network's) and the approximate KL over every epoch
+(`train/approx_kl_all_epochs`). `collapse --keep DIR` reads them for falls and KL spikes,
+`kl --keep DIR` for the first updates' KL taken both ways.
 
 Needs: a Python with stable-baselines3 2.x, torch (CPU), gymnasium[mujoco] and box2d
 (`--python`, default this interpreter), and a release build of strata (`--strata`).
@@ -167,6 +169,8 @@ if log_csv:
     # SB3 logs as train/approx_kl the mean over the last epoch's minibatches only (its list
     # is reset each epoch); Strata's approx_kl is the mean over every epoch. The same k3
     # estimate, taken over every minibatch of every epoch, pairs the two like for like.
+    # (Like for like while target_kl is unset, as in the suite: with it, SB3 evaluates the
+    # minibatch that stops the update, so it is counted here, where Strata's is not.)
     batch_kls, current = [], {}
     get_batches, evaluate = model.rollout_buffer.get, pol.evaluate_actions
     def get_and_keep(*a, **k):
@@ -299,7 +303,8 @@ def kept_updates(keep, env, system, seed):
     """(training return, approx KL over the update's last epoch) per update of a run kept
     by `--keep`, or None; updates before the first finished episode (no return yet) are
     left out. SB3's logger writes an update's training statistics on the next update's
-    row (it logs before training), so each KL is paired here with the row before."""
+    row (it logs before training), so each KL is paired here with the row before; its
+    last update is never written, so an SB3 run has one update fewer than Strata's."""
     path = kept_file(keep, env, system, seed)
     if not path.exists():
         return None
@@ -388,7 +393,8 @@ def kl(args):
     systems = {name: runs for name, runs in systems.items() if runs}
     if not systems:
         sys.exit(f"no kept runs under {base} with both KL figures for {args.updates} updates")
-    head = " | ".join(f"{name} ({len(runs)} runs): last epoch / every epoch"
+    head = " | ".join(f"{name} ({len(runs)} run{'s' * (len(runs) != 1)}): "
+                      "last epoch / every epoch"
                       for name, runs in systems.items())
     lines = [f"| update | {head} |", "|---:|" + "---|" * len(systems)]
     for u in range(args.updates):

@@ -115,7 +115,7 @@ def test_kl_pairs_each_systems_last_epoch_and_every_epoch(tmp_path, capsys):
     parity.kl(argparse.Namespace(keep=str(tmp_path / "keep"), env="Hopper-v4", updates=2))
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("| update | sb3 (3 runs): last epoch / every epoch | "
-                      "strata (1 runs): last epoch / every epoch |"), out
+                      "strata (1 run): last epoch / every epoch |"), out
     assert out[2] == "| 1 | 0.0400 / 0.0200 | 0.0300 / 0.0100 |", out
     assert out[3] == "| 2 | 0.0800 / 0.0400 | 0.0600 / 0.0200 |", out
 

@@ -507,6 +507,16 @@ mod tests {
         };
         let one = update(1);
         assert_eq!(one.approx_kl_last_epoch, one.approx_kl, "{one:?}");
+        // Same seeds, so two epochs begin as the one did: the second epoch's mean is what
+        // is left of the two-epoch mean once the first epoch is taken out (not, say, the
+        // last minibatch alone).
+        let two = update(2);
+        let second_epoch = 2.0 * two.approx_kl - one.approx_kl;
+        assert!(
+            (two.approx_kl_last_epoch - second_epoch).abs() <= 1e-4 * second_epoch.abs(),
+            "last epoch {} against the second epoch's mean {second_epoch}",
+            two.approx_kl_last_epoch
+        );
         let four = update(4);
         assert!(four.approx_kl > 0.0, "{four:?}");
         assert!(
