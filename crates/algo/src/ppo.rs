@@ -233,13 +233,13 @@ impl Ppo {
                     &mut self.d_values,
                 );
                 forward += t1 - t0;
+                // Kept as it goes, before the KL stop: SB3 counts the minibatch that trips
+                // the stop in the epoch's KL, so the figure compared with it does too.
+                epoch_kl += terms.approx_kl;
+                epoch_minibatches += 1;
+                stats.approx_kl_last_epoch = epoch_kl / epoch_minibatches as f32;
                 if let Some(kl) = target_kl {
                     if terms.approx_kl > 1.5 * kl {
-                        // SB3 counts the minibatch that trips the stop in the epoch's
-                        // KL before breaking; so does the figure compared with it.
-                        epoch_kl += terms.approx_kl;
-                        epoch_minibatches += 1;
-                        stats.approx_kl_last_epoch = epoch_kl / epoch_minibatches as f32;
                         stats.early_stopped = true;
                         self.indices = indices;
                         break 'epochs;
@@ -275,10 +275,6 @@ impl Ppo {
                 sums.value_loss += terms.value_loss;
                 sums.entropy += terms.entropy;
                 sums.approx_kl += terms.approx_kl;
-                epoch_kl += terms.approx_kl;
-                epoch_minibatches += 1;
-                // Kept as it goes, so an epoch cut short by the KL stop counts what it saw.
-                stats.approx_kl_last_epoch = epoch_kl / epoch_minibatches as f32;
                 sums.clip_fraction += terms.clip_fraction;
                 stats.minibatches += 1;
             }
