@@ -117,8 +117,8 @@ impl GatewaySettings {
     }
 
     /// Defaults around the run config `run`, state in `dir`. Its reward scaling is turned
-    /// off: agents report raw rewards, and scaling (the generic preset's, or a trained
-    /// checkpoint's) shapes only training in envs.
+    /// off: agents report raw rewards, and scaling (a preset's, such as rl-zoo3's MuJoCo
+    /// entries, or a trained checkpoint's) shapes only training in envs.
     pub fn for_run(mut run: RunConfig, dir: impl Into<PathBuf>) -> Self {
         run.env.normalize_reward = false;
         GatewaySettings {
@@ -243,17 +243,13 @@ mod tests {
 
     #[test]
     fn an_env_without_a_preset_serves_on_raw_rewards() {
-        // The generic preset scales rewards for training in envs; agents report raw ones.
-        assert!(
-            strata_config::preset("gym:NoPresetHere-v0")
-                .unwrap()
-                .env
-                .normalize_reward
-        );
+        // The generic preset trains on the env's own rewards, as agents report them.
+        let generic = strata_config::preset("gym:NoPresetHere-v0").unwrap();
+        assert!(!generic.env.normalize_reward);
         let settings = GatewaySettings::new("gym:NoPresetHere-v0", "unused").unwrap();
-        assert!(!settings.run.env.normalize_reward);
+        assert_eq!(settings.run, generic);
         settings.validate().unwrap();
-        // A trained checkpoint's config is served the same way.
+        // A checkpoint trained on scaled rewards serves on raw ones too.
         let mut trained = strata_config::preset("pendulum").unwrap();
         trained.env.normalize_reward = true;
         let settings = GatewaySettings::for_run(trained, "unused");
