@@ -40,8 +40,9 @@ pub struct PpoConfig {
     /// shared encoder or core) to `max_grad_norm` on its own instead of all together
     /// (SB3's global norm). On unnormalised returns the value loss's gradient sets the
     /// global norm, so the policy's step follows the value loss; per network it does
-    /// not (docs/parity.md, the InvertedDoublePendulum collapse). Left out of the
-    /// config when false.
+    /// not (docs/parity.md, the InvertedDoublePendulum collapse). On in the generic preset
+    /// of a Gymnasium env. Left out of the config's hash when false (older configs keep
+    /// theirs); written in the TOML a config is shown and saved as.
     #[serde(skip_serializing_if = "is_false")]
     pub clip_grad_per_network: bool,
     /// Normalise advantages per minibatch.

@@ -188,8 +188,10 @@ impl RunConfig {
         let mut table = toml::Table::try_from(self).expect("a RunConfig always serialises");
         let json = serde_json::to_value(self).expect("a RunConfig always serialises");
         mark_none(&mut table, &json);
-        // Left out of the serialised form at its default (so older configs keep their
-        // hashes), shown here all the same: a user reads the pacing in force.
+        // Left out of the serialised form at their defaults (so older configs keep their
+        // hashes), written here all the same: a user reads the pacing in force, and a
+        // shown or saved config read back over a preset that clips per network (the
+        // generic one) must keep a `false` it says nothing of.
         if let Some(admission) = table
             .get_mut("admission")
             .and_then(toml::Value::as_table_mut)
@@ -197,6 +199,10 @@ impl RunConfig {
             admission
                 .entry("pacing")
                 .or_insert_with(|| self.admission.pacing.as_str().into());
+        }
+        if let Some(ppo) = table.get_mut("ppo").and_then(toml::Value::as_table_mut) {
+            ppo.entry("clip_grad_per_network")
+                .or_insert_with(|| self.ppo.clip_grad_per_network.into());
         }
         table
     }
@@ -361,6 +367,25 @@ mod tests {
         assert_eq!((c.env.name.as_str(), c.ppo.n_epochs), ("acrobot", 4));
         let err = RunConfig::layered(Some("pong"), None, &[]).unwrap_err();
         assert!(err.to_string().contains("unknown env `pong`"), "{err}");
+    }
+
+    /// Per-network clipping turned off on the generic preset (which turns it on) stays off
+    /// through the config `strata config show` prints and a file read back over that
+    /// preset, while the config's hash stays that of a config without the key.
+    #[test]
+    fn per_network_clipping_turned_off_reads_back_over_the_generic_preset() {
+        let generic = preset("gym:NoPresetHere-v0").unwrap();
+        assert!(generic.ppo.clip_grad_per_network);
+        let mut c = generic.clone();
+        c.set("ppo.clip_grad_per_network", "false").unwrap();
+        let text = c.to_toml();
+        assert!(text.contains("clip_grad_per_network = false"), "{text}");
+        let file = ConfigFile::parse("shown.toml", &text).unwrap();
+        let read = RunConfig::layered(None, Some(&file), &[]).unwrap();
+        assert_eq!(read, c);
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("clip_grad_per_network"), "{json}");
+        assert_ne!(c.config_hash(), generic.config_hash());
     }
 
     /// An optional key turned off stays off through a saved `config.toml`, even where the
