@@ -3,7 +3,7 @@
 //! rl-zoo3's PPO hyperparameters (its v4 entries: the v5 bodies and rewards are the same);
 //! MinAtar's games (`MinAtar/Breakout-v1`, ...) take pgx's MinAtar PPO at a CPU's scale on
 //! the MinAtar agent's encoder, the Atari games CleanRL's `ppo_atari`; an id without a
-//! preset gets SB3's PPO defaults with rewards scaled.
+//! preset gets SB3's PPO defaults with each network's gradient clipped on its own.
 
 use strata_algo::PpoConfig;
 use strata_ledger::AdmissionRules;

@@ -41,7 +41,8 @@ impl Default for RunConfig {
 }
 
 /// The preset for a built-in env or a Gymnasium env (`gym:ID`: the built-in twin's preset,
-/// a tuned one, else SB3's defaults with rewards scaled), or `None` for an unknown name.
+/// a tuned one, else SB3's defaults with each network's gradient clipped on its own), or
+/// `None` for an unknown name.
 pub fn preset(env: &str) -> Option<RunConfig> {
     if let Some(id) = strata_env::gym::gym_target(env) {
         return Some(match gym_presets::builtin_twin(id) {

@@ -117,8 +117,8 @@ impl GatewaySettings {
     }
 
     /// Defaults around the run config `run`, state in `dir`. Its reward scaling is turned
-    /// off: agents report raw rewards, and scaling (a preset's, such as rl-zoo3's MuJoCo
-    /// entries, or a trained checkpoint's) shapes only training in envs.
+    /// off: agents report raw rewards, and scaling (a checkpoint trained with
+    /// `env.normalize_reward`) shapes only training in envs.
     pub fn for_run(mut run: RunConfig, dir: impl Into<PathBuf>) -> Self {
         run.env.normalize_reward = false;
         GatewaySettings {
