@@ -118,11 +118,18 @@ fn ledger_commands_answer_about_a_training_run() {
         .iter()
         .map(|g| g["recomputed"][2].as_u64().unwrap())
         .sum();
-    assert_eq!(
-        dropped,
-        4096 - 256,
-        "every lagged fragment would be dropped"
+    // Which fragments were sampled a version behind depends on timing (under load a
+    // worker can start a fragment after the learner's publish), so the manifest says how
+    // many samples were older than the learner that trained on them.
+    let lagged = rows
+        .iter()
+        .filter(|row| row["learner_version"].as_u64() > row["policy_version"].as_u64())
+        .count() as u64;
+    assert!(
+        lagged >= 256,
+        "async sampling ran ahead of the learner: {lagged}"
     );
+    assert_eq!(dropped, lagged, "every lagged sample would be dropped");
     for format in ["csv", "parquet"] {
         let out = tmp.path().join(format!("m.{format}"));
         let o = strata(&[
