@@ -192,17 +192,21 @@ impl RunConfig {
         // hashes), written here all the same: a user reads the pacing in force, and a
         // shown or saved config read back over a preset that clips per network (the
         // generic one) must keep a `false` it says nothing of.
-        if let Some(admission) = table
-            .get_mut("admission")
-            .and_then(toml::Value::as_table_mut)
-        {
-            admission
-                .entry("pacing")
-                .or_insert_with(|| self.admission.pacing.as_str().into());
-        }
-        if let Some(ppo) = table.get_mut("ppo").and_then(toml::Value::as_table_mut) {
-            ppo.entry("clip_grad_per_network")
-                .or_insert_with(|| self.ppo.clip_grad_per_network.into());
+        for (section, key, value) in [
+            (
+                "admission",
+                "pacing",
+                toml::Value::from(self.admission.pacing.as_str()),
+            ),
+            (
+                "ppo",
+                "clip_grad_per_network",
+                toml::Value::from(self.ppo.clip_grad_per_network),
+            ),
+        ] {
+            if let Some(section) = table.get_mut(section).and_then(toml::Value::as_table_mut) {
+                section.entry(key).or_insert(value);
+            }
         }
         table
     }
