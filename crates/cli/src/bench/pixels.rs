@@ -13,8 +13,6 @@ use serde::Serialize;
 use strata_ledger::{Ledger, LedgerConfig};
 use strata_runtime::{preset, Mode, RunConfig, Trainer, UpdateRecord};
 
-use crate::bench::ledger::median;
-
 /// The section's figures.
 #[derive(Serialize, Default, Debug)]
 pub struct PixelsReport {
@@ -29,11 +27,11 @@ pub struct PixelsRow {
     pub env: String,
     /// Env steps per update (`env.num_envs x ppo.n_steps`).
     pub steps_per_update: u64,
-    /// Median seconds of one update's learning alone.
+    /// Mean seconds of one update's learning alone over the measured updates.
     pub learn_seconds: f64,
-    /// Median seconds of one rollout's collection alone.
+    /// Mean seconds of one rollout's collection alone over the measured updates.
     pub collect_seconds: f64,
-    /// Median seconds of the rest of a sync update (GAE, admission, publishing, the
+    /// Mean seconds of the rest of a sync update (GAE, admission, publishing, the
     /// rollout's copies and ledger rows).
     pub rest_seconds: f64,
     /// Steps per second collection and learning allow taking turns.
@@ -69,7 +67,7 @@ pub fn run(quick: bool) -> Result<PixelsReport> {
     let mut report = PixelsReport::default();
     println!(
         "pixel presets: one update's learning alone and one rollout's collection alone (sync, \
-         medians over the updates), the ceilings they imply, and the runs against them"
+         means over the updates), the ceilings they imply, and the runs against them"
     );
     for &(env, updates) in envs(quick) {
         let mut config = preset(env).with_context(|| format!("no preset for {env}"))?;
@@ -79,11 +77,14 @@ pub fn run(quick: bool) -> Result<PixelsReport> {
         let mut sync = config.clone();
         sync.runtime.mode = Mode::Sync;
         let turns = run_updates(sync, updates)?;
-        let (learn, collect, rest) = (
-            median(turns.iter().map(|u| u.learn).collect()),
-            median(turns.iter().map(|u| u.collect).collect()),
-            median(turns.iter().map(|u| u.rest).collect()),
-        );
+        // Means, as the rates are totals over the same updates: a sync run's rate then
+        // cannot pass the ceiling in turns (its wall is learning + collection + the rest),
+        // where the upper median of two updates' pieces set the ceiling below the rate
+        // whenever one update was slower.
+        let mean = |piece: fn(&Update) -> f64| {
+            turns.iter().map(piece).sum::<f64>() / turns.len().max(1) as f64
+        };
+        let (learn, collect, rest) = (mean(|u| u.learn), mean(|u| u.collect), mean(|u| u.rest));
         let steps = (config.env.num_envs * config.ppo.n_steps) as u64;
         let preset_rate = match preset_mode {
             Mode::Sync => rate(&turns, steps),
