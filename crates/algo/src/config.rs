@@ -58,7 +58,7 @@ pub struct PpoConfig {
     /// an env's fragment (back-propagation through time is truncated at its start); 0 is
     /// automatic ([`PpoConfig::automatic_sequence_length`]): the whole fragment when a
     /// minibatch holds whole fragments, else the longest length of at most 32 steps that
-    /// tiles both. Left out of the config when 0.
+    /// tiles both. Left out of the config hash when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub sequence_length: usize,
 }

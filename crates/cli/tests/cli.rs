@@ -4,7 +4,7 @@
 #[path = "support/strata.rs"]
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::{fails_with, stderr, stdout, strata, train_cartpole};
@@ -214,6 +214,61 @@ fn config_show_applies_preset_file_and_overrides() {
     let shown: toml::Table = toml::from_str(&text).unwrap();
     assert_eq!(shown["network"]["core"].as_str(), Some("lstm"));
     assert_eq!(shown["network"]["core_layers"].as_integer(), Some(2));
+}
+
+/// What `config show` prints reads back through `--config` as the same config: keys the
+/// hash leaves out at their defaults are written (a core turned off stays off over a
+/// preset with one), and a note spanning lines (an env that could not be described, with
+/// the fix on its second line) stays a comment.
+#[test]
+fn a_shown_config_reads_back_as_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shown = |args: &[&str], python: Option<&Path>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
+        command.args(["config", "show"]).args(args);
+        if let Some(p) = python {
+            command.env("STRATA_PYTHON", p);
+        }
+        let o = command.output().expect("the binary runs");
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let read_back = |text: &str, python: Option<&Path>| {
+        let file = tmp.path().join("shown.toml");
+        std::fs::write(&file, text).unwrap();
+        shown(&["--config", file.to_str().unwrap()], python)
+    };
+    let body = |text: &str| -> toml::Table { toml::from_str(text).unwrap() };
+
+    let off = shown(
+        &["--env", "cartpole-novel", "--set", "network.core=none"],
+        None,
+    );
+    assert_eq!(body(&off)["network"]["core"].as_str(), Some("none"));
+    assert_eq!(body(&read_back(&off, None)), body(&off));
+
+    // A Python with neither numpy nor gymnasium: the note says so, over two lines.
+    let bare = tmp.path().join("bare");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&bare)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "python3 -m venv failed");
+    let python = bare.join("bin/python");
+    let atari = shown(
+        &[
+            "--env",
+            "gym:ALE/Breakout-v5",
+            "--set",
+            "env.gym.wrappers=[]",
+        ],
+        Some(&python),
+    );
+    assert!(atari.contains("# encoder: not known"), "{atari}");
+    let wrappers = |t: &toml::Table| t["env"]["gym"]["wrappers"].clone();
+    assert_eq!(wrappers(&body(&atari)), toml::Value::Array(Vec::new()));
+    assert_eq!(body(&read_back(&atari, Some(&python))), body(&atari));
 }
 
 #[test]

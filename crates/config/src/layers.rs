@@ -189,27 +189,85 @@ impl RunConfig {
         let json = serde_json::to_value(self).expect("a RunConfig always serialises");
         mark_none(&mut table, &json);
         // Left out of the serialised form at their defaults (so older configs keep their
-        // hashes), written here all the same: a user reads the pacing in force, and a
-        // shown or saved config read back over a preset that clips per network (the
-        // generic one) must keep a `false` it says nothing of.
-        for (section, key, value) in [
+        // hashes), written here all the same: a shown or saved config is read back over
+        // its env's preset, and a key it says nothing of would take the preset's value
+        // (a `core = "lstm"` preset would turn a core the config had off back on).
+        let mut written: Vec<(&[&str], &str, toml::Value)> = vec![
             (
-                "admission",
+                &["admission"],
                 "pacing",
-                toml::Value::from(self.admission.pacing.as_str()),
+                toml_value(&self.admission.pacing.as_str()),
             ),
             (
-                "ppo",
-                "clip_grad_per_network",
-                toml::Value::from(self.ppo.clip_grad_per_network),
+                &["ppo"],
+                "sequence_length",
+                toml_value(&self.ppo.sequence_length),
             ),
-        ] {
-            if let Some(section) = table.get_mut(section).and_then(toml::Value::as_table_mut) {
-                section.entry(key).or_insert(value);
+            (
+                &["ppo"],
+                "clip_grad_per_network",
+                toml_value(&self.ppo.clip_grad_per_network),
+            ),
+            (&["network"], "encoder", toml_value(&self.network.encoder)),
+            (
+                &["network"],
+                "conv_precision",
+                toml_value(&self.network.conv_precision),
+            ),
+            (
+                &["network"],
+                "sde_sample_freq",
+                toml_value(&self.network.sde_sample_freq),
+            ),
+            (&["network"], "core", toml_value(&self.network.core)),
+            (
+                &["network"],
+                "core_size",
+                toml_value(&self.network.core_size),
+            ),
+            (
+                &["network"],
+                "core_layers",
+                toml_value(&self.network.core_layers),
+            ),
+            (
+                &["network"],
+                "core_shared",
+                toml_value(&self.network.core_shared),
+            ),
+            (
+                &["runtime"],
+                "max_worker_restarts",
+                self.runtime
+                    .max_worker_restarts
+                    .map_or_else(|| toml::Value::from(NONE), |n| toml_value(&n)),
+            ),
+        ];
+        if self.env.gym_target().is_some() {
+            written.push((
+                &["env", "gym"],
+                "wrappers",
+                toml_value(&self.env.gym.wrappers),
+            ));
+        }
+        for (path, key, value) in written {
+            let mut section = &mut table;
+            for part in path {
+                section = section
+                    .entry(*part)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                    .as_table_mut()
+                    .expect("a config section is a table");
             }
+            section.entry(key).or_insert(value);
         }
         table
     }
+}
+
+/// A config value as TOML.
+fn toml_value<T: serde::Serialize>(value: &T) -> toml::Value {
+    toml::Value::try_from(value).expect("a config value serialises")
 }
 
 /// A config error with what was being done in front (once: no nested `config:`).
@@ -282,6 +340,32 @@ fn mark_none(table: &mut toml::Table, json: &serde_json::Value) {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// A shown or saved config is read back over its env's preset (`--config`), and must
+    /// come back as it was whatever that preset sets: every preset's settings, on every
+    /// env with a preset, including the keys left out of the hash at their defaults
+    /// (`network.core = "none"` over a preset with a core, `env.gym.wrappers = []` over
+    /// an Atari preset's).
+    #[test]
+    fn a_shown_config_reads_back_over_any_presets_settings() {
+        let names: Vec<String> = strata_env::env_names()
+            .iter()
+            .map(|n| (*n).to_string())
+            .chain(crate::GYM_PRESETS.iter().map(|id| format!("gym:{id}")))
+            .chain(["gym:Ant-v5".to_string()])
+            .collect();
+        for base in &names {
+            let env = preset(base).unwrap().env;
+            for settings in &names {
+                let mut config = preset(settings).unwrap();
+                config.env = env.clone();
+                let text = config.to_toml();
+                let back = RunConfig::from_toml(&text)
+                    .unwrap_or_else(|e| panic!("{settings}'s settings on {base}: {e}\n{text}"));
+                assert_eq!(back, config, "{settings}'s settings on {base}:\n{text}");
+            }
+        }
+    }
 
     #[test]
     fn set_changes_one_key_and_names_unknown_ones() {

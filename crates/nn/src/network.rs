@@ -10,17 +10,21 @@ use crate::head::Head;
 use crate::recurrent::CellKind;
 
 /// Network architecture, from the run config.
+///
+/// Keys added after config hashes were first published are left out of the serialised
+/// form at their defaults (`skip_serializing_if`), so older configs keep their hashes; a
+/// shown or saved config writes them all the same (the config crate's `to_table`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkConfig {
     /// What encodes image observations before the policy and value networks (`auto`: a
     /// CNN per image, NatureCNN from 36 pixels a side, the MinAtar encoder below; left out
-    /// of the config, and so of its hash, when `auto`). Vector observations have none.
+    /// of the config hash when `auto`). Vector observations have none.
     #[serde(skip_serializing_if = "Encoder::is_auto")]
     pub encoder: Encoder,
     /// The convolutions' products: `f32`, or `bf16` operands with float32 sums (weights,
     /// gradients and Adam stay float32; fast where the CPU has AVX-512 BF16). Left out of
-    /// the config when `f32`.
+    /// the config hash when `f32`.
     #[serde(skip_serializing_if = "ConvPrecision::is_f32")]
     pub conv_precision: ConvPrecision,
     /// Hidden layer widths of the policy network (after the encoder, if there is one).
@@ -45,22 +49,22 @@ pub struct NetworkConfig {
     /// rollout) or a whole `episode`, which explores like a perturbed policy per episode.
     pub sde_hold: SdeHold,
     /// With gSDE, draw every env's exploration matrix anew every this many steps of its
-    /// fragment (SB3's `sde_sample_freq`; 0: hold it as `sde_hold` says). Written out when
+    /// fragment (SB3's `sde_sample_freq`; 0: hold it as `sde_hold` says). Hashed when
     /// set.
     #[serde(skip_serializing_if = "is_zero")]
     pub sde_sample_freq: usize,
     /// A recurrent core between the encoder (or the observation) and the policy and value
-    /// networks: `lstm`, `gru` or `none`. Left out of the config when `none`.
+    /// networks: `lstm`, `gru` or `none`. Left out of the config hash when `none`.
     #[serde(skip_serializing_if = "Core::is_none")]
     pub core: Core,
-    /// Hidden units of each recurrent layer (written out when not 64).
+    /// Hidden units of each recurrent layer (hashed when not 64).
     #[serde(skip_serializing_if = "is_default_core_size")]
     pub core_size: usize,
-    /// Stacked recurrent layers (written out when not 1).
+    /// Stacked recurrent layers (hashed when not 1).
     #[serde(skip_serializing_if = "is_one")]
     pub core_layers: usize,
     /// Whether the policy and value networks read one core (as Sample Factory) instead of
-    /// one each (as sb3-contrib's default); written out when shared.
+    /// one each (as sb3-contrib's default); hashed when shared.
     #[serde(skip_serializing_if = "is_false")]
     pub core_shared: bool,
 }

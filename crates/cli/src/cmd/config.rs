@@ -14,14 +14,14 @@ pub fn show(args: &ConfigArgs) -> Result<()> {
     let config = build_config(args)?;
     // TOML comments: the output stays a config file `--config` reads.
     if let Some(origin) = strata_runtime::preset_origin(&config.env.name) {
-        println!("# preset: {origin}");
+        comment(&format!("preset: {origin}"));
     }
     if let Some(line) = encoder_line(&config) {
-        println!("# encoder: {line}");
+        comment(&format!("encoder: {line}"));
     }
     if let Some(line) = config.network.describe_core() {
-        println!("# core: {line}");
-        println!("# sequences: {}", config.ppo.describe_sequences());
+        comment(&format!("core: {line}"));
+        comment(&format!("sequences: {}", config.ppo.describe_sequences()));
     }
     // The hash line is the one a run directory's `config.toml` opens with.
     let header = strata_runtime::RunLayout::hash_header(&config.config_hash());
@@ -32,6 +32,15 @@ pub fn show(args: &ConfigArgs) -> Result<()> {
     }
     print!("{}", config.to_toml());
     Ok(())
+}
+
+/// Prints `text` as TOML comments, every line of it: a message with a line break (an
+/// env that could not be described says how to fix it on a second line) must not end
+/// the comment and break the file.
+fn comment(text: &str) {
+    for line in text.lines() {
+        println!("# {line}");
+    }
 }
 
 /// What encodes a `gym:` env's images under `network.encoder`, for `config show` (which
