@@ -192,65 +192,48 @@ impl RunConfig {
         // hashes), written here all the same: a shown or saved config is read back over
         // its env's preset, and a key it says nothing of would take the preset's value
         // (a `core = "lstm"` preset would turn a core the config had off back on).
-        let mut written: Vec<(&[&str], &str, toml::Value)> = vec![
+        let (ppo, network) = (&self.ppo, &self.network);
+        let restarts = self.runtime.max_worker_restarts;
+        let mut written: Vec<(&[&str], Vec<(&str, toml::Value)>)> = vec![
             (
                 &["admission"],
-                "pacing",
-                toml_value(&self.admission.pacing.as_str()),
+                vec![("pacing", toml_value(&self.admission.pacing.as_str()))],
             ),
             (
                 &["ppo"],
-                "sequence_length",
-                toml_value(&self.ppo.sequence_length),
-            ),
-            (
-                &["ppo"],
-                "clip_grad_per_network",
-                toml_value(&self.ppo.clip_grad_per_network),
-            ),
-            (&["network"], "encoder", toml_value(&self.network.encoder)),
-            (
-                &["network"],
-                "conv_precision",
-                toml_value(&self.network.conv_precision),
+                vec![
+                    ("sequence_length", toml_value(&ppo.sequence_length)),
+                    (
+                        "clip_grad_per_network",
+                        toml_value(&ppo.clip_grad_per_network),
+                    ),
+                ],
             ),
             (
                 &["network"],
-                "sde_sample_freq",
-                toml_value(&self.network.sde_sample_freq),
-            ),
-            (&["network"], "core", toml_value(&self.network.core)),
-            (
-                &["network"],
-                "core_size",
-                toml_value(&self.network.core_size),
-            ),
-            (
-                &["network"],
-                "core_layers",
-                toml_value(&self.network.core_layers),
-            ),
-            (
-                &["network"],
-                "core_shared",
-                toml_value(&self.network.core_shared),
+                vec![
+                    ("encoder", toml_value(&network.encoder)),
+                    ("conv_precision", toml_value(&network.conv_precision)),
+                    ("sde_sample_freq", toml_value(&network.sde_sample_freq)),
+                    ("core", toml_value(&network.core)),
+                    ("core_size", toml_value(&network.core_size)),
+                    ("core_layers", toml_value(&network.core_layers)),
+                    ("core_shared", toml_value(&network.core_shared)),
+                ],
             ),
             (
                 &["runtime"],
-                "max_worker_restarts",
-                self.runtime
-                    .max_worker_restarts
-                    .map_or_else(|| toml::Value::from(NONE), |n| toml_value(&n)),
+                vec![(
+                    "max_worker_restarts",
+                    restarts.map_or_else(|| toml::Value::from(NONE), |n| toml_value(&n)),
+                )],
             ),
         ];
         if self.env.gym_target().is_some() {
-            written.push((
-                &["env", "gym"],
-                "wrappers",
-                toml_value(&self.env.gym.wrappers),
-            ));
+            let wrappers = toml_value(&self.env.gym.wrappers);
+            written.push((&["env", "gym"], vec![("wrappers", wrappers)]));
         }
-        for (path, key, value) in written {
+        for (path, keys) in written {
             let mut section = &mut table;
             for part in path {
                 section = section
@@ -259,7 +242,9 @@ impl RunConfig {
                     .as_table_mut()
                     .expect("a config section is a table");
             }
-            section.entry(key).or_insert(value);
+            for (key, value) in keys {
+                section.entry(key).or_insert(value);
+            }
         }
         table
     }
