@@ -827,6 +827,10 @@ fn a_fleet_trains_a_recurrent_policy_through_the_gateway() {
     for u in &updates {
         assert!(u["trained"].as_u64().unwrap() > 0, "{u}");
         assert!(u["value_loss"].as_f64().unwrap() > 0.0, "{u}");
+        // The update's step, measured as the single-machine runs measure it.
+        assert!(u["approx_kl_last_epoch"].as_f64().unwrap() >= 0.0, "{u}");
+        let clipped = u["clip_fraction"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&clipped), "{u}");
     }
     assert!(stdout.contains("generation"), "{stdout}");
 }

@@ -104,7 +104,12 @@ struct UpdateLine {
     lag_seconds: f64,
     policy_loss: f32,
     value_loss: f32,
+    /// Approximate KL over every epoch's minibatches.
     approx_kl: f32,
+    /// Over the last epoch's only (what SB3 logs as `train/approx_kl`).
+    approx_kl_last_epoch: f32,
+    /// Share of samples whose ratio left the clip range.
+    clip_fraction: f32,
     seconds: f64,
 }
 
@@ -481,6 +486,8 @@ impl<'a> DeployedLearner<'a> {
             policy_loss: stats.as_ref().map_or(0.0, |s| s.policy_loss),
             value_loss: stats.as_ref().map_or(0.0, |s| s.value_loss),
             approx_kl: stats.as_ref().map_or(0.0, |s| s.approx_kl),
+            approx_kl_last_epoch: stats.as_ref().map_or(0.0, |s| s.approx_kl_last_epoch),
+            clip_fraction: stats.as_ref().map_or(0.0, |s| s.clip_fraction),
             seconds: t0.elapsed().as_secs_f64(),
         };
         self.log.append(&line);
