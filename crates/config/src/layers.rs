@@ -327,10 +327,10 @@ mod tests {
     use std::path::PathBuf;
 
     /// A shown or saved config is read back over its env's preset (`--config`), and must
-    /// come back as it was whatever that preset sets: every preset's settings, on every
-    /// env with a preset, including the keys left out of the hash at their defaults
-    /// (`network.core = "none"` over a preset with a core, `env.gym.wrappers = []` over
-    /// an Atari preset's).
+    /// come back as it was whatever that preset sets: every preset's PPO, network, train,
+    /// runtime and admission settings on every env with a preset, including the keys
+    /// left out of the hash at their defaults (`network.core = "none"` over a preset with
+    /// a core), and an Atari env with its preset's wrappers taken off.
     #[test]
     fn a_shown_config_reads_back_over_any_presets_settings() {
         let names: Vec<String> = strata_env::env_names()
@@ -350,6 +350,9 @@ mod tests {
                 assert_eq!(back, config, "{settings}'s settings on {base}:\n{text}");
             }
         }
+        let mut bare = preset("gym:ALE/Breakout-v5").unwrap();
+        bare.env.gym.wrappers.clear();
+        assert_eq!(RunConfig::from_toml(&bare.to_toml()).unwrap(), bare);
     }
 
     #[test]

@@ -36,9 +36,13 @@ pub fn show(args: &ConfigArgs) -> Result<()> {
 
 /// Prints `text` as TOML comments, every line of it: a message with a line break (an
 /// env that could not be described says how to fix it on a second line) must not end
-/// the comment and break the file.
+/// the comment and break the file, nor may a control character TOML refuses in one.
 fn comment(text: &str) {
     for line in text.lines() {
+        let line: String = line
+            .chars()
+            .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
+            .collect();
         println!("# {line}");
     }
 }
