@@ -37,6 +37,7 @@ ENV_ID, EPISODE_STEPS, N_STEPS, N_EPOCHS, SEED = "HalfCheetah-v4", 50, 128, 6, 7
 # Ten times SB3's learning rate: within six epochs the ratios leave the clip range, so the
 # clipped samples' zero gradient is part of what is compared.
 LEARNING_RATE = 3e-3
+CLIP = 0.2
 
 
 class RecordSteps(gym.Wrapper):
@@ -85,9 +86,29 @@ def main():
     torch.set_num_threads(1)
     recorder = RecordSteps(gym.make(ENV_ID, max_episode_steps=EPISODE_STEPS))
     model = PPO("MlpPolicy", recorder, n_steps=N_STEPS, batch_size=N_STEPS, n_epochs=N_EPOCHS,
-                learning_rate=LEARNING_RATE, seed=SEED, device="cpu")
+                learning_rate=LEARNING_RATE, clip_range=CLIP, seed=SEED, device="cpu")
     at_end = AtRolloutEnd()
+    # How close any sample's ratio comes to the clip range's edge in any epoch: a ratio
+    # within float rounding of it may fall on either side on another machine.
+    margins, current = [], {}
+    get_batches, evaluate = model.rollout_buffer.get, model.policy.evaluate_actions
+
+    def get_and_keep(*args, **kwargs):
+        for batch in get_batches(*args, **kwargs):
+            current["old_log_prob"] = batch.old_log_prob
+            yield batch
+
+    def evaluate_and_keep(*args, **kwargs):
+        values, log_prob, entropy = evaluate(*args, **kwargs)
+        with torch.no_grad():
+            ratio = torch.exp(log_prob - current["old_log_prob"])
+            edge = torch.minimum((ratio - 1 + CLIP).abs(), (ratio - 1 - CLIP).abs())
+            margins.append(float(edge.min()))
+        return values, log_prob, entropy
+
+    model.rollout_buffer.get, model.policy.evaluate_actions = get_and_keep, evaluate_and_keep
     model.learn(total_timesteps=N_STEPS, callback=at_end)
+    assert len(margins) == N_EPOCHS, margins
     after = {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
     steps = recorder.steps[:N_STEPS]
     assert len(steps) == N_STEPS, len(recorder.steps)
@@ -112,7 +133,7 @@ def main():
     record = {
         "env": ENV_ID, "episode_steps": EPISODE_STEPS, "seed": SEED,
         "n_steps": N_STEPS, "n_epochs": N_EPOCHS, "batch_size": N_STEPS,
-        "learning_rate": LEARNING_RATE, "clip_range": 0.2, "gamma": model.gamma,
+        "learning_rate": LEARNING_RATE, "clip_range": CLIP, "gamma": model.gamma,
         "gae_lambda": model.gae_lambda, "vf_coef": model.vf_coef, "ent_coef": model.ent_coef,
         "max_grad_norm": model.max_grad_norm,
         "obs_dim": int(b["observations"].shape[-1]), "action_dim": int(b["actions"].shape[-1]),
@@ -131,10 +152,11 @@ def main():
         "advantages": floats(b["advantages"]),
         "returns": floats(b["returns"]),
         "stats": stats,
+        "clip_margin": min(margins),
     }
     path = OUT / "halfcheetah_sb3_update.json"
     path.write_text(json.dumps(record) + "\n")
-    print(f"wrote {path}: {stats}")
+    print(f"wrote {path}: {stats}; nearest ratio to the clip range's edge {min(margins):.2e}")
 
 
 if __name__ == "__main__":
