@@ -194,7 +194,7 @@ impl RunConfig {
         // (a `core = "lstm"` preset would turn a core the config had off back on).
         let (ppo, network) = (&self.ppo, &self.network);
         let restarts = self.runtime.max_worker_restarts;
-        let mut written: Vec<(&[&str], Vec<(&str, toml::Value)>)> = vec![
+        let mut written: Vec<(&[&str], Vec<Written>)> = vec![
             (
                 &["admission"],
                 vec![("pacing", toml_value(&self.admission.pacing.as_str()))],
@@ -249,6 +249,9 @@ impl RunConfig {
         table
     }
 }
+
+/// A key `to_table` writes although serde leaves it out, with its value.
+type Written = (&'static str, toml::Value);
 
 /// A config value as TOML.
 fn toml_value<T: serde::Serialize>(value: &T) -> toml::Value {
