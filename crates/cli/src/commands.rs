@@ -76,6 +76,8 @@ enum ConfigCommand {
 /// # Errors
 /// Anything that went wrong, with context.
 pub fn run(cli: Cli) -> Result<()> {
+    // A forced kernel path the CPU lacks is refused before any work, not mid-run.
+    strata_nn::select_kernel_path()?;
     match cli.command {
         Command::Train(args) => crate::cmd::train::train(args),
         Command::Learner(args) => crate::cmd::cluster::learner(args),

@@ -39,14 +39,20 @@ pub(crate) fn without_tiles<R>(f: impl FnOnce() -> R) -> R {
 /// comparing the kernels, or a host whose signal stacks cannot hold the tiles' state.
 pub const NO_TILES_VAR: &str = "STRATA_NO_AMX";
 
-/// Whether bfloat16 products run on the AMX tiles here: the CPU has AMX-TILE and
-/// AMX-BF16, [`NO_TILES_VAR`] is unset, and the kernel granted this process their state
-/// (asked once).
+/// Whether bfloat16 products run on the AMX tiles: the kernel path is
+/// [`KernelPath::Amx`](crate::KernelPath::Amx) (which [`tiles_granted`] allows).
 pub(crate) fn available() -> bool {
     #[cfg(test)]
     if WITHOUT_TILES.with(std::cell::Cell::get) {
         return false;
     }
+    crate::kernel_path::kernel_path() == crate::kernel_path::KernelPath::Amx
+}
+
+/// Whether this process may use the tiles: the CPU has AMX-TILE and AMX-BF16,
+/// [`NO_TILES_VAR`] is unset, and the kernel granted this process their state (asked
+/// once).
+pub(crate) fn tiles_granted() -> bool {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         static GRANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -7,8 +7,8 @@
 //! Where the CPU has AVX-512 BF16, `vdpbf16ps` makes 32 products a cycle where fused
 //! float32 multiply-adds make 16. Elsewhere the rounded operands are multiplied as float32
 //! (the same products, summed in `gemm`'s order), about as fast as float32 itself. As
-//! with `gemm`, a product's last bits depend on the CPU; on one machine a run is
-//! reproducible.
+//! with `gemm`, a product's last bits depend on the kernel path; on one machine and path
+//! a run is reproducible.
 //!
 //! The instruction takes its operands in pairs along the inner dimension: output lane
 //! `j` gains `a[2j+1] * b[2j+1]`, then `a[2j] * b[2j]`. So the left-hand side is packed as
@@ -16,6 +16,7 @@
 //! pairs of its rows, 16 columns a vector.
 
 use crate::amx::{self, BLOCK_ROWS, TILE_PAIRS};
+use crate::kernel_path::KernelPath;
 use crate::matmul::{matmul, View};
 
 /// Columns of the right-hand side one vector covers.
@@ -83,7 +84,7 @@ impl Bf16Kernel {
     }
 }
 
-/// The kernel this CPU (and [`crate::AMX_OFF_VAR`]) gives bfloat16 products.
+/// The kernel the [`crate::kernel_path`] gives bfloat16 products.
 pub fn kernel() -> Bf16Kernel {
     if accelerated() && amx::available() {
         Bf16Kernel::Tiles
@@ -94,24 +95,15 @@ pub fn kernel() -> Bf16Kernel {
     }
 }
 
-/// Whether this CPU has AVX-512 BF16 (`vdpbf16ps`), which packs the operands (and, without
-/// the AMX tiles, multiplies them); without it they go through float32 `gemm` on the
-/// rounded operands.
+/// Whether the kernel path has AVX-512 BF16 (`vdpbf16ps`), which packs the operands
+/// (and, without the AMX tiles, multiplies them); without it they go through float32
+/// products on the rounded operands.
 pub fn accelerated() -> bool {
     #[cfg(test)]
     if WITHOUT_INSTRUCTION.with(std::cell::Cell::get) {
         return false;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    cfg!(target_arch = "x86_64") && crate::kernel_path::kernel_path() >= KernelPath::Avx512Bf16
 }
 
 /// A `k x n` right-hand side rounded and packed: for each pair of rows, `n` rounded up

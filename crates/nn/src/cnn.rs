@@ -230,6 +230,15 @@ impl CnnCache {
         &self.features
     }
 
+    /// Convolution `layer`'s output after its ReLU in the last forward pass
+    /// (`batch x positions x channels`, channels-last): which units the ReLUs let through.
+    ///
+    /// # Panics
+    /// When the encoder has no such layer or no forward pass ran.
+    pub fn layer_output(&self, layer: usize) -> &[f32] {
+        &self.outputs[layer]
+    }
+
     /// Bytes this cache holds (its buffers' capacities): a batch's working memory.
     pub fn bytes(&self) -> usize {
         let floats = |v: &Vec<f32>| v.capacity() * 4;

@@ -1,6 +1,6 @@
 //! Element-wise hot loops (bias + activation, activation backward, Adam, a recurrent
 //! cell's gates at each step, forward and backward), compiled twice:
-//! once for the baseline target and once with AVX2 enabled, picked at run time. The code is
+//! once for the baseline target and once with AVX2 enabled, picked by the kernel path. The code is
 //! the same plain Rust (no intrinsics, no fused multiply-add), so both paths give
 //! bit-identical results; the wide one just processes 8 lanes instead of 4.
 
@@ -12,17 +12,10 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
     0.5 + 0.5 * fast_tanh(0.5 * x)
 }
 
-/// Whether the CPU runs the AVX2 build of these loops (detected once, cached by std).
+/// Whether the AVX2 build of these loops runs: the kernel path has AVX2 (or wider).
 #[inline]
 pub(crate) fn wide() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    cfg!(target_arch = "x86_64") && crate::kernel_path::kernel_path().avx2()
 }
 
 /// Declares `$name` running `$body` over its arguments, with an AVX2 twin chosen at run time.

@@ -31,9 +31,16 @@
 //! ([`Memory`]) and trains on whole sequences from their stored states ([`Sequences`]);
 //! cells follow PyTorch's equations and gate orders (`fixtures/rnn`).
 //!
-//! Matrix products go through the `gemm` crate behind a bounds-checked wrapper; the
+//! Matrix products go through `gemm`'s kernels behind a bounds-checked wrapper; the
 //! backward passes are written by hand and checked against finite differences, the
-//! encoders' forward passes against PyTorch on fixed weights (`fixtures/cnn`).
+//! encoders' forward passes against PyTorch on fixed weights (`fixtures/cnn`), and every
+//! layer, forward and backward, against float64 references on each kernel path
+//! (`tests/kernel_paths.rs`).
+//!
+//! Every kernel runs one [`KernelPath`] for the whole process (AMX, AVX-512 with or
+//! without BF16, AVX2/FMA, NEON, portable): the fastest the CPU has, or the one
+//! [`KERNEL_PATH_VAR`] names. Results are reproducible to the bit on one machine and
+//! path, and agree across paths to float32's (or bfloat16's) precision.
 
 mod activation;
 mod actor_critic;
@@ -51,6 +58,7 @@ mod encoder;
 mod grad_clip;
 mod head;
 mod init;
+mod kernel_path;
 #[macro_use]
 mod kernels;
 mod matmul;
@@ -78,6 +86,10 @@ pub use distribution::{
 pub use encoder::{ImageInput, PixelScale};
 pub use grad_clip::{GradClip, GradNorms};
 pub use head::Head;
+pub use kernel_path::{
+    force_kernel_path, kernel_path, select_kernel_path, KernelPath, KernelPathError,
+    KERNEL_PATH_VAR,
+};
 pub use kernels::round_to_bytes;
 pub use mlp::{Mlp, MlpCache};
 pub use network::{Core, Encoder, NetworkConfig, SdeHold};

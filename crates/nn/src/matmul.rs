@@ -1,4 +1,13 @@
-//! A safe, bounds-checked wrapper over the `gemm` crate for row-major f32 matrices.
+//! A safe, bounds-checked wrapper over `gemm`'s float32 kernels for row-major matrices,
+//! run on the chosen [`KernelPath`]: `gemm`'s blocked driver (`gemm-common`) with the
+//! AVX-512, AVX2/FMA, NEON or scalar micro-kernels of `gemm-f32`. `gemm` itself picks its
+//! kernel from the CPU alone; calling its driver here makes every path forceable, with the
+//! same blocking and so the same sums as `gemm` on that kernel.
+
+use gemm_common::gemm::gemm_basic_generic;
+use gemm_common::Parallelism;
+
+use crate::kernel_path::{kernel_path, KernelPath};
 
 /// A strided view of an `rows x cols` matrix inside a slice.
 #[derive(Clone, Copy)]
@@ -75,7 +84,7 @@ impl<'a> View<'a> {
 /// # Panics
 /// When the shapes disagree or a view exceeds its slice.
 pub(crate) fn matmul(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumulate: bool) {
-    product(dst, lhs, rhs, accumulate, gemm::Parallelism::None);
+    product(dst, lhs, rhs, accumulate, Parallelism::None);
 }
 
 fn product(
@@ -83,7 +92,7 @@ fn product(
     lhs: View<'_>,
     rhs: View<'_>,
     accumulate: bool,
-    parallelism: gemm::Parallelism,
+    parallelism: Parallelism,
 ) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     assert_eq!(rhs.rows, k, "inner dimensions differ");
@@ -99,30 +108,135 @@ fn product(
         }
         return;
     }
+    let operands = Operands {
+        m,
+        n,
+        k,
+        dst: dst.as_mut_ptr(),
+        dst_strides: (1, n as isize),
+        read_dst: accumulate,
+        lhs: (lhs.data.as_ptr(), lhs.col_stride, lhs.row_stride),
+        rhs: (rhs.data.as_ptr(), rhs.col_stride, rhs.row_stride),
+    };
     // SAFETY: every view was checked to lie inside its slice and `dst` holds m*n values;
     // `dst` is a unique borrow, so it aliases neither input.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            lhs.data.as_ptr(),
-            lhs.col_stride,
-            lhs.row_stride,
-            rhs.data.as_ptr(),
-            rhs.col_stride,
-            rhs.row_stride,
+    unsafe { operands.run(kernel_path(), parallelism) }
+}
+
+/// A product's operands as `gemm` takes them: sizes, pointers, (column, row) strides.
+struct Operands {
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_strides: (isize, isize),
+    read_dst: bool,
+    lhs: (*const f32, isize, isize),
+    rhs: (*const f32, isize, isize),
+}
+
+/// Calls `gemm`'s driver with the micro-kernels of one instruction set: `$simd` the
+/// driver's SIMD token, `$kernels` the micro-kernel module, `$lanes` its vector width.
+macro_rules! on_kernels {
+    ($o:expr, $parallelism:expr, $simd:ty, $kernels:path, $lanes:expr) => {{
+        use gemm_common::simd::MixedSimd;
+        use $kernels as kernels;
+        let o = $o;
+        let simd = <$simd as MixedSimd<f32, f32, f32, f32>>::try_new()
+            .expect("the kernel path was checked against the CPU");
+        gemm_basic_generic::<
+            _,
+            f32,
+            { $lanes },
+            { kernels::MR_DIV_N * $lanes },
+            { kernels::NR },
+            { kernels::MR_DIV_N },
+            { kernels::H_M },
+            { kernels::H_N },
+        >(
+            simd,
+            o.m,
+            o.n,
+            o.k,
+            o.dst,
+            o.dst_strides.0,
+            o.dst_strides.1,
+            o.read_dst,
+            o.lhs.0,
+            o.lhs.1,
+            o.lhs.2,
+            o.rhs.0,
+            o.rhs.1,
+            o.rhs.2,
             1.0,
             1.0,
             false,
             false,
             false,
-            parallelism,
-        );
+            |a, b, c| a * b + c,
+            &kernels::UKR,
+            &kernels::H_UKR,
+            false,
+            $parallelism,
+        )
+    }};
+}
+
+impl Operands {
+    /// `dst = [dst +] lhs * rhs` with `path`'s micro-kernels.
+    ///
+    /// # Safety
+    /// Every operand's strided extent lies inside its allocation, `dst` aliases neither
+    /// input, and `path` is one this CPU executes ([`KernelPath::supported`]).
+    unsafe fn run(self, path: KernelPath, parallelism: Parallelism) {
+        // As `gemm::gemm` does: its micro-kernels write columns, so a destination whose
+        // rows are contiguous is computed as the transposed product.
+        let o = if self.dst_strides.0.abs() < self.dst_strides.1.abs() {
+            Operands {
+                m: self.n,
+                n: self.m,
+                dst_strides: (self.dst_strides.1, self.dst_strides.0),
+                lhs: (self.rhs.0, self.rhs.2, self.rhs.1),
+                rhs: (self.lhs.0, self.lhs.2, self.lhs.1),
+                ..self
+            }
+        } else {
+            self
+        };
+        debug_assert!(o.dst_strides.0 >= 0 && o.dst_strides.1 >= 0 && o.lhs.1 >= 0);
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Amx | KernelPath::Avx512Bf16 | KernelPath::Avx512 => on_kernels!(
+                o,
+                parallelism,
+                gemm_common::simd::V4,
+                gemm_f32::microkernel::avx512f::f32,
+                16
+            ),
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => on_kernels!(
+                o,
+                parallelism,
+                gemm_common::simd::V3,
+                gemm_f32::microkernel::fma::f32,
+                8
+            ),
+            #[cfg(target_arch = "aarch64")]
+            KernelPath::Neon => on_kernels!(
+                o,
+                parallelism,
+                gemm_common::simd::Scalar,
+                gemm_f32::microkernel::neon::f32,
+                4
+            ),
+            _ => on_kernels!(
+                o,
+                parallelism,
+                gemm_common::simd::Scalar,
+                gemm_f32::microkernel::scalar::f32,
+                1
+            ),
+        }
     }
 }
 
@@ -133,7 +247,7 @@ fn product(
 /// # Panics
 /// As [`matmul`].
 pub(crate) fn par_matmul(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumulate: bool) {
-    product(dst, lhs, rhs, accumulate, gemm::Parallelism::Rayon(0));
+    product(dst, lhs, rhs, accumulate, Parallelism::Rayon(0));
 }
 
 /// `dst += sum of the dst-sized blocks of partials`, in block order, in parallel over

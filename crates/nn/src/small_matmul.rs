@@ -3,8 +3,8 @@
 //! its right-hand side on every call, which for an `8 x 64` by `64 x 256` product costs
 //! as much as the product itself.
 //!
-//! Compiled three times, picked at run time: AVX-512 with fused multiply-add, AVX2 with
-//! it, and the baseline without. As with `gemm`, whose kernels are picked the same way,
+//! Compiled three times, picked by the kernel path: AVX-512 with fused multiply-add, AVX2
+//! with it, and the baseline without. As with `gemm`, whose kernels are picked the same way,
 //! a product's last bits depend on the CPU; on one machine a run is reproducible.
 
 /// Rows of the left-hand side a block computes together (each right-hand load serves all).
@@ -27,15 +27,13 @@ pub(crate) fn small_matmul(dst: &mut [f32], lhs: &[f32], rhs: &[f32], k: usize) 
         unsafe fn wide256(dst: &mut [f32], lhs: &[f32], rhs: &[f32], k: usize) {
             product::<true>(dst, lhs, rhs, k);
         }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were just detected.
+        let path = crate::kernel_path::kernel_path();
+        if path.avx512() {
+            // SAFETY: the path was checked against the CPU when it was chosen.
             return unsafe { wide512(dst, lhs, rhs, k) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were just detected.
+        if path.avx2() {
+            // SAFETY: as above.
             return unsafe { wide256(dst, lhs, rhs, k) };
         }
     }

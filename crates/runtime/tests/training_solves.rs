@@ -129,12 +129,36 @@ fn ui_form_completes_90_percent_within_700k_steps() {
     assert!(rate >= 0.9, "completion rate {rate}");
 }
 
-/// CartPole without velocities: the LSTM preset solves it; with central inference (each
-/// group's states travel with its requests; two workers, so other seeds) it holds the
-/// pole far longer than the same preset without the core, which cannot (the control).
+/// CartPole without velocities: the LSTM preset solves it on most seeds (two of seeds
+/// 1-3 within 100k steps, every one of them holding the pole past 300: seed 1 solves at
+/// 79.9k on an AVX-512 CPU and ends at 452 on an AVX2 one, where sums round otherwise);
+/// with central inference (each group's states travel with its requests; two workers, so
+/// other seeds) it holds the pole far longer than the same preset without the core, which
+/// cannot (the control).
 #[test]
 fn cartpole_without_velocities_needs_the_memory_it_gets() {
-    solves("cartpole-novel", 1, 100_000);
+    let runs: Vec<_> = (1..=3)
+        .map(|seed| (seed, train("cartpole-novel", seed, 100_000, true).summary()))
+        .collect();
+    let solved = runs.iter().filter(|(_, s)| s.solved).count();
+    let report: Vec<_> = runs
+        .iter()
+        .map(|(seed, s)| {
+            format!(
+                "seed {seed}: {:?} at {:?}",
+                s.final_mean_return, s.steps_to_solve
+            )
+        })
+        .collect();
+    assert!(
+        solved >= 2,
+        "cartpole-novel solved on {solved} of 3 seeds: {report:?}"
+    );
+    assert!(
+        runs.iter()
+            .all(|(_, s)| s.final_mean_return.unwrap() >= 300.0),
+        "{report:?}"
+    );
     let mut central = preset("cartpole-novel").unwrap();
     central.train.seed = 1;
     central.train.total_steps = 100_000;

@@ -76,6 +76,10 @@ pub struct BenchArgs {
     /// Shorter runs (fewer steps and seeds), for a quick look.
     #[arg(long)]
     quick: bool,
+    /// Print the kernel paths this CPU can run (each a value of `STRATA_KERNEL_PATH`),
+    /// slowest first, one a line, and run nothing.
+    #[arg(long)]
+    kernel_paths: bool,
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -183,6 +187,10 @@ impl BenchArgs {
 /// Every suite's figures, as `--json` writes them (a suite that did not run: null).
 #[derive(Serialize, Default)]
 struct Report {
+    /// The CPU the figures were measured on (`/proc/cpuinfo`'s model name).
+    cpu: String,
+    /// The kernel path every product ran (`STRATA_KERNEL_PATH`, or the fastest here).
+    kernel_path: String,
     env_step_cartpole64_steps_per_sec: f64,
     env_step_vs_envpool: f64,
     minibatch512_forward_ms: f64,
@@ -221,7 +229,29 @@ struct Report {
 /// # Errors
 /// A bad choice of suite or arguments, or a suite that fails.
 pub fn run(args: BenchArgs) -> Result<()> {
-    let mut r = Report::default();
+    if args.kernel_paths {
+        for path in strata_nn::KernelPath::all_supported() {
+            println!("{path}");
+        }
+        return Ok(());
+    }
+    let path = strata_nn::select_kernel_path()?;
+    let mut r = Report {
+        cpu: cpu_model(),
+        kernel_path: path.name().to_string(),
+        ..Report::default()
+    };
+    println!(
+        "machine: {}, {} cores; kernel path: {path} (of {}; {} chooses)",
+        r.cpu,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        strata_nn::KernelPath::all_supported()
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        strata_nn::KERNEL_PATH_VAR,
+    );
     let quick = args.quick;
     let gateway_seconds = if quick { 3.0 } else { 10.0 };
     match args.chosen()? {
@@ -317,4 +347,17 @@ fn write_report(r: &Report, json: Option<&std::path::Path>) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(r)? + "\n")?;
     }
     Ok(())
+}
+
+/// The CPU's model name as Linux reports it, or what is known without it.
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name") || l.starts_with("Model"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| format!("an {} CPU", std::env::consts::ARCH))
 }
