@@ -40,19 +40,33 @@ pub(crate) fn without_tiles<R>(f: impl FnOnce() -> R) -> R {
 pub const NO_TILES_VAR: &str = "STRATA_NO_AMX";
 
 /// Whether bfloat16 products run on the AMX tiles: the kernel path is
-/// [`KernelPath::Amx`](crate::KernelPath::Amx) (which [`tiles_granted`] allows).
+/// [`KernelPath::Amx`](crate::KernelPath::Amx) and Linux granted the tiles (asked here,
+/// the first time; refused, the products run on `vdpbf16ps`).
 pub(crate) fn available() -> bool {
     #[cfg(test)]
     if WITHOUT_TILES.with(std::cell::Cell::get) {
         return false;
     }
-    crate::kernel_path::kernel_path() == crate::kernel_path::KernelPath::Amx
+    crate::kernel_path::kernel_path() == crate::kernel_path::KernelPath::Amx && tiles_granted()
 }
 
-/// Whether this process may use the tiles: the CPU has AMX-TILE and AMX-BF16,
-/// [`NO_TILES_VAR`] is unset, and the kernel granted this process their state (asked
-/// once).
-pub(crate) fn tiles_granted() -> bool {
+/// Whether the CPU has AMX-TILE and AMX-BF16 and [`NO_TILES_VAR`] is unset (CPUID only:
+/// nothing is asked of the OS).
+pub(crate) fn tiles_present() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        // SAFETY: CPUID has no memory effects.
+        std::env::var_os(NO_TILES_VAR).is_none() && unsafe { x86::has_tiles() }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        false
+    }
+}
+
+/// Whether this process may use the tiles: [`tiles_present`], and the kernel granted
+/// this process their state (asked once).
+fn tiles_granted() -> bool {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         static GRANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -60,8 +74,7 @@ pub(crate) fn tiles_granted() -> bool {
             // SAFETY: CPUID has no memory effects. The request changes the process for
             // good: signal frames grow by the tiles' 8 KB, and Linux then refuses a
             // `sigaltstack` too small for them (Rust's own are sized for it).
-            std::env::var_os(NO_TILES_VAR).is_none()
-                && unsafe { x86::has_tiles() && x86::request_tile_state() }
+            tiles_present() && unsafe { x86::request_tile_state() }
         })
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]

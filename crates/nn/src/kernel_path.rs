@@ -57,8 +57,10 @@ pub enum KernelPathError {
         given: String,
         known: String,
     },
-    /// The CPU (or the OS, for the AMX tiles) lacks what the path needs.
-    #[error("kernel path `{path}` needs {needs}, which this CPU lacks; it supports {supported}")]
+    /// The CPU lacks what the path needs (or, for the AMX tiles, `STRATA_NO_AMX` is set).
+    #[error(
+        "kernel path `{path}` needs {needs}, which is not there; this CPU supports {supported}"
+    )]
     Unsupported {
         path: &'static str,
         needs: &'static str,
@@ -86,10 +88,8 @@ impl KernelPath {
             KernelPath::Neon => "aarch64 with NEON",
             KernelPath::Avx2 => "x86-64 with AVX2 and FMA",
             KernelPath::Avx512 => "x86-64 with AVX-512F, AVX2 and FMA",
-            KernelPath::Avx512Bf16 => "AVX-512F, AVX-512BW and AVX-512 BF16",
-            KernelPath::Amx => {
-                "AVX-512 BF16, AMX-TILE and AMX-BF16, the OS granting the tiles, and STRATA_NO_AMX unset"
-            }
+            KernelPath::Avx512Bf16 => "AVX-512F, AVX-512BW, AVX-512 BF16, AVX2 and FMA",
+            KernelPath::Amx => "AVX-512 BF16, AMX-TILE and AMX-BF16, and STRATA_NO_AMX unset",
         }
     }
 
@@ -106,7 +106,9 @@ impl KernelPath {
             KernelPath::Avx2 => cpu::avx2(),
             KernelPath::Avx512 => cpu::avx512(),
             KernelPath::Avx512Bf16 => cpu::avx512_bf16(),
-            KernelPath::Amx => cpu::avx512_bf16() && crate::amx::tiles_granted(),
+            // The tiles are asked for at the first tile product, not here: a process
+            // that never multiplies in bfloat16 keeps its signal frames as they were.
+            KernelPath::Amx => cpu::avx512_bf16() && crate::amx::tiles_present(),
         }
     }
 
@@ -159,11 +161,13 @@ impl KernelPath {
     }
 
     /// Whether float32 products run with AVX-512 (16 lanes).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn avx512(self) -> bool {
         self >= KernelPath::Avx512
     }
 
     /// Whether float32 products and loops run with AVX2 and FMA (or wider).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn avx2(self) -> bool {
         self >= KernelPath::Avx2
     }
@@ -218,8 +222,8 @@ pub fn select_kernel_path() -> Result<KernelPath, KernelPathError> {
 }
 
 /// Makes every kernel run `path` from now on, whatever [`KERNEL_PATH_VAR`] says: for
-/// tests and benchmarks that compare paths in one process. Products already running
-/// finish on the path they started with.
+/// tests and benchmarks that compare paths in one process. Switch only while no other
+/// thread computes: a pass running meanwhile may mix the two paths.
 ///
 /// # Errors
 /// When this CPU cannot execute `path`; the chosen path is unchanged then.

@@ -14,6 +14,7 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 
 /// Whether the AVX2 build of these loops runs: the kernel path has AVX2 (or wider).
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn wide() -> bool {
     cfg!(target_arch = "x86_64") && crate::kernel_path::kernel_path().avx2()
 }

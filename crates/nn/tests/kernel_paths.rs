@@ -11,10 +11,11 @@
 //! precision, not tuned: every value carries the magnitude of the terms it was summed
 //! from (`m`, with `|w|` for `w`), a sum of `k` terms in float32 is off by at most `k`
 //! units of float32's rounding of that magnitude, a bfloat16 operand by 2^-8 of it, and
-//! the fast tanh by a few float32 units. A wrong term in a gradient is off by its own
-//! size, far outside.
+//! the fast tanh by a few float32 units; the layers' errors add (a first-order bound, so
+//! the worst case, far above the typical error: each run prints the share it used). A
+//! wrong term in a gradient is off by its own size, far outside.
 //!
-//! The paths are forced one after another in this one test (the choice is per process),
+//! The paths are forced one after another, one test at a time (the choice is per process),
 //! so any machine checks every path it has; `STRATA_KERNEL_PATH` runs the rest of the
 //! suite on one.
 
@@ -109,6 +110,22 @@ trait Case {
     fn reference(&self, params: &[f64], inputs: &[f64]) -> Vec<Lane>;
     /// Relative error of one float32 value: the longest sum's units, and bfloat16's.
     fn precision(&self) -> f64;
+    /// Where each parameter tensor lies (every one gets probes).
+    fn tensors(&self) -> Vec<std::ops::Range<usize>>;
+}
+
+/// A few indices of every tensor, its first and last among them: `per` a tensor.
+fn probes(tensors: &[std::ops::Range<usize>], per: usize) -> Vec<usize> {
+    let mut at: Vec<usize> = tensors
+        .iter()
+        .flat_map(|t| {
+            let step = (t.len() / per).max(1);
+            t.clone().step_by(step).chain(t.end.checked_sub(1))
+        })
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    at
 }
 
 /// Checks one case on the current path: outputs, then every parameter and input gradient
@@ -171,8 +188,7 @@ fn check(case: &mut dyn Case, rng: &mut Xoshiro256PlusPlus) {
         worst.set((worst.get().0, worst.get().1.max(err / tol)));
     };
     let mut p = p64.clone();
-    let samples = |n: usize| (0..n).step_by((n / 150).max(1)).collect::<Vec<_>>();
-    let param_probes: Vec<_> = samples(p.len())
+    let param_probes: Vec<_> = probes(&case.tensors(), 24)
         .into_iter()
         .map(|i| (i, probe(&mut p, i, &|p| loss(p, &x64))))
         .collect();
@@ -184,7 +200,7 @@ fn check(case: &mut dyn Case, rng: &mut Xoshiro256PlusPlus) {
         compare("parameter gradient", i, grads[i], want, scale);
     }
     let mut x = x64.clone();
-    for i in samples(x.len()) {
+    for i in probes(&[0..x.len()], 60) {
         let want = probe(&mut x, i, &|x| loss(&p64, x));
         compare("input gradient", i, d_inputs[i], want, scale);
     }
@@ -243,15 +259,22 @@ impl Case for MlpCase {
         x
     }
     fn precision(&self) -> f64 {
-        let longest = self
-            .mlp
-            .sizes()
+        // Each layer's sums (its fan-in forward, its fan-out and the batch backward), and
+        // each hidden layer's tanh: the layers' errors add.
+        let sizes = self.mlp.sizes();
+        let sums: usize = sizes
+            .windows(2)
+            .map(|w| w[0].max(w[1]).max(self.batch) + 2)
+            .sum();
+        sums as f64 * U32 + (sizes.len() - 2) as f64 * TANH
+    }
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.mlp
+            .layout()
+            .slots()
             .iter()
-            .copied()
-            .max()
-            .unwrap_or(1)
-            .max(self.batch);
-        (longest as f64 + 2.0) * U32 + TANH
+            .map(|s| s.range.clone())
+            .collect()
     }
 }
 
@@ -364,19 +387,37 @@ impl Case for CnnCase {
         y
     }
     fn precision(&self) -> f64 {
+        // Each layer's longest sum (its patch forward; its weight gradient over the
+        // batch's positions and its input gradient over the filters backward), the
+        // layers' errors added; a bfloat16 product per convolution.
         let convs = self.cnn.convs();
-        let positions = convs.iter().map(|c| self.batch * c.positions());
-        let patches = convs
+        let conv_sums: usize = convs
             .iter()
-            .map(|c| c.patch_len().max(c.out_channels * c.kernel * c.kernel));
-        let longest = positions
-            .chain(patches)
-            .chain([self.cnn.flat_size(), self.cnn.features()]);
-        let f32_sums = (longest.max().unwrap() as f64 + 2.0) * U32;
+            .map(|c| {
+                let backward =
+                    (self.batch * c.positions()).max(c.out_channels * c.kernel * c.kernel);
+                c.patch_len().max(backward) + 2
+            })
+            .sum();
+        let fc = self
+            .cnn
+            .flat_size()
+            .max(self.cnn.features())
+            .max(self.batch)
+            + 2;
+        let f32_sums = (conv_sums + fc) as f64 * U32;
         match self.cnn.precision() {
             ConvPrecision::F32 => f32_sums,
-            ConvPrecision::Bf16 => f32_sums + BF16_PRODUCT,
+            ConvPrecision::Bf16 => f32_sums + convs.len() as f64 * BF16_PRODUCT,
         }
+    }
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.cnn
+            .layout()
+            .slots()
+            .iter()
+            .map(|s| s.range.clone())
+            .collect()
     }
 }
 
@@ -477,6 +518,7 @@ impl Case for RecurrentCase {
     fn precision(&self) -> f64 {
         let longest = [
             self.cell.input(),
+            self.cell.hidden(),
             self.cell.gates(),
             self.steps * self.batch,
         ]
@@ -485,6 +527,14 @@ impl Case for RecurrentCase {
         .unwrap();
         // Errors carried through the steps' recurrence: one sum's worth a step.
         self.steps as f64 * ((longest as f64 + 4.0) * U32 + TANH)
+    }
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.cell
+            .layout()
+            .slots()
+            .iter()
+            .map(|s| s.range.clone())
+            .collect()
     }
 }
 
@@ -579,8 +629,13 @@ fn cases(rng: &mut Xoshiro256PlusPlus) -> Vec<Box<dyn Case>> {
     cases
 }
 
+/// Held by each test that forces paths: the path is the process's, and the harness runs
+/// tests on parallel threads.
+static FORCING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn every_path_matches_the_float64_references() {
+    let _one_at_a_time = FORCING.lock().unwrap_or_else(|e| e.into_inner());
     let paths = KernelPath::all_supported();
     for path in &paths {
         force_kernel_path(*path).unwrap();
@@ -623,6 +678,9 @@ fn a_wrong_gradient_term_fails_the_reference_check() {
         fn precision(&self) -> f64 {
             self.0.precision()
         }
+        fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+            self.0.tensors()
+        }
     }
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(65);
     let mlp = Mlp::new(&[4, 8, 3], Activation::Tanh);
@@ -643,6 +701,7 @@ fn a_wrong_gradient_term_fails_the_reference_check() {
 /// outputs, divided by 2e-3), not the gradient.
 #[test]
 fn the_cnn_probe_float32_differences_missed_is_right_on_every_path() {
+    let _one_at_a_time = FORCING.lock().unwrap_or_else(|e| e.into_inner());
     for path in KernelPath::all_supported() {
         force_kernel_path(path).unwrap();
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
