@@ -5,8 +5,14 @@
 //! code before the model was restructured into encoder, core and heads; a checkpoint of that
 //! code therefore loads into today's model and predicts the same actions.
 //!
-//! `STRATA_WRITE_FIXTURES=1 cargo test -p strata-nn --test model_compat` rewrites it (only
-//! when a change of layout or numbers is meant).
+//! The fingerprints are of the values' bits, so they hold for one kernel path: the fused
+//! multiply-add paths (AVX2, AVX-512, AMX) give the same bits on these small models and
+//! share `model_compat.json`; the portable path, without FMA, has its own
+//! (`model_compat.portable.json`).
+//!
+//! `STRATA_WRITE_FIXTURES=1 cargo test -p strata-nn --test model_compat` rewrites the
+//! current path's (only when a change of layout or numbers is meant;
+//! `STRATA_KERNEL_PATH=portable` for the portable one).
 
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -15,10 +21,19 @@ use strata_nn::{
     NetworkConfig, PixelScale, SampleRng,
 };
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/model_compat.json"
-);
+/// The fixture of the current kernel path.
+fn fixture() -> &'static str {
+    match strata_nn::kernel_path() {
+        strata_nn::KernelPath::Portable => concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/model_compat.portable.json"
+        ),
+        _ => concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/model_compat.json"
+        ),
+    }
+}
 const ROWS: usize = 6;
 
 /// One kind of model: its name, observation width, images, head and network settings.
@@ -228,10 +243,14 @@ fn every_kind_of_model_names_fills_and_acts_as_the_fixture_recorded() {
         .collect();
     let now = Value::Object(now);
     if std::env::var_os("STRATA_WRITE_FIXTURES").is_some() {
-        std::fs::write(FIXTURE, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
+        std::fs::write(
+            fixture(),
+            serde_json::to_string_pretty(&now).unwrap() + "\n",
+        )
+        .unwrap();
         return;
     }
-    let saved: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap();
     for kind in kinds() {
         assert_eq!(
             now[kind.name], saved[kind.name],
