@@ -648,51 +648,76 @@ fn every_path_matches_the_float64_references() {
     eprintln!("checked paths: {paths:?}");
 }
 
-/// The tolerances bite: a gradient with one term wrong fails them.
+/// A case whose gradient leaves out every output past the first `keep`: the terms of
+/// some samples missing, as a wrong backward pass might.
+struct Broken {
+    case: Box<dyn Case>,
+    keep: usize,
+}
+
+impl Case for Broken {
+    fn name(&self) -> String {
+        self.case.name()
+    }
+    fn params(&self) -> &[f32] {
+        self.case.params()
+    }
+    fn inputs(&self) -> &[f32] {
+        self.case.inputs()
+    }
+    fn output_len(&self) -> usize {
+        self.case.output_len()
+    }
+    fn run(&mut self, d_out: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let mut kept = d_out.to_vec();
+        kept[self.keep..].fill(0.0);
+        self.case.run(&kept)
+    }
+    fn reference(&self, params: &[f64], inputs: &[f64]) -> Vec<Lane> {
+        self.case.reference(params, inputs)
+    }
+    fn precision(&self) -> f64 {
+        self.case.precision()
+    }
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.case.tensors()
+    }
+}
+
+/// The tolerances bite: an MLP's gradient without its second sample fails them.
 #[test]
 #[should_panic(expected = "parameter gradient")]
 fn a_wrong_gradient_term_fails_the_reference_check() {
-    struct Broken(MlpCase);
-    impl Case for Broken {
-        fn name(&self) -> String {
-            self.0.name()
-        }
-        fn params(&self) -> &[f32] {
-            self.0.params()
-        }
-        fn inputs(&self) -> &[f32] {
-            self.0.inputs()
-        }
-        fn output_len(&self) -> usize {
-            self.0.output_len()
-        }
-        fn run(&mut self, d_out: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-            // The gradient of the first sample only: the batch's other rows left out.
-            let mut one = d_out.to_vec();
-            one[3..].fill(0.0);
-            let (out, grads, d_in) = self.0.run(&one);
-            (out, grads, d_in)
-        }
-        fn reference(&self, params: &[f64], inputs: &[f64]) -> Vec<Lane> {
-            self.0.reference(params, inputs)
-        }
-        fn precision(&self) -> f64 {
-            self.0.precision()
-        }
-        fn tensors(&self) -> Vec<std::ops::Range<usize>> {
-            self.0.tensors()
-        }
-    }
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(65);
     let mlp = Mlp::new(&[4, 8, 3], Activation::Tanh);
     let params = mlp.init_orthogonal(1.0, 1.0, &mut rng);
-    let mut case = Broken(MlpCase {
+    let case = MlpCase {
         input: uniform(&mut rng, 2 * 4, 1.0),
         mlp,
         params,
         batch: 2,
-    });
-    check(&mut case, &mut rng);
+    };
+    check(
+        &mut Broken {
+            case: Box::new(case),
+            keep: 3,
+        },
+        &mut rng,
+    );
+}
+
+/// The bfloat16 tolerance (the widest) bites too: a convolution's gradient without the
+/// last of five images fails it.
+#[test]
+#[should_panic(expected = "parameter gradient")]
+fn a_wrong_bf16_gradient_fails_the_reference_check() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(65);
+    let case = cases(&mut rng)
+        .into_iter()
+        .find(|c| c.name() == "minatar_cnn bf16 on floats")
+        .expect("the bf16 MinAtar case");
+    let keep = case.output_len() / 5 * 4;
+    check(&mut Broken { case, keep }, &mut rng);
 }
 
 /// The probe a float32 finite-difference test once failed on an AVX2 CPU (parameter 1133
