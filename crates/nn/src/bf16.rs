@@ -23,8 +23,10 @@ use crate::matmul::{matmul, View};
 const LANES: usize = 16;
 /// Rows of the left-hand side one register block computes (each right-hand load serves
 /// all of them).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const ROWS: usize = 6;
 /// Vectors of columns one register block keeps (`ROWS * BLOCKS` accumulators).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const BLOCKS: usize = 4;
 
 /// `x` rounded to the nearest bfloat16, ties to even (a NaN stays a NaN), a value below
