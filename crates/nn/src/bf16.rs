@@ -80,7 +80,7 @@ impl Bf16Kernel {
             Bf16Kernel::Tiles => "AMX tiles (tdpbf16ps)",
             Bf16Kernel::Vector => "vdpbf16ps (AVX-512 BF16)",
             Bf16Kernel::Float32 => {
-                "no bfloat16 instructions here: the rounded operands through float32 gemm"
+                "no bfloat16 instructions on this kernel path: the rounded operands through float32 products"
             }
         }
     }

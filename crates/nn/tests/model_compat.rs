@@ -8,7 +8,8 @@
 //! The fingerprints are of the values' bits, so they hold for one kernel path: the fused
 //! multiply-add paths (AVX2, AVX-512, AMX) give the same bits on these small models and
 //! share `model_compat.json`; the portable path, without FMA, has its own
-//! (`model_compat.portable.json`).
+//! (`model_compat.portable.json`, the same on x86-64 and aarch64), and so has aarch64's
+//! NEON path (`model_compat.neon.json`, recorded under QEMU).
 //!
 //! `STRATA_WRITE_FIXTURES=1 cargo test -p strata-nn --test model_compat` rewrites the
 //! current path's (only when a change of layout or numbers is meant;
@@ -27,6 +28,10 @@ fn fixture() -> &'static str {
         strata_nn::KernelPath::Portable => concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/model_compat.portable.json"
+        ),
+        strata_nn::KernelPath::Neon => concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/model_compat.neon.json"
         ),
         _ => concat!(
             env!("CARGO_MANIFEST_DIR"),
