@@ -76,8 +76,12 @@ enum ConfigCommand {
 /// # Errors
 /// Anything that went wrong, with context.
 pub fn run(cli: Cli) -> Result<()> {
-    // A forced kernel path the CPU lacks is refused before any work, not mid-run.
-    strata_nn::select_kernel_path()?;
+    // A forced kernel path the CPU lacks is refused before any work, not mid-run; listing
+    // the paths the CPU has is what such a user needs, so it runs whatever the variable.
+    let lists_paths = matches!(&cli.command, Command::Bench(args) if args.lists_kernel_paths());
+    if !lists_paths {
+        strata_nn::select_kernel_path()?;
+    }
     match cli.command {
         Command::Train(args) => crate::cmd::train::train(args),
         Command::Learner(args) => crate::cmd::cluster::learner(args),

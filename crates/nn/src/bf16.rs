@@ -86,7 +86,7 @@ impl Bf16Kernel {
     }
 }
 
-/// The kernel the [`crate::kernel_path`] gives bfloat16 products.
+/// The kernel the [`crate::kernel_path()`] gives bfloat16 products.
 pub fn kernel() -> Bf16Kernel {
     if accelerated() && amx::available() {
         Bf16Kernel::Tiles

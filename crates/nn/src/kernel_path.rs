@@ -51,19 +51,34 @@ const ALL: [KernelPath; 6] = [
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KernelPathError {
     /// The name is none of the paths'.
-    #[error("{var}={given:?} names no kernel path: use auto or one of {known}")]
-    Unknown {
-        var: &'static str,
-        given: String,
-        known: String,
-    },
-    /// The CPU lacks what the path needs (or, for the AMX tiles, `STRATA_NO_AMX` is set).
     #[error(
-        "kernel path `{path}` needs {needs}, which is not there; this CPU supports {supported}"
+        "{var}={given:?} names no kernel path: use auto or one this CPU supports: {supported}"
     )]
+    Unknown {
+        /// The variable read ([`KERNEL_PATH_VAR`]).
+        var: &'static str,
+        /// What it held.
+        given: String,
+        /// The paths this CPU supports, comma-separated.
+        supported: String,
+    },
+    /// The CPU lacks what the path needs.
+    #[error("kernel path `{path}` needs {needs}, which this CPU lacks; it supports {supported}")]
     Unsupported {
+        /// The path asked for.
         path: &'static str,
+        /// What it needs ([`KernelPath::needs`]).
         needs: &'static str,
+        /// The paths this CPU supports, comma-separated.
+        supported: String,
+    },
+    /// The AMX tiles were asked for while `STRATA_NO_AMX` keeps them off.
+    #[error(
+        "kernel path `amx` was asked for, but STRATA_NO_AMX is set, which keeps the tiles off; \
+         this CPU supports {supported}"
+    )]
+    TilesOff {
+        /// The paths this CPU supports, comma-separated.
         supported: String,
     },
 }
@@ -89,13 +104,14 @@ impl KernelPath {
             KernelPath::Avx2 => "x86-64 with AVX2 and FMA",
             KernelPath::Avx512 => "x86-64 with AVX-512F, AVX2 and FMA",
             KernelPath::Avx512Bf16 => "AVX-512F, AVX-512BW, AVX-512 BF16, AVX2 and FMA",
-            KernelPath::Amx => "AVX-512 BF16, AMX-TILE and AMX-BF16, and STRATA_NO_AMX unset",
+            KernelPath::Amx => "AVX-512 BF16, AMX-TILE and AMX-BF16, on Linux",
         }
     }
 
-    /// The path a name gives (`None` for an unknown name).
+    /// The path a name gives, in any case (`None` for an unknown name).
     pub fn parse(name: &str) -> Option<KernelPath> {
-        ALL.into_iter().find(|p| p.name() == name.trim())
+        ALL.into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name.trim()))
     }
 
     /// Whether this CPU can execute the path.
@@ -130,15 +146,17 @@ impl KernelPath {
     /// # Errors
     /// When it names no path, or one this CPU cannot execute.
     pub fn from_env() -> Result<KernelPath, KernelPathError> {
-        let asked = std::env::var(KERNEL_PATH_VAR).unwrap_or_default();
-        let asked = asked.trim();
-        if asked.is_empty() || asked == "auto" {
+        let asked = match std::env::var_os(KERNEL_PATH_VAR) {
+            None => return Ok(KernelPath::fastest()),
+            Some(value) => value.to_string_lossy().trim().to_string(),
+        };
+        if asked.is_empty() || asked.eq_ignore_ascii_case("auto") {
             return Ok(KernelPath::fastest());
         }
-        let path = KernelPath::parse(asked).ok_or_else(|| KernelPathError::Unknown {
+        let path = KernelPath::parse(&asked).ok_or_else(|| KernelPathError::Unknown {
             var: KERNEL_PATH_VAR,
-            given: asked.to_string(),
-            known: ALL.map(KernelPath::name).join(", "),
+            given: asked.clone(),
+            supported: supported_names(),
         })?;
         path.check()?;
         Ok(path)
@@ -147,15 +165,18 @@ impl KernelPath {
     fn check(self) -> Result<(), KernelPathError> {
         if self.supported() {
             Ok(())
+        } else if self == KernelPath::Amx
+            && cpu::avx512_bf16()
+            && std::env::var_os(crate::amx::NO_TILES_VAR).is_some()
+        {
+            Err(KernelPathError::TilesOff {
+                supported: supported_names(),
+            })
         } else {
             Err(KernelPathError::Unsupported {
                 path: self.name(),
                 needs: self.needs(),
-                supported: KernelPath::all_supported()
-                    .into_iter()
-                    .map(KernelPath::name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                supported: supported_names(),
             })
         }
     }
@@ -185,6 +206,15 @@ impl std::fmt::Display for KernelPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The paths this CPU supports, as a list for a message.
+fn supported_names() -> String {
+    KernelPath::all_supported()
+        .into_iter()
+        .map(KernelPath::name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The chosen path's code (0: not chosen yet).
@@ -240,16 +270,23 @@ mod cpu {
         ($($f:tt),*) => { true $(&& std::arch::is_x86_feature_detected!($f))* };
     }
 
+    // Each x86 level is what `gemm`'s SIMD token for it checks (SSE through AVX2 and FMA,
+    // plus AVX-512F), so a path chosen here always gets its token in `matmul.rs`.
+    #[cfg(target_arch = "x86_64")]
+    fn token<S: gemm_common::simd::MixedSimd<f32, f32, f32, f32>>() -> bool {
+        S::try_new().is_some()
+    }
+
     pub(super) fn avx2() -> bool {
         #[cfg(target_arch = "x86_64")]
-        return has!("avx2", "fma");
+        return has!("avx2", "fma") && token::<gemm_common::simd::V3>();
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
 
     pub(super) fn avx512() -> bool {
         #[cfg(target_arch = "x86_64")]
-        return avx2() && has!("avx512f");
+        return avx2() && has!("avx512f") && token::<gemm_common::simd::V4>();
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
@@ -280,6 +317,7 @@ mod tests {
             assert_eq!(KernelPath::from_code(path.code()), Some(path));
         }
         assert_eq!(KernelPath::parse("avx-512"), None);
+        assert_eq!(KernelPath::parse(" AVX2 "), Some(KernelPath::Avx2));
         assert_eq!(KernelPath::from_code(0), None);
     }
 

@@ -4,8 +4,8 @@
 //! as much as the product itself.
 //!
 //! Compiled three times, picked by the kernel path: AVX-512 with fused multiply-add, AVX2
-//! with it, and the baseline without. As with `gemm`, whose kernels are picked the same way,
-//! a product's last bits depend on the CPU; on one machine a run is reproducible.
+//! with it, and the baseline without. As with `gemm`'s kernels, picked the same way, a
+//! product's last bits depend on the path; on one machine and path a run is reproducible.
 
 /// Rows of the left-hand side a block computes together (each right-hand load serves all).
 const ROWS: usize = 4;

@@ -5,11 +5,12 @@
 //! code before the model was restructured into encoder, core and heads; a checkpoint of that
 //! code therefore loads into today's model and predicts the same actions.
 //!
-//! The fingerprints are of the values' bits, so they hold for one kernel path: the fused
-//! multiply-add paths (AVX2, AVX-512, AMX) give the same bits on these small models and
-//! share `model_compat.json`; the portable path, without FMA, has its own
+//! The fingerprints are of the values' bits, so they hold for one kernel path: x86-64's
+//! fused multiply-add paths (avx2, avx512, avx512-bf16, amx) give the same bits on these
+//! small models and share `model_compat.json`; the portable path, without FMA, has its own
 //! (`model_compat.portable.json`, the same on x86-64 and aarch64), and so has aarch64's
-//! NEON path (`model_compat.neon.json`, recorded under QEMU).
+//! NEON path (`model_compat.neon.json`, recorded under QEMU with its host's cache sizes,
+//! which size `gemm`'s blocks: an ARM CPU with other caches may need it recorded again).
 //!
 //! `STRATA_WRITE_FIXTURES=1 cargo test -p strata-nn --test model_compat` rewrites the
 //! current path's (only when a change of layout or numbers is meant;

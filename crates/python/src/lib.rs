@@ -96,12 +96,11 @@ fn config_toml(env: Option<&str>, config_json: &str) -> PyResult<String> {
 #[pymodule]
 fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     init_logging();
-    // A forced kernel path the CPU lacks fails the import with the reason, not a model
-    // call later.
-    strata_nn::select_kernel_path()
-        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
     m.add("StrataError", m.py().get_type::<StrataError>())?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
+    // A forced kernel path the CPU lacks fails the import with the reason, not a model
+    // call later.
+    strata_nn::select_kernel_path().map_err(|e| ConfigError::new_err(e.to_string()))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(builtin_envs, m)?)?;
     m.add_function(wrap_pyfunction!(config_toml, m)?)?;

@@ -2,7 +2,7 @@
 //! mode, for the listed seeds. Budgets are env steps, never wall-clock time.
 //!
 //! A seed's run differs between kernel paths (sums round otherwise), so each claim holds
-//! with a margin across them: on an AVX2 CPU the CartPole seeds solve at 23-33k steps
+//! with a margin across the paths measured: on an AVX2 CPU the CartPole seeds solve at 23-29k steps
 //! (AVX2) and 31-44k (portable) of their 100k, Pendulum's at 61-66k and 61-94k of 200k,
 //! Acrobot's at 57k and 61k of 300k. Where one seed's margin was thin (CartPole without
 //! velocities), the test asks for a rate over seeds.

@@ -130,6 +130,11 @@ struct OldSuiteFlags {
 }
 
 impl BenchArgs {
+    /// Whether this is `strata bench --kernel-paths` (a listing, no benchmark).
+    pub(crate) fn lists_kernel_paths(&self) -> bool {
+        self.kernel_paths
+    }
+
     /// The suite asked for, by name or by an old flag; `None`: the default set.
     ///
     /// # Errors
