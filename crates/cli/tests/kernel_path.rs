@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-fn strata(path: &str, args: &[&str]) -> std::process::Output {
+fn strata<A: AsRef<std::ffi::OsStr>>(path: &str, args: &[A]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(args)
         .env("STRATA_KERNEL_PATH", path)
@@ -59,20 +59,18 @@ fn forced_kernel_paths_are_listed_refused_or_run() {
     let dir = tempfile::tempdir().unwrap();
     for path in &paths {
         let run = dir.path().join(path);
-        let trained = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args([
-                "train",
-                "--env",
-                "cartpole",
-                "--max-steps",
-                "2000",
-                "--quiet",
-                "--run-dir",
-            ])
-            .arg(&run)
-            .env("STRATA_KERNEL_PATH", path)
-            .output()
-            .unwrap();
+        let args = [
+            "train",
+            "--env",
+            "cartpole",
+            "--max-steps",
+            "2000",
+            "--quiet",
+            "--run-dir",
+        ];
+        let mut args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        args.push(run.clone().into());
+        let trained = strata(path, &args);
         assert!(trained.status.success(), "{path}: {trained:?}");
         assert!(run.join("checkpoint").is_dir(), "{path}: no checkpoint");
     }

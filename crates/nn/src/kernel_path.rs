@@ -133,6 +133,15 @@ impl KernelPath {
         ALL.into_iter().filter(|p| p.supported()).collect()
     }
 
+    /// [`KernelPath::all_supported`]'s names as a list for a message (`portable, avx2`).
+    pub fn supported_names() -> String {
+        KernelPath::all_supported()
+            .into_iter()
+            .map(KernelPath::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The fastest path this CPU can execute.
     pub fn fastest() -> KernelPath {
         ALL.into_iter()
@@ -156,7 +165,7 @@ impl KernelPath {
         let path = KernelPath::parse(&asked).ok_or_else(|| KernelPathError::Unknown {
             var: KERNEL_PATH_VAR,
             given: asked.clone(),
-            supported: supported_names(),
+            supported: KernelPath::supported_names(),
         })?;
         path.check()?;
         Ok(path)
@@ -170,13 +179,13 @@ impl KernelPath {
             && std::env::var_os(crate::amx::NO_TILES_VAR).is_some()
         {
             Err(KernelPathError::TilesOff {
-                supported: supported_names(),
+                supported: KernelPath::supported_names(),
             })
         } else {
             Err(KernelPathError::Unsupported {
                 path: self.name(),
                 needs: self.needs(),
-                supported: supported_names(),
+                supported: KernelPath::supported_names(),
             })
         }
     }
@@ -206,15 +215,6 @@ impl std::fmt::Display for KernelPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// The paths this CPU supports, as a list for a message.
-fn supported_names() -> String {
-    KernelPath::all_supported()
-        .into_iter()
-        .map(KernelPath::name)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The chosen path's code (0: not chosen yet).

@@ -250,11 +250,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "machine: {}, {} cores; kernel path: {path} (of {}; {} chooses)",
         r.cpu,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        strata_nn::KernelPath::all_supported()
-            .iter()
-            .map(|p| p.name())
-            .collect::<Vec<_>>()
-            .join(", "),
+        strata_nn::KernelPath::supported_names(),
         strata_nn::KERNEL_PATH_VAR,
     );
     let quick = args.quick;
@@ -355,7 +351,7 @@ fn write_report(r: &Report, json: Option<&std::path::Path>) -> Result<()> {
 }
 
 /// The CPU's model name as Linux reports it, or what is known without it.
-pub(crate) fn cpu_model() -> String {
+fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
